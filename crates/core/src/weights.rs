@@ -1,0 +1,69 @@
+//! `WeightSource`: one read-only view over the tensors of a checkpoint, whatever its file format.
+
+use crate::DType;
+use std::fmt;
+
+/// What a source knows about one tensor.
+///
+/// `shape` is outermost-first (row-major, as PyTorch and safetensors write it): a GGUF tensor with
+/// `ne = [cols, rows]` has `shape = [rows, cols]`. The last dimension is the contiguous one; for quantized types
+/// it is a whole number of blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+}
+
+impl TensorInfo {
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of data. Sources validate this against the file before handing a tensor out.
+    pub fn nbytes(&self) -> u64 {
+        self.dtype.bytes_for(self.numel()).unwrap_or(u64::MAX)
+    }
+}
+
+/// An error reading weights: names the file, the tensor (when there is one) and the problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightsError {
+    pub file: String,
+    pub tensor: Option<String>,
+    pub problem: String,
+}
+
+impl WeightsError {
+    pub fn new(file: impl Into<String>, tensor: Option<&str>, problem: impl Into<String>) -> Self {
+        WeightsError { file: file.into(), tensor: tensor.map(str::to_owned), problem: problem.into() }
+    }
+}
+
+impl fmt::Display for WeightsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.tensor {
+            Some(t) => write!(f, "{}: tensor '{}': {}", self.file, t, self.problem),
+            None => write!(f, "{}: {}", self.file, self.problem),
+        }
+    }
+}
+
+impl std::error::Error for WeightsError {}
+
+/// Read-only access to a checkpoint's tensors. Implemented by the GGUF and safetensors readers in `loader`.
+///
+/// Every tensor a source lists has been validated: its bytes lie inside the file and match its dtype and shape.
+pub trait WeightSource: Send + Sync {
+    /// A short description of the format ("gguf", "safetensors").
+    fn format(&self) -> &str;
+    /// Tensor infos in file order.
+    fn tensors(&self) -> &[TensorInfo];
+    /// The info of tensor `name`, if present.
+    fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors().iter().find(|t| t.name == name)
+    }
+    /// The raw little-endian bytes of tensor `name`, exactly `info(name).nbytes()` long.
+    fn bytes(&self, name: &str) -> Result<&[u8], WeightsError>;
+}

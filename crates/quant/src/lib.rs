@@ -1,0 +1,1 @@
+//! Quant blocks: filled in by the quant work.

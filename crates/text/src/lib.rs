@@ -1,0 +1,1 @@
+//! Text: filled in by the text work.
