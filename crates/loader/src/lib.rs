@@ -4,6 +4,7 @@
 //! tensor and the problem.
 
 pub mod gguf;
+pub mod gguf_writer;
 pub mod hf_config;
 pub mod hub;
 pub mod safetensors;
