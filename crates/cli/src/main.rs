@@ -1,1 +1,84 @@
-fn main() {}
+//! `tensorfold`: the command-line front end.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use tf_cli::facts::ModelFacts;
+use tf_cli::model_ref::{self, ModelRef};
+use tf_loader::gguf::GgufFile;
+
+#[derive(Parser)]
+#[command(name = "tensorfold", version, about = "A local LLM inference engine whose drafted decoding writes the same bytes as serial decoding")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print what a model is: family, format, quant types, shape, context, vocab, memory needed.
+    Info {
+        /// A .gguf file, a Hugging Face-style directory, or a hub id (org/name[@rev][:file]) in the local HF cache.
+        model: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also list every metadata key (GGUF) or config field.
+        #[arg(long)]
+        metadata: bool,
+    },
+    /// List the model families TensorFold recognizes.
+    Models,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { model, json, metadata } => info(&model, json, metadata),
+        Command::Models => {
+            models();
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn info(spec: &str, json: bool, metadata: bool) -> Result<(), String> {
+    let model = model_ref::resolve(spec)?;
+    let (facts, meta_lines) = match &model {
+        ModelRef::Gguf(path) => {
+            let g = GgufFile::open(path).map_err(|e| e.to_string())?;
+            let lines: Vec<String> = if metadata {
+                g.metadata().iter().map(|(k, v)| format!("{k} = {}", v.summary())).collect()
+            } else {
+                Vec::new()
+            };
+            (ModelFacts::from_gguf(&g), lines)
+        }
+        ModelRef::HfDir(dir) => return Err(format!("{}: Hugging Face directories: not yet", dir.display())),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&facts).expect("facts serialize"));
+    } else {
+        print!("{}", facts.render());
+        if metadata {
+            println!("\nmetadata:");
+            for l in meta_lines {
+                println!("  {l}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn models() {
+    println!("{:<8}  {:<40}  notes", "family", "models");
+    for f in tf_models::FAMILIES {
+        println!("{:<8}  {:<40}  {}", f.name, f.examples, f.notes);
+    }
+}

@@ -1,0 +1,203 @@
+//! The facts `tensorfold info` prints about a model, gathered from GGUF metadata or a Hugging Face directory.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tf_core::{DType, WeightSource};
+use tf_loader::gguf::GgufFile;
+
+/// Context length used for the KV-cache part of "memory needed" when the model's own is larger.
+pub const DEFAULT_CONTEXT: u64 = 4096;
+
+/// What `info` reports. Missing facts are `None` and print as "?".
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ModelFacts {
+    pub path: String,
+    /// "GGUF v3", "safetensors (2 shards)".
+    pub format: String,
+    /// The architecture name the file declares (`general.architecture` or `architectures[0]`).
+    pub architecture: Option<String>,
+    /// Our family serving it, if any.
+    pub family: Option<String>,
+    pub name: Option<String>,
+    pub parameters: u64,
+    /// Tensor count per element type, e.g. {"Q4_K": 120, "F32": 49}.
+    pub tensor_types: BTreeMap<String, usize>,
+    pub layers: Option<u64>,
+    pub hidden: Option<u64>,
+    pub ffn: Option<u64>,
+    pub heads: Option<u64>,
+    pub kv_heads: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub context: Option<u64>,
+    pub vocab: Option<u64>,
+    pub rope_theta: Option<f64>,
+    pub tokenizer: Option<String>,
+    pub chat_template: bool,
+    /// Bytes of weights as stored.
+    pub weight_bytes: u64,
+    /// f32 K and V bytes per token of context.
+    pub kv_bytes_per_token: Option<u64>,
+    /// Context used for `memory_bytes` (the model's context, capped at `DEFAULT_CONTEXT`).
+    pub memory_context: u64,
+    /// Weights plus an f32 KV cache for `memory_context` tokens.
+    pub memory_bytes: u64,
+}
+
+impl ModelFacts {
+    fn finish(&mut self) {
+        if let (Some(l), Some(kvh), Some(hd)) = (self.layers, self.kv_heads, self.head_dim) {
+            self.kv_bytes_per_token = Some(2 * l * kvh * hd * 4);
+        }
+        self.memory_context = self.context.unwrap_or(DEFAULT_CONTEXT).min(DEFAULT_CONTEXT);
+        self.memory_bytes = self.weight_bytes + self.kv_bytes_per_token.unwrap_or(0) * self.memory_context;
+        self.family = self
+            .architecture
+            .as_deref()
+            .and_then(|a| {
+                tf_models::family_for_architecture(a).or_else(|| tf_models::family_for_hf_architecture(a))
+            })
+            .map(|f| f.name.to_owned());
+    }
+
+    fn count_tensors(&mut self, src: &dyn WeightSource) {
+        for t in src.tensors() {
+            *self.tensor_types.entry(t.dtype.name().to_owned()).or_default() += 1;
+            self.parameters += t.numel();
+            self.weight_bytes += t.nbytes();
+        }
+    }
+
+    /// Facts from an open GGUF file (metadata keys `{arch}.*`, `tokenizer.*`, `general.*`).
+    pub fn from_gguf(g: &GgufFile) -> ModelFacts {
+        let md = g.metadata();
+        let arch = g.architecture().unwrap_or("").to_owned();
+        let key = |k: &str| format!("{arch}.{k}");
+        let mut f = ModelFacts {
+            path: g.path().to_owned(),
+            format: format!("GGUF v{}", g.version()),
+            architecture: (!arch.is_empty()).then(|| arch.clone()),
+            name: md.get_str("general.name").map(str::to_owned),
+            layers: md.get_u64(&key("block_count")),
+            hidden: md.get_u64(&key("embedding_length")),
+            ffn: md.get_u64(&key("feed_forward_length")),
+            heads: md.get_u64(&key("attention.head_count")),
+            context: md.get_u64(&key("context_length")),
+            rope_theta: md.get_f64(&key("rope.freq_base")),
+            chat_template: md.get_str("tokenizer.chat_template").is_some(),
+            ..Default::default()
+        };
+        f.kv_heads = md.get_u64(&key("attention.head_count_kv")).or(f.heads);
+        f.head_dim = md.get_u64(&key("attention.key_length")).or_else(|| match (f.hidden, f.heads) {
+            (Some(h), Some(n)) if n > 0 => Some(h / n),
+            _ => None,
+        });
+        f.vocab = md
+            .get_array("tokenizer.ggml.tokens")
+            .map(|a| a.len() as u64)
+            .or_else(|| md.get_u64(&key("vocab_size")));
+        f.tokenizer = md.get_str("tokenizer.ggml.model").map(|m| match md.get_str("tokenizer.ggml.pre") {
+            Some(pre) => format!("{m} (pre: {pre})"),
+            None => m.to_owned(),
+        });
+        f.count_tensors(g);
+        f.finish();
+        f
+    }
+
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+        let types: Vec<String> = {
+            let mut v: Vec<(&String, &usize)> = self.tensor_types.iter().collect();
+            // Most common first, then by name.
+            v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            v.into_iter().map(|(t, n)| format!("{t}×{n}")).collect()
+        };
+        let family = match (&self.family, &self.architecture) {
+            (Some(f), _) => f.clone(),
+            (None, Some(a)) => format!("unsupported (architecture '{a}')"),
+            (None, None) => "unknown (no architecture in the file)".into(),
+        };
+        let mut s = String::new();
+        let mut line = |k: &str, v: String| s.push_str(&format!("{k:<14}{v}\n"));
+        line("model", self.path.clone());
+        if let Some(n) = &self.name {
+            line("name", n.clone());
+        }
+        line("format", self.format.clone());
+        line("family", family);
+        line("parameters", format!("{} ({})", human_count(self.parameters), self.parameters));
+        line("tensor types", types.join(", "));
+        line("layers", opt(self.layers));
+        line("hidden", opt(self.hidden));
+        line("ffn", opt(self.ffn));
+        line(
+            "heads",
+            format!("{} query, {} key/value, head dim {}", opt(self.heads), opt(self.kv_heads), opt(self.head_dim)),
+        );
+        line("context", opt(self.context));
+        line("vocab", opt(self.vocab));
+        if let Some(t) = self.rope_theta {
+            line("rope theta", t.to_string());
+        }
+        line("tokenizer", self.tokenizer.clone().unwrap_or_else(|| "?".into()));
+        line("chat template", if self.chat_template { "yes" } else { "no" }.into());
+        let kv = match self.kv_bytes_per_token {
+            Some(b) => format!(
+                " + KV {} ({} per token, f32) for {} tokens",
+                human_bytes(b * self.memory_context),
+                human_bytes(b),
+                self.memory_context
+            ),
+            None => String::new(),
+        };
+        line(
+            "memory",
+            format!("{} = weights {}{kv}", human_bytes(self.memory_bytes), human_bytes(self.weight_bytes)),
+        );
+        s
+    }
+}
+
+/// Whether `name` is a quantized GGML type, for summaries.
+pub fn is_quant_name(name: &str) -> bool {
+    DType::ALL.iter().any(|d| d.name() == name && d.is_quantized())
+}
+
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1}K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+        assert_eq!(human_count(134_515_008), "134.5M");
+        assert_eq!(human_count(1_543_714_304), "1.54B");
+        assert!(is_quant_name("Q4_K") && !is_quant_name("F32"));
+    }
+}

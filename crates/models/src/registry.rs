@@ -1,0 +1,80 @@
+//! The family registry: which architectures TensorFold recognizes and what they are.
+
+/// A model family: one shared decoder file (with config flags for its variants).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Family {
+    /// Our name, equal to the GGUF `general.architecture` value.
+    pub name: &'static str,
+    /// Other GGUF architecture names served by this family.
+    pub gguf_aliases: &'static [&'static str],
+    /// Hugging Face `config.json` `architectures` entries served by this family.
+    pub hf_architectures: &'static [&'static str],
+    /// Hugging Face `model_type` values served by this family.
+    pub hf_model_types: &'static [&'static str],
+    /// The models users know it by.
+    pub examples: &'static str,
+    /// What distinguishes it from the plain decoder.
+    pub notes: &'static str,
+}
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "llama",
+        gguf_aliases: &["mistral"],
+        hf_architectures: &["LlamaForCausalLM", "MistralForCausalLM"],
+        hf_model_types: &["llama", "mistral"],
+        examples: "Llama 2, Llama 3.x, SmolLM2, Mistral 7B",
+        notes: "RMSNorm, RoPE (incl. Llama 3 scaling), SwiGLU, grouped-query attention",
+    },
+    Family {
+        name: "qwen2",
+        gguf_aliases: &[],
+        hf_architectures: &["Qwen2ForCausalLM"],
+        hf_model_types: &["qwen2"],
+        examples: "Qwen2, Qwen2.5, Qwen2.5-Coder",
+        notes: "llama decoder with q/k/v biases, NeoX RoPE",
+    },
+    Family {
+        name: "qwen3",
+        gguf_aliases: &[],
+        hf_architectures: &["Qwen3ForCausalLM"],
+        hf_model_types: &["qwen3"],
+        examples: "Qwen3 dense",
+        notes: "llama decoder with per-head q/k RMSNorm, NeoX RoPE",
+    },
+    Family {
+        name: "gemma3",
+        gguf_aliases: &[],
+        hf_architectures: &["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"],
+        hf_model_types: &["gemma3", "gemma3_text"],
+        examples: "Gemma 3 (text)",
+        notes: "scaled embeddings, pre/post norms, q/k norms, sliding-window layers, GeGLU",
+    },
+];
+
+/// The family for a GGUF `general.architecture` value.
+pub fn family_for_architecture(arch: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.name == arch || f.gguf_aliases.contains(&arch))
+}
+
+/// The family for a Hugging Face `architectures` entry or `model_type`.
+pub fn family_for_hf_architecture(name: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.hf_architectures.contains(&name) || f.hf_model_types.contains(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups() {
+        assert_eq!(family_for_architecture("mistral").unwrap().name, "llama");
+        assert_eq!(family_for_architecture("qwen2").unwrap().name, "qwen2");
+        assert!(family_for_architecture("bert").is_none());
+        assert_eq!(family_for_hf_architecture("Qwen3ForCausalLM").unwrap().name, "qwen3");
+        assert_eq!(family_for_hf_architecture("gemma3_text").unwrap().name, "gemma3");
+        let mut names: Vec<_> = FAMILIES.iter().map(|f| f.name).collect();
+        names.dedup();
+        assert_eq!(names.len(), FAMILIES.len());
+    }
+}
