@@ -168,7 +168,7 @@ impl DType {
     /// Bytes taken by `n` elements, or `None` when `n` is not a whole number of blocks or the size overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.block_bytes() as u64)

@@ -439,6 +439,37 @@ impl<'a> Cursor<'a> {
             .map_err(|_| self.err(format!("{what}: invalid UTF-8 at offset {at}")))
     }
 
+    /// Checks, without allocating, that `n` length-prefixed strings follow in the file.
+    fn scan_strings(&self, n: usize, what: &str) -> Result<(), WeightsError> {
+        let mut pos = self.pos as u64;
+        let end = self.buf.len() as u64;
+        for i in 0..n {
+            let len = match pos.checked_add(8).filter(|&p| p <= end) {
+                Some(p) => u64::from_le_bytes(
+                    self.buf[pos as usize..p as usize]
+                        .try_into()
+                        .expect("8 bytes"),
+                ),
+                None => u64::MAX,
+            };
+            match pos.checked_add(8).and_then(|p| p.checked_add(len)).filter(|&p| p <= end) {
+                Some(p) => pos = p,
+                None => {
+                    return Err(self.err(format!(
+                        "{what}: string #{i} of {n} runs past the end of the file (corrupt or truncated)"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many `T`s to reserve for `n` elements about to be parsed: never more bytes than remain in the file, so
+    /// a corrupt count cannot become an allocation larger than the file.
+    fn prealloc<T>(&self, n: usize) -> usize {
+        n.min(self.remaining() as usize / std::mem::size_of::<T>().max(1))
+    }
+
     /// Checks that `count` elements of at least `min_size` bytes each can fit in the rest of the file.
     fn check_count(&self, count: u64, min_size: u64, what: &str) -> Result<usize, WeightsError> {
         match count.checked_mul(min_size) {
@@ -505,6 +536,8 @@ fn read_array(c: &mut Cursor, what: &str, depth: u32) -> Result<GgufArray, Weigh
             GgufArray::Bool(v)
         }
         8 => {
+            // Walk the length prefixes first, so a corrupt count fails before anything is allocated.
+            c.scan_strings(n, what)?;
             let mut v = Vec::with_capacity(n);
             for _ in 0..n {
                 v.push(c.string(what, u64::MAX)?);
@@ -512,7 +545,7 @@ fn read_array(c: &mut Cursor, what: &str, depth: u32) -> Result<GgufArray, Weigh
             GgufArray::String(v)
         }
         9 => {
-            let mut v = Vec::with_capacity(n);
+            let mut v = Vec::with_capacity(c.prealloc::<GgufArray>(n));
             for _ in 0..n {
                 v.push(read_array(c, what, depth + 1)?);
             }
@@ -608,8 +641,8 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         },
     };
 
-    let mut tensors = Vec::with_capacity(n_tensors_usize);
-    let mut seen: HashMap<String, ()> = HashMap::with_capacity(n_tensors_usize);
+    let mut tensors = Vec::with_capacity(c.prealloc::<GgufTensor>(n_tensors_usize));
+    let mut seen: HashMap<String, ()> = HashMap::new();
     for i in 0..n_tensors_usize {
         let name = c.string(&format!("tensor #{i} name"), MAX_NAME_LEN)?;
         let terr = |p: String| WeightsError::new(file, Some(&name), p);
