@@ -53,9 +53,7 @@ impl ModelFacts {
         self.family = self
             .architecture
             .as_deref()
-            .and_then(|a| {
-                tf_models::family_for_architecture(a).or_else(|| tf_models::family_for_hf_architecture(a))
-            })
+            .and_then(|a| tf_models::family_for_architecture(a).or_else(|| tf_models::family_for_hf_architecture(a)))
             .map(|f| f.name.to_owned());
     }
 
@@ -91,10 +89,8 @@ impl ModelFacts {
             (Some(h), Some(n)) if n > 0 => Some(h / n),
             _ => None,
         });
-        f.vocab = md
-            .get_array("tokenizer.ggml.tokens")
-            .map(|a| a.len() as u64)
-            .or_else(|| md.get_u64(&key("vocab_size")));
+        f.vocab =
+            md.get_array("tokenizer.ggml.tokens").map(|a| a.len() as u64).or_else(|| md.get_u64(&key("vocab_size")));
         f.tokenizer = md.get_str("tokenizer.ggml.model").map(|m| match md.get_str("tokenizer.ggml.pre") {
             Some(pre) => format!("{m} (pre: {pre})"),
             None => m.to_owned(),
@@ -151,10 +147,7 @@ impl ModelFacts {
             ),
             None => String::new(),
         };
-        line(
-            "memory",
-            format!("{} = weights {}{kv}", human_bytes(self.memory_bytes), human_bytes(self.weight_bytes)),
-        );
+        line("memory", format!("{} = weights {}{kv}", human_bytes(self.memory_bytes), human_bytes(self.weight_bytes)));
         s
     }
 }

@@ -7,7 +7,11 @@ use tf_cli::model_ref::{self, ModelRef};
 use tf_loader::gguf::GgufFile;
 
 #[derive(Parser)]
-#[command(name = "tensorfold", version, about = "A local LLM inference engine whose drafted decoding writes the same bytes as serial decoding")]
+#[command(
+    name = "tensorfold",
+    version,
+    about = "A local LLM inference engine whose drafted decoding writes the same bytes as serial decoding"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

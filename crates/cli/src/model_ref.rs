@@ -70,10 +70,11 @@ pub fn resolve(spec: &str) -> Result<ModelRef, String> {
     if path.exists() {
         return classify_path(path);
     }
-    let looks_like_hub_id = !spec.starts_with(['.', '/', '~']) && spec.split(['@', ':']).next().is_some_and(|s| {
-        let parts: Vec<_> = s.split('/').collect();
-        parts.len() == 2 && parts.iter().all(|p| !p.is_empty())
-    });
+    let looks_like_hub_id = !spec.starts_with(['.', '/', '~'])
+        && spec.split(['@', ':']).next().is_some_and(|s| {
+            let parts: Vec<_> = s.split('/').collect();
+            parts.len() == 2 && parts.iter().all(|p| !p.is_empty())
+        });
     if !looks_like_hub_id {
         return Err(format!("{spec}: no such file or directory"));
     }
