@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (git-ignored) with the reference tools that regenerate fixtures under fixtures/.
 # llama-cpp-python has no binary wheel on PyPI: it builds llama.cpp from source (several minutes on 2 cores).
+# requirements.txt includes torch (transformers' GGUF tokenizer loader imports it; ~3 GB with its CUDA wheels).
+# Then: tools/reference/make-fixtures.sh regenerates fixtures/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 python3 -m venv "$here/.venv"

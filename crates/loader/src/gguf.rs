@@ -147,10 +147,7 @@ impl GgufValue {
             GgufValue::F32(v) => v.to_string(),
             GgufValue::F64(v) => v.to_string(),
             GgufValue::Array(a) => format!("[{}; {}]", a.elem_type_name(), a.len()),
-            other => other
-                .as_u64()
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| format!("{other:?}")),
+            other => other.as_u64().map(|v| v.to_string()).unwrap_or_else(|| format!("{other:?}")),
         }
     }
 }
@@ -281,20 +278,14 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, WeightsError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let file = File::open(path)
-            .map_err(|e| WeightsError::new(&name, None, format!("cannot open: {e}")))?;
+        let file = File::open(path).map_err(|e| WeightsError::new(&name, None, format!("cannot open: {e}")))?;
         // SAFETY: the map is read-only; like every mmap-based reader we assume the file is not truncated by
         // another process while it is open.
-        let mmap = unsafe { Mmap::map(&file) }
-            .map_err(|e| WeightsError::new(&name, None, format!("cannot map: {e}")))?;
+        let mmap =
+            unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::new(&name, None, format!("cannot map: {e}")))?;
         let parsed = parse(&mmap, &name)?;
         let infos = parsed.tensors.iter().map(|t| t.info.clone()).collect();
-        let by_name = parsed
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.info.name.clone(), i))
-            .collect();
+        let by_name = parsed.tensors.iter().enumerate().map(|(i, t)| (t.info.name.clone(), i)).collect();
         Ok(GgufFile {
             path: name,
             version: parsed.version,
@@ -363,9 +354,7 @@ impl WeightSource for GgufFile {
     }
 
     fn bytes(&self, name: &str) -> Result<&[u8], WeightsError> {
-        let t = self
-            .tensor(name)
-            .ok_or_else(|| WeightsError::new(&self.path, Some(name), "no such tensor"))?;
+        let t = self.tensor(name).ok_or_else(|| WeightsError::new(&self.path, Some(name), "no such tensor"))?;
         // Validated at open: data_start + offset + nbytes ≤ file size.
         let start = (self.data_start + t.offset) as usize;
         let end = start + t.info.nbytes() as usize;
@@ -429,14 +418,11 @@ impl<'a> Cursor<'a> {
     fn string(&mut self, what: &str, max_len: u64) -> Result<String, WeightsError> {
         let len = self.u64(what)?;
         if len > max_len {
-            return Err(self.err(format!(
-                "{what}: string length {len} exceeds the limit of {max_len} bytes"
-            )));
+            return Err(self.err(format!("{what}: string length {len} exceeds the limit of {max_len} bytes")));
         }
         let at = self.pos;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| self.err(format!("{what}: invalid UTF-8 at offset {at}")))
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.err(format!("{what}: invalid UTF-8 at offset {at}")))
     }
 
     /// Checks, without allocating, that `n` length-prefixed strings follow in the file.
@@ -445,11 +431,7 @@ impl<'a> Cursor<'a> {
         let end = self.buf.len() as u64;
         for i in 0..n {
             let len = match pos.checked_add(8).filter(|&p| p <= end) {
-                Some(p) => u64::from_le_bytes(
-                    self.buf[pos as usize..p as usize]
-                        .try_into()
-                        .expect("8 bytes"),
-                ),
+                Some(p) => u64::from_le_bytes(self.buf[pos as usize..p as usize].try_into().expect("8 bytes")),
                 None => u64::MAX,
             };
             match pos.checked_add(8).and_then(|p| p.checked_add(len)).filter(|&p| p <= end) {
@@ -502,22 +484,16 @@ fn read_scalar_array<T, const N: usize>(
     f: fn([u8; N]) -> T,
 ) -> Result<Vec<T>, WeightsError> {
     let bytes = c.take(n as u64 * N as u64, what)?;
-    Ok(bytes
-        .chunks_exact(N)
-        .map(|ch| f(ch.try_into().expect("chunk of N bytes")))
-        .collect())
+    Ok(bytes.chunks_exact(N).map(|ch| f(ch.try_into().expect("chunk of N bytes"))).collect())
 }
 
 fn read_array(c: &mut Cursor, what: &str, depth: u32) -> Result<GgufArray, WeightsError> {
     if depth > MAX_ARRAY_DEPTH {
-        return Err(c.err(format!(
-            "{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
-        )));
+        return Err(c.err(format!("{what}: arrays nested deeper than {MAX_ARRAY_DEPTH}")));
     }
     let t = c.u32(what)?;
     let count = c.u64(what)?;
-    let min = min_value_size(t)
-        .ok_or_else(|| c.err(format!("{what}: unknown array element type {t}")))?;
+    let min = min_value_size(t).ok_or_else(|| c.err(format!("{what}: unknown array element type {t}")))?;
     let n = c.check_count(count, min, what)?;
     Ok(match t {
         0 => GgufArray::U8(c.take(n as u64, what)?.to_vec()),
@@ -590,22 +566,14 @@ fn read_value(c: &mut Cursor, t: u32, what: &str) -> Result<GgufValue, WeightsEr
 
 fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
     let mut c = Cursor { buf, pos: 0, file };
-    let magic = c
-        .take(4, "magic")
-        .map_err(|_| c.err("not a GGUF file: shorter than its 4-byte magic"))?;
+    let magic = c.take(4, "magic").map_err(|_| c.err("not a GGUF file: shorter than its 4-byte magic"))?;
     if magic != MAGIC {
-        return Err(c.err(format!(
-            "not a GGUF file: magic is {magic:02x?}, expected \"GGUF\""
-        )));
+        return Err(c.err(format!("not a GGUF file: magic is {magic:02x?}, expected \"GGUF\"")));
     }
     let version = c.u32("version")?;
     match version {
         2 | 3 => {}
-        1 => {
-            return Err(c.err(
-                "GGUF version 1 is not supported (re-convert the model with a current llama.cpp)",
-            ))
-        }
+        1 => return Err(c.err("GGUF version 1 is not supported (re-convert the model with a current llama.cpp)")),
         v if v.swap_bytes() <= 3 => return Err(c.err("big-endian GGUF files are not supported")),
         v => return Err(c.err(format!("unsupported GGUF version {v} (supported: 2, 3)"))),
     }
@@ -632,12 +600,7 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         None => DEFAULT_ALIGNMENT,
         Some(v) => match v.as_u64() {
             Some(a) if a.is_power_of_two() && a <= 1 << 20 => a,
-            _ => {
-                return Err(c.err(format!(
-                    "general.alignment must be a power of two ≤ 1 MiB, got {}",
-                    v.summary()
-                )))
-            }
+            _ => return Err(c.err(format!("general.alignment must be a power of two ≤ 1 MiB, got {}", v.summary()))),
         },
     };
 
@@ -648,9 +611,7 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         let terr = |p: String| WeightsError::new(file, Some(&name), p);
         let n_dims = c.u32("tensor dims").map_err(|e| terr(e.problem))?;
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(terr(format!(
-                "{n_dims} dimensions (GGML tensors have 1 to {MAX_DIMS})"
-            )));
+            return Err(terr(format!("{n_dims} dimensions (GGML tensors have 1 to {MAX_DIMS})")));
         }
         let mut ne = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
@@ -659,22 +620,15 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         let type_id = c.u32("tensor type").map_err(|e| terr(e.problem))?;
         let offset = c.u64("tensor offset").map_err(|e| terr(e.problem))?;
         let dtype = DType::from_ggml_id(type_id).ok_or_else(|| {
-            terr(format!(
-                "unsupported tensor type {} (GGML type id {type_id})",
-                DType::ggml_id_name(type_id)
-            ))
+            terr(format!("unsupported tensor type {} (GGML type id {type_id})", DType::ggml_id_name(type_id)))
         })?;
-        if ne.iter().any(|&d| d == 0) {
+        if ne.contains(&0) {
             return Err(terr(format!("zero-sized dimension in {ne:?}")));
         }
         let numel = ne.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
         let numel = numel
             .filter(|&n| n <= buf.len() as u64 * 8)
-            .ok_or_else(|| {
-                terr(format!(
-                    "absurd dimensions {ne:?}: more elements than the file could hold"
-                ))
-            })?;
+            .ok_or_else(|| terr(format!("absurd dimensions {ne:?}: more elements than the file could hold")))?;
         if ne[0] % dtype.block_size() as u64 != 0 {
             return Err(terr(format!(
                 "row length {} is not a multiple of the {dtype} block size {}",
@@ -683,29 +637,21 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
             )));
         }
         if offset % alignment != 0 {
-            return Err(terr(format!(
-                "data offset {offset} is not a multiple of the alignment {alignment}"
-            )));
+            return Err(terr(format!("data offset {offset} is not a multiple of the alignment {alignment}")));
         }
         if seen.insert(name.clone(), ()).is_some() {
             return Err(terr("duplicate tensor name".into()));
         }
         let _ = numel;
         let shape = ne.iter().rev().copied().collect();
-        tensors.push(GgufTensor {
-            info: TensorInfo { name, dtype, shape },
-            ne,
-            offset,
-        });
+        tensors.push(GgufTensor { info: TensorInfo { name, dtype, shape }, ne, offset });
     }
 
     let header_end = c.pos as u64;
     let data_start = header_end.div_ceil(alignment) * alignment;
     let data_len = (buf.len() as u64).saturating_sub(data_start);
     if n_tensors > 0 && data_start > buf.len() as u64 {
-        return Err(c.err(format!(
-            "truncated: the data section would start at {data_start}, past the end"
-        )));
+        return Err(c.err(format!("truncated: the data section would start at {data_start}, past the end")));
     }
 
     // Bounds and overlap: sort by offset and check each tensor ends before the next begins.
@@ -737,13 +683,7 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         prev_name = Some(&t.info.name);
     }
 
-    Ok(Parsed {
-        version,
-        alignment,
-        metadata,
-        tensors,
-        data_start,
-    })
+    Ok(Parsed { version, alignment, metadata, tensors, data_start })
 }
 
 #[cfg(test)]

@@ -15,11 +15,7 @@ pub struct GgufWriter {
 
 impl Default for GgufWriter {
     fn default() -> Self {
-        GgufWriter {
-            alignment: 32,
-            kv: Vec::new(),
-            tensors: Vec::new(),
-        }
+        GgufWriter { alignment: 32, kv: Vec::new(), tensors: Vec::new() }
     }
 }
 
@@ -31,8 +27,7 @@ impl GgufWriter {
     /// Sets `general.alignment` (a power of two) and writes it as metadata.
     pub fn alignment(mut self, a: u32) -> Self {
         self.alignment = a as u64;
-        self.kv
-            .push(("general.alignment".into(), GgufValue::U32(a)));
+        self.kv.push(("general.alignment".into(), GgufValue::U32(a)));
         self
     }
 
@@ -44,8 +39,7 @@ impl GgufWriter {
     /// Adds a tensor with GGML dims `ne` (innermost first) and its raw bytes (not checked against the dtype,
     /// so tests can write broken files).
     pub fn tensor(mut self, name: &str, dtype: DType, ne: &[u64], data: Vec<u8>) -> Self {
-        self.tensors
-            .push((name.to_owned(), dtype, ne.to_vec(), data));
+        self.tensors.push((name.to_owned(), dtype, ne.to_vec(), data));
         self
     }
 
@@ -160,30 +154,14 @@ fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
     match a {
         GgufArray::U8(v) => out.extend_from_slice(v),
         GgufArray::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
-        GgufArray::U16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I16(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::U32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::U64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::I64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        GgufArray::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::U64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::I64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        GgufArray::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         GgufArray::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
         GgufArray::String(v) => v.iter().for_each(|s| put_str(out, s)),
         GgufArray::Array(v) => v.iter().for_each(|x| put_array(out, x)),

@@ -8,3 +8,13 @@ pub mod gguf_writer;
 pub mod hf_config;
 pub mod hub;
 pub mod safetensors;
+
+use tf_core::{WeightSource, WeightsError};
+
+/// Tensor `name` of `src` converted to f32 (dequantized for quant types), in row-major order.
+pub fn tensor_f32(src: &dyn WeightSource, file: &str, name: &str) -> Result<Vec<f32>, WeightsError> {
+    let info = src.info(name).ok_or_else(|| WeightsError::new(file, Some(name), "no such tensor"))?;
+    let bytes = src.bytes(name)?;
+    tf_quant::dequantize_to_vec(info.dtype, bytes, info.numel() as usize)
+        .map_err(|e| WeightsError::new(file, Some(name), e.to_string()))
+}

@@ -49,15 +49,9 @@ unsafe impl GlobalAlloc for Counting {
 static A: Counting = Counting;
 
 fn seed() -> u64 {
-    let s = std::env::var("TF_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let s = std::env::var("TF_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
     eprintln!("gguf fuzz seed: {s} (replay with TF_FUZZ_SEED={s})");
     s
 }
@@ -105,29 +99,11 @@ fn realistic() -> Vec<u8> {
         .kv("llama.block_count", GgufValue::U32(2))
         .kv("llama.rope.freq_base", GgufValue::F32(10000.0))
         .kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()))
-        .kv(
-            "tokenizer.ggml.tokens",
-            GgufValue::Array(GgufArray::String(tokens)),
-        )
-        .kv(
-            "tokenizer.ggml.merges",
-            GgufValue::Array(GgufArray::String(merges)),
-        )
-        .kv(
-            "tokenizer.ggml.scores",
-            GgufValue::Array(GgufArray::F32(vec![0.5; 3000])),
-        )
-        .kv(
-            "tokenizer.ggml.token_type",
-            GgufValue::Array(GgufArray::I32(vec![1; 3000])),
-        )
-        .kv(
-            "nested",
-            GgufValue::Array(GgufArray::Array(vec![
-                GgufArray::U64(vec![1, 2]),
-                GgufArray::Bool(vec![true]),
-            ])),
-        )
+        .kv("tokenizer.ggml.tokens", GgufValue::Array(GgufArray::String(tokens)))
+        .kv("tokenizer.ggml.merges", GgufValue::Array(GgufArray::String(merges)))
+        .kv("tokenizer.ggml.scores", GgufValue::Array(GgufArray::F32(vec![0.5; 3000])))
+        .kv("tokenizer.ggml.token_type", GgufValue::Array(GgufArray::I32(vec![1; 3000])))
+        .kv("nested", GgufValue::Array(GgufArray::Array(vec![GgufArray::U64(vec![1, 2]), GgufArray::Bool(vec![true])])))
         .kv("flag", GgufValue::Bool(true))
         .kv("f64", GgufValue::F64(1.0))
         .tensor_f32("token_embd.weight", &[8, 4], &[0.25; 32])
@@ -142,10 +118,7 @@ fn random_mutations_never_panic_or_overallocate() {
     let base = realistic();
     assert!(check(&base, "unmutated"), "the unmutated file opens");
     // The allocator really measures: the 3000-token vocabulary alone is a 72,000-byte Vec<String>.
-    assert!(
-        LARGEST.load(Ordering::Relaxed) >= 3000 * 24,
-        "allocation tracking is live"
-    );
+    assert!(LARGEST.load(Ordering::Relaxed) >= 3000 * 24, "allocation tracking is live");
     let mut rng = StdRng::seed_from_u64(seed());
     let n = if cfg!(debug_assertions) { 400 } else { 2000 };
     let (mut oks, mut errs) = (0, 0);
@@ -200,9 +173,6 @@ fn truncation_at_every_header_length_is_refused() {
     let mut lens: Vec<usize> = (0..g as usize).step_by(7).collect();
     lens.extend(g as usize..base.len());
     for len in lens {
-        assert!(
-            !check(&base[..len], &format!("truncated to {len}")),
-            "truncated to {len} opened"
-        );
+        assert!(!check(&base[..len], &format!("truncated to {len}")), "truncated to {len} opened");
     }
 }

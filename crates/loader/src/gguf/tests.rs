@@ -28,23 +28,10 @@ fn sample() -> GgufWriter {
         .kv("f32", GgufValue::F32(1.5))
         .kv("f64", GgufValue::F64(-2.25))
         .kv("bool", GgufValue::Bool(true))
-        .kv(
-            "strs",
-            GgufValue::Array(GgufArray::String(vec![
-                "a".into(),
-                "".into(),
-                "héllo".into(),
-            ])),
-        )
+        .kv("strs", GgufValue::Array(GgufArray::String(vec!["a".into(), "".into(), "héllo".into()])))
         .kv("f32s", GgufValue::Array(GgufArray::F32(vec![0.5, -1.0])))
         .kv("i32s", GgufValue::Array(GgufArray::I32(vec![1, -2, 3])))
-        .kv(
-            "nested",
-            GgufValue::Array(GgufArray::Array(vec![
-                GgufArray::U8(vec![1, 2]),
-                GgufArray::Bool(vec![]),
-            ])),
-        )
+        .kv("nested", GgufValue::Array(GgufArray::Array(vec![GgufArray::U8(vec![1, 2]), GgufArray::Bool(vec![])])))
         .tensor_f32("a", &[4, 2], &[0., 1., 2., 3., 4., 5., 6., 7.])
         .tensor("q", DType::Q8_0, &[32], vec![3u8; 34])
         .tensor_f32("b", &[3], &[9., 8., 7.])
@@ -81,10 +68,7 @@ fn reads_every_value_type_and_tensor() {
     assert_eq!(a.shape, vec![2, 4], "shape is outermost-first");
     assert_eq!(g.tensor("a").unwrap().ne, vec![4, 2]);
     let bytes = g.bytes("a").unwrap();
-    let vals: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let vals: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(vals, [0., 1., 2., 3., 4., 5., 6., 7.]);
     assert_eq!(g.bytes("q").unwrap(), &[3u8; 34][..]);
     assert_eq!(g.bytes("b").unwrap().len(), 12);
@@ -95,10 +79,7 @@ fn reads_every_value_type_and_tensor() {
 
 #[test]
 fn custom_alignment_is_honoured() {
-    let w = GgufWriter::new()
-        .alignment(64)
-        .tensor_f32("x", &[3], &[1., 2., 3.])
-        .tensor_f32("y", &[1], &[4.]);
+    let w = GgufWriter::new().alignment(64).tensor_f32("x", &[3], &[1., 2., 3.]).tensor_f32("y", &[1], &[4.]);
     let g = open_bytes(&w.to_bytes()).unwrap();
     assert_eq!(g.alignment(), 64);
     assert_eq!(g.data_start() % 64, 0);
@@ -134,12 +115,7 @@ fn rejects_bad_headers() {
 
 #[test]
 fn rejects_bad_metadata() {
-    let e = err_of(
-        &GgufWriter::new()
-            .kv("k", GgufValue::U8(1))
-            .kv("k", GgufValue::U8(2))
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().kv("k", GgufValue::U8(1)).kv("k", GgufValue::U8(2)).to_bytes());
     assert!(e.problem.contains("duplicate metadata key 'k'"), "{e}");
     let e = err_of(&GgufWriter::new().alignment(3).to_bytes());
     assert!(e.problem.contains("power of two"), "{e}");
@@ -149,19 +125,12 @@ fn rejects_bad_metadata() {
     b[at..at + 4].copy_from_slice(&13u32.to_le_bytes());
     assert!(err_of(&b).problem.contains("unknown value type 13"));
     // A string length larger than the file.
-    let mut b = GgufWriter::new()
-        .kv("k", GgufValue::String("abc".into()))
-        .to_bytes();
+    let mut b = GgufWriter::new().kv("k", GgufValue::String("abc".into())).to_bytes();
     b[at + 4..at + 12].copy_from_slice(&(1u64 << 60).to_le_bytes());
     let e = err_of(&b);
-    assert!(
-        e.problem.contains("metadata 'k'") && e.problem.contains("truncated"),
-        "{e}"
-    );
+    assert!(e.problem.contains("metadata 'k'") && e.problem.contains("truncated"), "{e}");
     // An array count larger than the file.
-    let mut b = GgufWriter::new()
-        .kv("k", GgufValue::Array(GgufArray::F32(vec![1.0])))
-        .to_bytes();
+    let mut b = GgufWriter::new().kv("k", GgufValue::Array(GgufArray::F32(vec![1.0]))).to_bytes();
     b[at + 8..at + 16].copy_from_slice(&(1u64 << 61).to_le_bytes());
     assert!(err_of(&b).problem.contains("cannot fit"));
     // Invalid UTF-8 in a key.
@@ -176,43 +145,18 @@ fn rejects_bad_metadata() {
 
 #[test]
 fn rejects_bad_tensors_naming_them() {
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor("w", DType::F32, &[2, 2], vec![0; 8])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor("w", DType::F32, &[2, 2], vec![0; 8]).to_bytes());
     assert_eq!(e.tensor.as_deref(), Some("w"));
     assert!(e.problem.contains("past the end"), "{e}");
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor("w", DType::Q4_0, &[16], vec![0; 18])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor("w", DType::Q4_0, &[16], vec![0; 18]).to_bytes());
     assert!(e.problem.contains("block size 32"), "{e}");
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor("w", DType::F32, &[1, 0], vec![])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor("w", DType::F32, &[1, 0], vec![]).to_bytes());
     assert!(e.problem.contains("zero-sized"), "{e}");
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor("w", DType::F32, &[1 << 40, 1 << 30], vec![])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor("w", DType::F32, &[1 << 40, 1 << 30], vec![]).to_bytes());
     assert!(e.problem.contains("absurd dimensions"), "{e}");
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor("w", DType::F32, &[1, 1, 1, 1, 1], vec![0; 4])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor("w", DType::F32, &[1, 1, 1, 1, 1], vec![0; 4]).to_bytes());
     assert!(e.problem.contains("5 dimensions"), "{e}");
-    let e = err_of(
-        &GgufWriter::new()
-            .tensor_f32("w", &[1], &[1.])
-            .tensor_f32("w", &[1], &[1.])
-            .to_bytes(),
-    );
+    let e = err_of(&GgufWriter::new().tensor_f32("w", &[1], &[1.]).tensor_f32("w", &[1], &[1.]).to_bytes());
     assert!(e.problem.contains("duplicate tensor name"), "{e}");
 
     // Unsupported type: patch the type id of the only tensor to 20 (IQ4_NL).
@@ -222,18 +166,13 @@ fn rejects_bad_tensors_naming_them() {
     assert_eq!(&b[type_at..type_at + 4], &0u32.to_le_bytes());
     b[type_at..type_at + 4].copy_from_slice(&20u32.to_le_bytes());
     let e = err_of(&b);
-    assert!(
-        e.problem.contains("IQ4_NL") && e.tensor.as_deref() == Some("w"),
-        "{e}"
-    );
+    assert!(e.problem.contains("IQ4_NL") && e.tensor.as_deref() == Some("w"), "{e}");
     // Misaligned offset.
     let mut b = w.to_bytes();
     b[type_at + 4..type_at + 12].copy_from_slice(&4u64.to_le_bytes());
     assert!(err_of(&b).problem.contains("alignment"));
     // Overlap: second tensor pointed at the first one's data.
-    let w2 = GgufWriter::new()
-        .tensor_f32("x", &[8], &[0.; 8])
-        .tensor_f32("y", &[8], &[0.; 8]);
+    let w2 = GgufWriter::new().tensor_f32("x", &[8], &[0.; 8]).tensor_f32("y", &[8], &[0.; 8]);
     let mut b = w2.to_bytes();
     let y_off_at = 24 + (8 + 1 + 4 + 8 + 4 + 8) + (8 + 1 + 4 + 8 + 4);
     assert_eq!(&b[y_off_at..y_off_at + 8], &32u64.to_le_bytes());
