@@ -2,8 +2,11 @@
 
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::path::Path;
 use tf_core::{DType, WeightSource};
 use tf_loader::gguf::GgufFile;
+use tf_loader::hf_config::HfConfig;
+use tf_loader::safetensors::SafetensorsModel;
 
 /// Context length used for the KV-cache part of "memory needed" when the model's own is larger.
 pub const DEFAULT_CONTEXT: u64 = 4096;
@@ -98,6 +101,42 @@ impl ModelFacts {
         f.count_tensors(g);
         f.finish();
         f
+    }
+
+    /// Facts from a Hugging Face-style directory: `config.json`, safetensors weights, tokenizer files.
+    pub fn from_hf_dir(dir: &Path) -> Result<ModelFacts, String> {
+        let cfg = HfConfig::from_dir(dir).map_err(|e| e.to_string())?;
+        let st = SafetensorsModel::open_dir(dir).map_err(|e| e.to_string())?;
+        let shards = st.shards().len();
+        let tokenizer_config: Option<serde_json::Value> =
+            std::fs::read_to_string(dir.join("tokenizer_config.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let has_template = dir.join("chat_template.jinja").is_file()
+            || dir.join("chat_template.json").is_file()
+            || tokenizer_config.as_ref().is_some_and(|c| !c["chat_template"].is_null());
+        let mut f = ModelFacts {
+            path: dir.display().to_string(),
+            format: if shards == 1 { "safetensors".into() } else { format!("safetensors ({shards} shards)") },
+            architecture: cfg.architectures.first().cloned().or_else(|| Some(cfg.model_type.clone())),
+            name: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+            layers: Some(cfg.num_hidden_layers),
+            hidden: Some(cfg.hidden_size),
+            ffn: Some(cfg.intermediate_size),
+            heads: Some(cfg.num_attention_heads),
+            kv_heads: Some(cfg.num_key_value_heads),
+            head_dim: Some(cfg.head_dim),
+            context: cfg.max_position_embeddings,
+            vocab: Some(cfg.vocab_size),
+            rope_theta: cfg.rope_theta,
+            tokenizer: dir.join("tokenizer.json").is_file().then(|| "tokenizer.json".to_owned()),
+            chat_template: has_template,
+            ..Default::default()
+        };
+        f.count_tensors(&st);
+        f.finish();
+        if f.family.is_none() {
+            f.family = tf_models::family_for_hf_architecture(&cfg.model_type).map(|fam| fam.name.to_owned());
+        }
+        Ok(f)
     }
 
     /// The human-readable report.

@@ -32,6 +32,18 @@ enum Command {
     },
     /// List the model families TensorFold recognizes.
     Models,
+    /// Download a Hugging Face repo (config, tokenizer and weights, or one GGUF file) into the HF cache.
+    Pull {
+        /// org/name[@revision][:file.gguf | :QUANT], e.g. Qwen/Qwen2.5-0.5B-Instruct or
+        /// bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M
+        repo: String,
+        /// Cache directory (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
+        #[arg(long)]
+        cache_dir: Option<std::path::PathBuf>,
+        /// Never touch the network; only report what the cache holds (also HF_HUB_OFFLINE=1).
+        #[arg(long)]
+        offline: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +54,7 @@ fn main() -> ExitCode {
             models();
             Ok(())
         }
+        Command::Pull { repo, cache_dir, offline } => pull(&repo, cache_dir, offline),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,7 +77,15 @@ fn info(spec: &str, json: bool, metadata: bool) -> Result<(), String> {
             };
             (ModelFacts::from_gguf(&g), lines)
         }
-        ModelRef::HfDir(dir) => return Err(format!("{}: Hugging Face directories: not yet", dir.display())),
+        ModelRef::HfDir(dir) => {
+            let lines = if metadata {
+                let cfg = std::fs::read_to_string(dir.join("config.json")).map_err(|e| e.to_string())?;
+                cfg.lines().map(str::to_owned).collect()
+            } else {
+                Vec::new()
+            };
+            (ModelFacts::from_hf_dir(dir)?, lines)
+        }
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&facts).expect("facts serialize"));
@@ -85,4 +106,18 @@ fn models() {
     for f in tf_models::FAMILIES {
         println!("{:<8}  {:<40}  {}", f.name, f.examples, f.notes);
     }
+}
+
+fn pull(spec: &str, cache_dir: Option<std::path::PathBuf>, offline: bool) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let repo = tf_loader::hub::parse_repo_spec(spec).map_err(|e| e.to_string())?;
+    let options = tf_loader::hub::PullOptions {
+        cache_dir,
+        offline,
+        progress: std::io::stderr().is_terminal(),
+        ..Default::default()
+    };
+    let path = tf_loader::hub::pull(&repo, &options).map_err(|e| e.to_string())?;
+    println!("{}", path.display());
+    Ok(())
 }

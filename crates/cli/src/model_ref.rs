@@ -78,5 +78,9 @@ pub fn resolve(spec: &str) -> Result<ModelRef, String> {
     if !looks_like_hub_id {
         return Err(format!("{spec}: no such file or directory"));
     }
-    Err(format!("{spec}: hub ids: pending"))
+    let repo = tf_loader::hub::parse_repo_spec(spec).map_err(|e| e.to_string())?;
+    let cache = tf_loader::hub::default_cache_dir()
+        .ok_or_else(|| format!("{spec}: no such file, and no Hugging Face cache directory (set HF_HUB_CACHE)"))?;
+    let found = tf_loader::hub::resolve_cached(&repo, &cache).map_err(|e| e.to_string())?;
+    classify_path(&found)
 }
