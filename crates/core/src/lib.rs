@@ -1,10 +1,17 @@
-//! TensorFold core types shared by every crate: element types (including GGUF quant tags), shapes, and the
-//! `WeightSource` view that models read weights through, whatever file format they came from.
+//! TensorFold core types shared by every crate: element types (including GGUF quant tags), the `WeightSource`
+//! and `ConfigView` views of a checkpoint, and `Backend`, the one op interface models call.
 //!
 //! Depends on nothing internal (DESIGN.md §5).
 
+mod backend;
+mod config;
 mod dtype;
 mod weights;
 
+pub use backend::{
+    AttnMeta, AttnParams, Backend, BackendError, GluAct, KvCache, KvSpec, Precision, Rope, RopeScaling, RopeStyle,
+    RowAttn, Storage, Tensor, Weight,
+};
+pub use config::{ConfigFormat, ConfigView};
 pub use dtype::DType;
 pub use weights::{TensorInfo, WeightSource, WeightsError};

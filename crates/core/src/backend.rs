@@ -1,0 +1,263 @@
+//! `Backend`: the one op interface every model calls. Coarse, fused, and **row-exact**: output row r of every op
+//! is a pure function of input row r, the weights and (attention only) the keys/values that row attends to. It
+//! never depends on how many rows share the call, their order, the thread count or the SIMD level
+//! (DESIGN.md §2). The canonical reduction orders are defined by the scalar reference in `tf_quant::reference`.
+//!
+//! Data layout: activations are row-major `rows × cols` f32 matrices ([`Tensor`]); weight matrices are
+//! `[out, in]` (PyTorch layout, GGUF `ne = [in, out]`), so `matmul(x, w)` computes `x · wᵀ`.
+
+use crate::{DType, TensorInfo};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Which arithmetic the matmuls use (DESIGN.md §2). Each mode is exact with itself; the two differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// The checkpoint's own math: activation rows quantized to int8 blocks (Q8_0 for 32-element weight blocks,
+    /// Q8_K for 256-element K-quant blocks) times the integer weight blocks. Float weights (F32/F16/BF16) use
+    /// the `full` path.
+    #[default]
+    Checkpoint,
+    /// f32 activations × weights dequantized to f32.
+    Full,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Checkpoint => "checkpoint",
+            Precision::Full => "full",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s {
+            "checkpoint" => Some(Precision::Checkpoint),
+            "full" => Some(Precision::Full),
+            _ => None,
+        }
+    }
+}
+
+/// Backend-owned storage behind a [`Tensor`], [`Weight`] or [`KvCache`]; each backend downcasts its own.
+pub type Storage = Arc<dyn Any + Send + Sync>;
+
+/// An activation matrix: `rows × cols` f32, row-major.
+#[derive(Clone)]
+pub struct Tensor {
+    pub rows: usize,
+    pub cols: usize,
+    /// Host data for the CPU backend; device backends keep their buffer in `device`.
+    pub host: Vec<f32>,
+    pub device: Option<Storage>,
+}
+
+impl Tensor {
+    /// A host tensor. Panics if `data.len() != rows * cols` (a programming error, not input).
+    pub fn host(rows: usize, cols: usize, data: Vec<f32>) -> Tensor {
+        assert_eq!(data.len(), rows * cols, "tensor data length");
+        Tensor { rows, cols, host: data, device: None }
+    }
+
+    pub fn zeros(rows: usize, cols: usize) -> Tensor {
+        Tensor::host(rows, cols, vec![0.0; rows * cols])
+    }
+
+    /// Row `r` of a host tensor.
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.host[r * self.cols..(r + 1) * self.cols]
+    }
+
+    pub fn row_mut(&mut self, r: usize) -> &mut [f32] {
+        &mut self.host[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor[{}×{}{}]", self.rows, self.cols, if self.device.is_some() { ", device" } else { "" })
+    }
+}
+
+/// A weight uploaded to a backend. `shape` is outermost-first: `[out, in]` for matrices, `[n]` for vectors.
+#[derive(Clone)]
+pub struct Weight {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub storage: Storage,
+}
+
+impl Weight {
+    /// Rows of a matrix (`out`), or 1 for a vector.
+    pub fn out_dim(&self) -> usize {
+        if self.shape.len() >= 2 {
+            self.shape[..self.shape.len() - 1].iter().product()
+        } else {
+            1
+        }
+    }
+
+    /// The contiguous (innermost) dimension (`in`).
+    pub fn in_dim(&self) -> usize {
+        *self.shape.last().unwrap_or(&1)
+    }
+}
+
+impl std::fmt::Debug for Weight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Weight({} {} {:?})", self.name, self.dtype, self.shape)
+    }
+}
+
+/// The shape of a paged KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    pub layers: usize,
+    /// Number of blocks in the pool.
+    pub blocks: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvSpec {
+    /// Bytes of K and V for one token slot over all layers (f32 storage).
+    pub fn bytes_per_slot(&self) -> usize {
+        2 * self.layers * self.kv_heads * self.head_dim * 4
+    }
+}
+
+/// A paged KV store allocated by a backend: `layers × (blocks·block_size) slots × kv_heads × head_dim` for K and
+/// for V. Slot `s` of a sequence's position `p` is `block_table[p / block_size] * block_size + p % block_size`.
+pub struct KvCache {
+    pub spec: KvSpec,
+    pub storage: Storage,
+}
+
+/// What one row attends to. Positions are visited in increasing absolute position order (the canonical order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowAttn {
+    /// The row's own absolute position (for sliding windows).
+    pub pos: u32,
+    /// Index into [`AttnMeta::block_tables`]: the row's sequence.
+    pub seq: usize,
+    /// Attend the sequence's positions `0..ctx` through its block table (the committed prefix; for a causal
+    /// prompt chunk, `pos + 1`).
+    pub ctx: u32,
+    /// Further (position, slot) pairs attended after the prefix, strictly increasing positions, all ≥ `ctx`:
+    /// a tree window row's ancestors and itself. Empty for causal rows.
+    pub tree: Vec<(u32, u32)>,
+}
+
+/// Attention metadata for one call: per-row attention lists over paged KV.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AttnMeta {
+    /// One block table per sequence in the call: block ids in position order.
+    pub block_tables: Vec<Vec<u32>>,
+    pub rows: Vec<RowAttn>,
+}
+
+/// Per-layer attention parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k (usually 1/sqrt(head_dim)).
+    pub scale: f32,
+    /// Sliding window: a row at position p attends only positions > p - window.
+    pub window: Option<u32>,
+    /// Logit soft-capping: s ← cap · tanh(s / cap).
+    pub softcap: Option<f32>,
+}
+
+/// How RoPE rotates pairs within a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// GPT-J / original Llama GGUF layout: pairs (2i, 2i+1).
+    Normal,
+    /// GPT-NeoX / HF layout: pairs (i, i + rot_dims/2).
+    Neox,
+}
+
+/// RoPE frequency scaling variants.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Position interpolation: positions divided by `factor`.
+    Linear { factor: f64 },
+    /// Llama 3.1 frequency-dependent scaling.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_context: f64 },
+}
+
+/// RoPE parameters; backends build cos/sin tables from them once, in f64, rounded to f32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub theta: f64,
+    /// Rotated dimensions per head (≤ head_dim; the rest pass through).
+    pub rot_dims: usize,
+    pub style: RopeStyle,
+    pub scaling: RopeScaling,
+}
+
+/// Gated activations of the feed-forward block: `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluAct {
+    /// SiLU (SwiGLU).
+    Silu,
+    /// GELU, tanh approximation (GeGLU as in Gemma).
+    GeluTanh,
+}
+
+/// An error from a backend: an unsupported weight type or shape, or running out of memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendError(pub String);
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// The one op interface. Every op is row-exact (module docs). Shapes are checked by the backend; a mismatch is
+/// a programming error in the model and panics with the op and shapes.
+pub trait Backend: Send + Sync {
+    /// "cpu (avx2, 2 threads)" and the like.
+    fn describe(&self) -> String;
+    fn precision(&self) -> Precision;
+
+    /// Uploads a checkpoint tensor as stored (`bytes` are its raw little-endian data).
+    fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError>;
+    /// Uploads f32 values computed at load time (e.g. a norm weight with a constant folded in).
+    fn upload_f32(&self, name: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, BackendError>;
+
+    /// Rows of an embedding table `[vocab, hidden]` for `ids` → `[ids.len(), hidden]`.
+    fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor;
+    /// `x [R, K] · wᵀ` for `w [N, K]` of any supported type, plus an optional f32 bias `[N]` → `[R, N]`.
+    fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor;
+    /// RMSNorm over groups of `group` columns (`group == cols` for a plain norm, `head_dim` for per-head q/k
+    /// norms), each scaled by `w [group]`.
+    fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor;
+    /// Rotates each `head_dim` group of every row by its position (`positions[r]`) in place.
+    fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope);
+    /// Allocates a zeroed KV cache.
+    fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError>;
+    /// Writes rows of K and V (`[R, kv_heads·head_dim]`) of `layer` into `slots[r]`.
+    fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]);
+    /// Attention of `q [R, heads·head_dim]` over the KV each row attends (`meta.rows[r]`) → `[R, heads·head_dim]`.
+    fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor;
+    /// `act(gate) * up`, elementwise.
+    fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor;
+    /// `a += b`, elementwise.
+    fn add(&self, a: &mut Tensor, b: &Tensor);
+    /// `x *= s`, elementwise.
+    fn scale(&self, x: &mut Tensor, s: f32);
+    /// The listed rows, in that order.
+    fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor;
+    /// The tensor's data on the host (row-major).
+    fn to_host(&self, x: &Tensor) -> Vec<f32>;
+}
