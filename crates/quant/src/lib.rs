@@ -23,6 +23,7 @@
 mod float;
 mod kquants;
 mod legacy;
+pub mod reference;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,0 +1,35 @@
+//! Instruction-set levels the CPU kernels are written for, detected at run time.
+
+/// A SIMD level. Every level computes the same bits as `Scalar` (docs/arithmetic.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA (x86_64).
+    Avx2,
+}
+
+impl Isa {
+    /// The best level this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Every level usable on this CPU, lowest first (tests run each against `Scalar`).
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        [Isa::Scalar, Isa::Avx2].into_iter().filter(|&i| i <= best).collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The CPU backend (in progress).
+
+pub mod isa;
+pub mod matmul;

@@ -1,0 +1,1 @@
+//! Row-exact matmul kernels (in progress).
