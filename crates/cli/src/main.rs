@@ -30,6 +30,22 @@ enum Command {
         #[arg(long)]
         metadata: bool,
     },
+    /// Print the token ids of TEXT as JSON.
+    Tokenize {
+        /// A .gguf file, a Hugging Face-style directory, or a hub id in the local HF cache.
+        model: String,
+        /// The text to tokenize.
+        text: String,
+        /// Do not add the model's BOS/EOS tokens (added by default when the model asks for them).
+        #[arg(long)]
+        no_special: bool,
+        /// Treat special-token text such as "<|im_start|>" as plain text instead of as the special token.
+        #[arg(long)]
+        no_parse_special: bool,
+        /// Print [id, "piece"] pairs instead of bare ids.
+        #[arg(long)]
+        pieces: bool,
+    },
     /// List the model families TensorFold recognizes.
     Models,
     /// Download a Hugging Face repo (config, tokenizer and weights, or one GGUF file) into the HF cache.
@@ -50,6 +66,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { model, json, metadata } => info(&model, json, metadata),
+        Command::Tokenize { model, text, no_special, no_parse_special, pieces } => {
+            tokenize(&model, &text, !no_special, !no_parse_special, pieces)
+        }
         Command::Models => {
             models();
             Ok(())
@@ -119,5 +138,20 @@ fn pull(spec: &str, cache_dir: Option<std::path::PathBuf>, offline: bool) -> Res
     };
     let path = tf_loader::hub::pull(&repo, &options).map_err(|e| e.to_string())?;
     println!("{}", path.display());
+    Ok(())
+}
+
+fn tokenize(spec: &str, text: &str, add_special: bool, parse_special: bool, pieces: bool) -> Result<(), String> {
+    let model = model_ref::resolve(spec)?;
+    let tok = tf_cli::load_tokenizer(&model)?;
+    let ids = tok.encode(text, add_special, parse_special).map_err(|e| e.to_string())?;
+    let out = if pieces {
+        let pairs: Vec<serde_json::Value> =
+            ids.iter().map(|&id| serde_json::json!([id, String::from_utf8_lossy(tok.token_to_piece(id))])).collect();
+        serde_json::to_string(&pairs)
+    } else {
+        serde_json::to_string(&ids)
+    };
+    println!("{}", out.expect("ids serialize"));
     Ok(())
 }
