@@ -187,9 +187,16 @@ pub enum RopeStyle {
 pub enum RopeScaling {
     None,
     /// Position interpolation: positions divided by `factor`.
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
     /// Llama 3.1 frequency-dependent scaling.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_context: f64 },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_context: f64,
+    },
 }
 
 /// RoPE parameters; backends build cos/sin tables from them once, in f64, rounded to f32.
