@@ -5,48 +5,13 @@
 //! The seed is fresh every run and printed; set TF_FUZZ_SEED to replay one.
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use tf_core::{DType, WeightSource};
 use tf_loader::gguf::{GgufArray, GgufFile, GgufValue};
 use tf_loader::gguf_writer::GgufWriter;
 
-struct Counting;
-thread_local! {
-    /// Whether this thread's allocations are being measured (other test threads allocate freely).
-    static TRACK: Cell<bool> = const { Cell::new(false) };
-}
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-/// `LARGEST` is shared, so measured parses are serialized.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn tracking() -> bool {
-    TRACK.try_with(Cell::get).unwrap_or(false)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if tracking() {
-            LARGEST.fetch_max(l.size(), Ordering::Relaxed);
-        }
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        if tracking() {
-            LARGEST.fetch_max(new, Ordering::Relaxed);
-        }
-        System.realloc(p, l, new)
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: tf_testkit::alloc::Counting = tf_testkit::alloc::Counting;
 
 fn seed() -> u64 {
     let s = std::env::var("TF_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -59,35 +24,37 @@ fn seed() -> u64 {
 /// Opens `bytes` as a file; checks the outcome is Ok or Err without panicking, that every listed tensor's
 /// bytes are readable, and that no allocation exceeded the file size plus a small constant.
 fn check(bytes: &[u8], what: &str) -> bool {
+    check_measured(bytes, what).0
+}
+
+/// [`check`], also returning the largest single allocation made while opening and reading.
+fn check_measured(bytes: &[u8], what: &str) -> (bool, usize) {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(bytes).unwrap();
     f.flush().unwrap();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    LARGEST.store(0, Ordering::Relaxed);
-    TRACK.with(|t| t.set(true));
-    let r = std::panic::catch_unwind(|| match GgufFile::open(f.path()) {
-        Ok(g) => {
-            for t in g.tensors() {
-                let b = g.bytes(&t.name).expect("listed tensor readable");
-                assert_eq!(b.len() as u64, t.nbytes());
+    let (r, largest) = tf_testkit::alloc::largest_allocation(|| {
+        std::panic::catch_unwind(|| match GgufFile::open(f.path()) {
+            Ok(g) => {
+                for t in g.tensors() {
+                    let b = g.bytes(&t.name).expect("listed tensor readable");
+                    assert_eq!(b.len() as u64, t.nbytes());
+                }
+                true
             }
-            true
-        }
-        Err(e) => {
-            assert!(!e.problem.is_empty());
-            assert!(!e.to_string().contains('\n'), "error is one line: {e}");
-            false
-        }
+            Err(e) => {
+                assert!(!e.problem.is_empty());
+                assert!(!e.to_string().contains('\n'), "error is one line: {e}");
+                false
+            }
+        })
     });
-    TRACK.with(|t| t.set(false));
-    let largest = LARGEST.load(Ordering::Relaxed);
     let ok = r.unwrap_or_else(|_| panic!("{what}: the reader panicked"));
     assert!(
         largest <= bytes.len() + (64 << 10),
         "{what}: an allocation of {largest} bytes for a {}-byte file",
         bytes.len()
     );
-    ok
+    (ok, largest)
 }
 
 /// A file shaped like a real checkpoint: a vocabulary, merges, scores, token types, nested arrays and tensors.
@@ -116,9 +83,10 @@ fn realistic() -> Vec<u8> {
 #[test]
 fn random_mutations_never_panic_or_overallocate() {
     let base = realistic();
-    assert!(check(&base, "unmutated"), "the unmutated file opens");
+    let (opened, largest) = check_measured(&base, "unmutated");
+    assert!(opened, "the unmutated file opens");
     // The allocator really measures: the 3000-token vocabulary alone is a 72,000-byte Vec<String>.
-    assert!(LARGEST.load(Ordering::Relaxed) >= 3000 * 24, "allocation tracking is live");
+    assert!(largest >= 3000 * 24, "allocation tracking is live ({largest})");
     let mut rng = StdRng::seed_from_u64(seed());
     let n = if cfg!(debug_assertions) { 400 } else { 2000 };
     let (mut oks, mut errs) = (0, 0);

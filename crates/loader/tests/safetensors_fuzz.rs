@@ -23,6 +23,9 @@ fn seed() -> u64 {
     }
 }
 
+#[global_allocator]
+static A: tf_testkit::alloc::Counting = tf_testkit::alloc::Counting;
+
 fn iters() -> usize {
     std::env::var("TF_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(4000)
 }
@@ -49,7 +52,13 @@ fn open_and_check(path: &Path, file_len: usize) -> bool {
 /// Runs one case; on a panic, keeps the file for reproduction and records what happened.
 fn run_case(bytes: &[u8], work: &Path, what: &str, failures: &mut Vec<String>, opened: &mut usize) {
     std::fs::write(work, bytes).unwrap();
-    match catch_unwind(AssertUnwindSafe(|| open_and_check(work, bytes.len()))) {
+    let (r, largest) =
+        tf_testkit::alloc::largest_allocation(|| catch_unwind(AssertUnwindSafe(|| open_and_check(work, bytes.len()))));
+    // serde_json reads the header into a buffer of its own size; nothing may allocate more than the file.
+    if largest > bytes.len() + (64 << 10) {
+        failures.push(format!("{what}: an allocation of {largest} bytes for a {}-byte file", bytes.len()));
+    }
+    match r {
         Ok(true) => *opened += 1,
         Ok(false) => {}
         Err(_) => {

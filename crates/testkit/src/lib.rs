@@ -1,6 +1,8 @@
 //! Test helpers shared by the crates' integration tests: the real models fetched by
 //! `scripts/fetch-models.sh` and the reference fixtures under `fixtures/`.
 
+pub mod alloc;
+
 use std::path::PathBuf;
 
 /// The real GGUF models: (short name used by fixtures and the fetch script, file name under `models/`).
