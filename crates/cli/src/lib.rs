@@ -4,6 +4,9 @@
 pub mod facts;
 pub mod gguf_text;
 pub mod model_ref;
+pub mod run;
+pub mod score;
+pub mod session;
 
 use model_ref::ModelRef;
 use tf_loader::gguf::GgufFile;

@@ -30,6 +30,12 @@ enum Command {
         #[arg(long)]
         metadata: bool,
     },
+    /// Generate from a prompt: text streams to stdout, the receipt (token_sha, tok/s) goes to stderr.
+    Run(tf_cli::run::RunArgs),
+    /// Perplexity of a text file (teacher-forced), optionally dumping the argmax at every position.
+    Perplexity(tf_cli::score::PerplexityArgs),
+    /// Prefill and serial decode speed, in-process: one warm-up run, then medians of several runs.
+    Bench(tf_cli::score::BenchArgs),
     /// Print the token ids of TEXT as JSON.
     Tokenize {
         /// A .gguf file, a Hugging Face-style directory, or a hub id in the local HF cache.
@@ -66,6 +72,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { model, json, metadata } => info(&model, json, metadata),
+        Command::Run(args) => tf_cli::run::run(&args),
+        Command::Perplexity(args) => tf_cli::score::perplexity(&args),
+        Command::Bench(args) => tf_cli::score::bench(&args),
         Command::Tokenize { model, text, no_special, no_parse_special, pieces } => {
             tokenize(&model, &text, !no_special, !no_parse_special, pieces)
         }

@@ -6,6 +6,7 @@
 mod backend;
 mod config;
 mod dtype;
+mod rng;
 mod weights;
 
 pub use backend::{
@@ -14,4 +15,5 @@ pub use backend::{
 };
 pub use config::{ConfigFormat, ConfigView};
 pub use dtype::DType;
+pub use rng::{derive_seed, mix, uniform, DEFAULT_SEED_SALT};
 pub use weights::{TensorInfo, WeightSource, WeightsError};

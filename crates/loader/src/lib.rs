@@ -3,6 +3,7 @@
 //! counts against the file before use and reports problems as [`tf_core::WeightsError`] naming the file, the
 //! tensor and the problem.
 
+pub mod config_view;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod hf_config;

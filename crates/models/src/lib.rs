@@ -3,9 +3,20 @@
 //! Each family is one file of calls to shared layers (`layers.rs`, DESIGN.md §5); variants are config flags.
 //! This crate names no backend and no file format: weights arrive through `WeightSource`, configuration through
 //! `ConfigView`, and every op goes through `&dyn Backend`.
+//!
+//! Families: `llama.rs` (llama, qwen2, qwen3: one decoder with flags) and `gemma3.rs`. `config.rs` reads
+//! [`ModelConfig`] from either format, `load.rs` maps tensor names and checks shapes.
 
+mod config;
+mod gemma3;
+pub mod layers;
+mod llama;
+mod load;
 mod model;
 mod registry;
 
+pub use config::ModelConfig;
 pub use model::{Batch, Model, ModelError};
-pub use registry::{family_for_architecture, family_for_hf_architecture, Family, FAMILIES};
+pub use registry::{
+    family_for_architecture, family_for_config, family_for_hf_architecture, load_model, Family, FAMILIES,
+};

@@ -1,4 +1,9 @@
-//! The family registry: which architectures TensorFold recognizes and what they are.
+//! The family registry: which architectures TensorFold recognizes, what they are, and how to load them.
+
+use crate::config::ModelConfig;
+use crate::model::{Model, ModelError};
+use crate::{gemma3, llama};
+use tf_core::{Backend, ConfigFormat, ConfigView, WeightSource};
 
 /// A model family: one shared decoder file (with config flags for its variants).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +65,38 @@ pub fn family_for_architecture(arch: &str) -> Option<&'static Family> {
 /// The family for a Hugging Face `architectures` entry or `model_type`.
 pub fn family_for_hf_architecture(name: &str) -> Option<&'static Family> {
     FAMILIES.iter().find(|f| f.hf_architectures.contains(&name) || f.hf_model_types.contains(&name))
+}
+
+/// The family of a checkpoint's configuration: GGUF `general.architecture`, or the `config.json` `model_type`
+/// (then its `architectures` entries).
+pub fn family_for_config(cfg: &dyn ConfigView) -> Result<&'static Family, ModelError> {
+    let arch = cfg.architecture().ok_or_else(|| ModelError("the config names no architecture".to_owned()))?;
+    let found = match cfg.format() {
+        ConfigFormat::Gguf => family_for_architecture(&arch),
+        ConfigFormat::HfConfig => family_for_hf_architecture(&arch).or_else(|| {
+            let classes = cfg.get_str_array("architectures").unwrap_or_default();
+            classes.iter().find_map(|c| family_for_hf_architecture(c))
+        }),
+    };
+    found.ok_or_else(|| {
+        let known: Vec<_> = FAMILIES.iter().map(|f| f.name).collect();
+        ModelError(format!("architecture '{arch}' is not supported (known families: {})", known.join(", ")))
+    })
+}
+
+/// Loads a checkpoint: reads its configuration, picks the family and builds the model on `be`.
+pub fn load_model(
+    be: &dyn Backend,
+    src: &dyn WeightSource,
+    cfg: &dyn ConfigView,
+) -> Result<Box<dyn Model>, ModelError> {
+    let family = family_for_config(cfg)?;
+    let config = ModelConfig::from_view(cfg, family)?;
+    match family.name {
+        "llama" | "qwen2" | "qwen3" => llama::load(be, src, config),
+        "gemma3" => gemma3::load(be, src, config),
+        other => Err(ModelError(format!("family '{other}' has no constructor"))),
+    }
 }
 
 #[cfg(test)]

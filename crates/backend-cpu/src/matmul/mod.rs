@@ -1,1 +1,388 @@
-//! Row-exact matmul kernels (in progress).
+//! Row-exact matmul kernels: `y [R, N] = x [R, K] · wᵀ (+ bias)` for a weight `w [N, K]` of any supported type,
+//! in both precision modes, bit-equal to `tf_quant::reference::matmul::matmul_ref` (docs/arithmetic.md).
+//!
+//! Work layout (none of it changes a bit of any output row):
+//! - threads (the rayon pool) take fixed chunks of [`CHUNK_COLS`] output columns; a reduction is never split;
+//! - inside a chunk, tiles of [`TILE_COLS`] weight rows; for each tile the R activation rows are walked in groups
+//!   of `RT` rows (8, 4, 2 or 1, the largest that fits what is left), each group computing a `C × RT` block of
+//!   outputs (`C·RT` = 8 lanes in checkpoint mode, 4 pairs of registers in full mode) while the weight tile stays
+//!   in cache. The per-output arithmetic is the same whatever `C` and `RT` are: lanes never mix.
+//! - checkpoint mode quantizes each activation row once per call ([`act::ActQ`]); full mode dequantizes each
+//!   weight row of a tile once into a scratch buffer reused by every row group.
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_dequant;
+#[cfg(target_arch = "x86_64")]
+mod avx2_full;
+#[cfg(target_arch = "x86_64")]
+mod avx2_kquant;
+#[cfg(target_arch = "x86_64")]
+mod avx2_legacy;
+mod scalar;
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+use tf_core::{BackendError, DType, Precision, Tensor, TensorInfo};
+use tf_quant::reference::matmul::checkpoint_block;
+
+use crate::isa::Isa;
+use act::ActQ;
+
+/// Output columns per thread task. Fixed: a chunk is a unit of work, never a unit of arithmetic.
+pub const CHUNK_COLS: usize = 64;
+/// Weight rows (output columns) per cache tile inside a chunk.
+pub const TILE_COLS: usize = 8;
+
+/// A weight on the CPU: a matrix `[out, in]` (outer dimensions flattened into `out`) or a vector `[n]`
+/// (`out = 1`, `in = n`), with its raw GGUF bytes (F32 kept as f32 values).
+pub struct CpuWeight {
+    dtype: DType,
+    /// Outermost first, as given.
+    shape: Vec<usize>,
+    out_dim: usize,
+    in_dim: usize,
+    /// Bytes of one row (`in / block_size * block_bytes`); 4·in for F32.
+    row_bytes: usize,
+    /// `[out * row_bytes]` raw little-endian bytes for every type but F32, in 8-aligned storage so that block
+    /// views borrow. Empty for F32.
+    raw: Vec<u64>,
+    /// `[out * in]` values for F32. Empty otherwise.
+    f32s: Vec<f32>,
+}
+
+impl std::fmt::Debug for CpuWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuWeight({} {:?})", self.dtype, self.shape)
+    }
+}
+
+impl CpuWeight {
+    /// A checkpoint tensor from its raw bytes (copied). Errors on unsupported types and inconsistent lengths.
+    pub fn from_bytes(info: &TensorInfo, bytes: &[u8]) -> Result<CpuWeight, BackendError> {
+        let err =
+            |what: String| BackendError(format!("tensor '{}' ({} {:?}): {what}", info.name, info.dtype, info.shape));
+        let dtype = info.dtype;
+        if !tf_quant::is_supported(dtype) {
+            return Err(err(format!("the CPU backend has no kernels for {dtype}")));
+        }
+        let shape: Vec<usize> = info
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| err("dimension too large".into())))
+            .collect::<Result<_, _>>()?;
+        let in_dim = shape.last().copied().unwrap_or(1);
+        let out_dim = if shape.len() >= 2 { shape[..shape.len() - 1].iter().product() } else { 1 };
+        let bs = dtype.block_size();
+        if in_dim % bs != 0 {
+            return Err(err(format!("rows of {in_dim} elements are not whole blocks of {bs}")));
+        }
+        let row_bytes = in_dim / bs * dtype.block_bytes();
+        let total = out_dim.checked_mul(row_bytes).ok_or_else(|| err("too large".into()))?;
+        if bytes.len() != total {
+            return Err(err(format!("expected {total} bytes, got {}", bytes.len())));
+        }
+        let (raw, f32s) = if dtype == DType::F32 {
+            let v = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            (Vec::new(), v)
+        } else {
+            let mut raw = vec![0u64; total.div_ceil(8)];
+            // SAFETY: `raw` holds at least `total` bytes; u64 has no invalid bit patterns.
+            unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, total) }.copy_from_slice(bytes);
+            (raw, Vec::new())
+        };
+        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw, f32s })
+    }
+
+    /// An F32 weight from values (`shape` outermost first). Panics if the lengths disagree (programming error).
+    pub fn from_f32(shape: &[usize], values: Vec<f32>) -> CpuWeight {
+        assert_eq!(shape.iter().product::<usize>(), values.len(), "CpuWeight::from_f32: shape {shape:?}");
+        let in_dim = shape.last().copied().unwrap_or(1);
+        let out_dim = if shape.len() >= 2 { shape[..shape.len() - 1].iter().product() } else { 1 };
+        CpuWeight {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            out_dim,
+            in_dim,
+            row_bytes: 4 * in_dim,
+            raw: Vec::new(),
+            f32s: values,
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Rows (`out`).
+    pub fn out_dim(&self) -> usize {
+        self.out_dim
+    }
+
+    /// Elements per row (`in`).
+    pub fn in_dim(&self) -> usize {
+        self.in_dim
+    }
+
+    /// The raw bytes of every row (not for F32).
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `raw` holds at least `out_dim * row_bytes` initialized bytes (see `from_bytes`).
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const u8, self.out_dim * self.row_bytes) }
+    }
+
+    /// The raw bytes of row `r` (not for F32).
+    fn row_bytes_of(&self, r: usize) -> &[u8] {
+        &self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Row `r` dequantized into `out` (`[in]`), bit-equal to `tf_quant::dequantize`.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.out_dim, "row {r} of a weight with {} rows", self.out_dim);
+        assert_eq!(out.len(), self.in_dim, "row_f32: output length");
+        if self.dtype == DType::F32 {
+            out.copy_from_slice(&self.f32s[r * self.in_dim..(r + 1) * self.in_dim]);
+        } else {
+            tf_quant::dequantize(self.dtype, self.row_bytes_of(r), out).expect("validated at load");
+        }
+    }
+
+    /// The whole weight dequantized (`[out * in]`), for small vectors such as norms and biases.
+    pub fn as_f32_vec(&self) -> Vec<f32> {
+        if self.dtype == DType::F32 {
+            return self.f32s.clone();
+        }
+        tf_quant::dequantize_to_vec(self.dtype, self.bytes(), self.out_dim * self.in_dim).expect("validated at load")
+    }
+}
+
+thread_local! {
+    /// Full mode: `[TILE_COLS][K]` dequantized weight rows of the current tile.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// How one call computes: full (f32 dot16) or checkpoint with the quantized activations.
+enum Job<'a> {
+    Full { x: &'a [f32] },
+    Quant { act: ActQ },
+}
+
+/// Rows per group for `left` remaining rows: the largest of 8, 4, 2, 1 not above `left` (capped at `max`).
+fn row_group(left: usize, max: usize) -> usize {
+    [8, 4, 2, 1].into_iter().find(|&g| g <= left && g <= max).unwrap_or(1)
+}
+
+/// `y = x · wᵀ (+ bias)`: `x [R, K]`, `w [N, K]`, `bias [N]` → `[R, N]`. Row-exact: each output row depends only
+/// on its input row, the weights, `precision` (and never on `R`, the pool's thread count or `isa`).
+/// Panics when the shapes disagree (a programming error in the model).
+pub fn matmul(
+    pool: &rayon::ThreadPool,
+    isa: Isa,
+    precision: Precision,
+    x: &Tensor,
+    w: &CpuWeight,
+    bias: Option<&CpuWeight>,
+) -> Tensor {
+    let (n, k, rows) = (w.out_dim, w.in_dim, x.rows);
+    assert_eq!(
+        x.cols, k,
+        "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k} input columns",
+        x.cols, w.shape, w.dtype
+    );
+    assert_eq!(x.host.len(), rows * k, "matmul: x has no host data of [{rows}, {k}]");
+    assert!(isa <= Isa::detect(), "matmul: {} kernels on a CPU without them", isa.name());
+    let bias_values = bias.map(|b| {
+        assert_eq!(b.out_dim * b.in_dim, n, "matmul: bias {:?} for a weight with {n} outputs", b.shape);
+        b.as_f32_vec()
+    });
+    if rows == 0 || n == 0 {
+        return Tensor::zeros(rows, n);
+    }
+    let job = match checkpoint_block(w.dtype) {
+        Some(block) if precision == Precision::Checkpoint => {
+            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block) }
+        }
+        _ => Job::Full { x: &x.host },
+    };
+    let chunks: Vec<Vec<f32>> = pool.install(|| {
+        (0..n.div_ceil(CHUNK_COLS))
+            .into_par_iter()
+            .map(|ci| {
+                let (c0, c1) = (ci * CHUNK_COLS, ((ci + 1) * CHUNK_COLS).min(n));
+                // `[rows][c1 - c0]`: this chunk's outputs.
+                let mut out = vec![0f32; rows * (c1 - c0)];
+                match &job {
+                    Job::Full { x } => chunk_full(isa, w, x, rows, c0, c1, &mut out),
+                    Job::Quant { act } => chunk_quant(isa, w, act, c0, c1, &mut out),
+                }
+                out
+            })
+            .collect()
+    });
+    // `[rows][n]`.
+    let mut y = vec![0f32; rows * n];
+    for (ci, out) in chunks.iter().enumerate() {
+        let (c0, cw) = (ci * CHUNK_COLS, out.len() / rows);
+        for r in 0..rows {
+            y[r * n + c0..r * n + c0 + cw].copy_from_slice(&out[r * cw..(r + 1) * cw]);
+        }
+    }
+    if let Some(b) = bias_values {
+        for row in y.chunks_exact_mut(n) {
+            for (y, &b) in row.iter_mut().zip(&b) {
+                *y += b;
+            }
+        }
+    }
+    Tensor::host(rows, n, y)
+}
+
+/// Full mode over output columns `c0..c1`: `out [rows][c1 - c0]`.
+fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], rows: usize, c0: usize, c1: usize, out: &mut [f32]) {
+    let k = w.in_dim;
+    let cw = c1 - c0;
+    // `[rows]` activation rows.
+    let xrows: Vec<&[f32]> = x.chunks_exact(k).collect();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        if w.dtype != DType::F32 {
+            scratch.resize(TILE_COLS * k, 0.0);
+        }
+        for t0 in (c0..c1).step_by(TILE_COLS) {
+            let t1 = (t0 + TILE_COLS).min(c1);
+            // `[t1 - t0]` weight rows of this tile, each `[k]` f32.
+            let wrows: Vec<&[f32]> = if w.dtype == DType::F32 {
+                (t0..t1).map(|c| &w.f32s[c * k..(c + 1) * k]).collect()
+            } else {
+                for (c, dst) in (t0..t1).zip(scratch.chunks_exact_mut(k)) {
+                    dequant_row(isa, w.dtype, w.row_bytes_of(c), dst);
+                }
+                scratch.chunks_exact(k).take(t1 - t0).collect()
+            };
+            let mut r0 = 0;
+            while r0 < rows {
+                let rt = row_group(rows - r0, 4);
+                let c = 4 / rt;
+                for s0 in (0..t1 - t0).step_by(c) {
+                    // Lane (ci, ri) = column t0 + s0 + ci (clamped into the tile), row r0 + ri.
+                    let cols: [&[f32]; 4] = std::array::from_fn(|i| wrows[(s0 + i).min(t1 - t0 - 1)]);
+                    let xs: [&[f32]; 4] = std::array::from_fn(|i| xrows[r0 + i.min(rt - 1)]);
+                    let res = dot16_tile(isa, c, rt, &cols, &xs);
+                    for ci in 0..c.min(t1 - t0 - s0) {
+                        for ri in 0..rt {
+                            out[(r0 + ri) * cw + t0 - c0 + s0 + ci] = res[ci * rt + ri];
+                        }
+                    }
+                }
+                r0 += rt;
+            }
+        }
+    });
+}
+
+/// A weight row dequantized, bit-equal to `tf_quant::dequantize` (AVX2 for the common types).
+fn dequant_row(isa: Isa, dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA.
+    if isa == Isa::Avx2 && unsafe { avx2_dequant::dequant_row(dtype, bytes, out) } {
+        return;
+    }
+    let _ = isa;
+    tf_quant::dequantize(dtype, bytes, out).expect("validated at load");
+}
+
+/// `dot16` of the first `c` weight rows with the first `rt` activation rows (`c · rt = 4`): lane `ci · rt + ri`.
+fn dot16_tile(isa: Isa, c: usize, rt: usize, w: &[&[f32]; 4], x: &[&[f32]; 4]) -> [f32; 4] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA; all rows are `[k]`.
+        Isa::Avx2 => unsafe { avx2_full::dot16_tile(c, rt, w, x) },
+        _ => scalar::dot16_tile(c, rt, w, x),
+    }
+}
+
+/// Checkpoint mode over output columns `c0..c1`: `out [rows][c1 - c0]`.
+fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &mut [f32]) {
+    let rows = act.rows;
+    let cw = c1 - c0;
+    let kernel = pick_quant_kernel(isa, w.dtype);
+    for t0 in (c0..c1).step_by(TILE_COLS) {
+        let t1 = (t0 + TILE_COLS).min(c1);
+        let mut r0 = 0;
+        while r0 < rows {
+            let rt = row_group(rows - r0, 8);
+            let c = 8 / rt;
+            for s0 in (t0..t1).step_by(c) {
+                // Lane (ci, ri) = column s0 + ci (clamped into the tile), row r0 + ri.
+                let cols: [&[u8]; 8] = std::array::from_fn(|i| w.row_bytes_of((s0 + i).min(t1 - 1)));
+                let res = kernel(&cols, act, r0, rt);
+                for ci in 0..c.min(t1 - s0) {
+                    for ri in 0..rt {
+                        out[(r0 + ri) * cw + s0 - c0 + ci] = res[ci * rt + ri];
+                    }
+                }
+            }
+            r0 += rt;
+        }
+    }
+}
+
+/// A checkpoint tile kernel: weight rows `cols[0..8 / rt]` × activation rows `r0..r0 + rt` → 8 lanes, lane
+/// `ci · rt + ri`.
+pub(crate) type QuantKernel = fn(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8];
+
+fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        if let Some(k) = avx2_legacy::kernel(dtype).or_else(|| avx2_kquant::kernel(dtype)) {
+            return k;
+        }
+    }
+    let _ = isa;
+    scalar::quant_kernel(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_groups() {
+        assert_eq!(row_group(64, 8), 8);
+        assert_eq!(row_group(7, 8), 4);
+        assert_eq!(row_group(3, 8), 2);
+        assert_eq!(row_group(1, 8), 1);
+        assert_eq!(row_group(9, 4), 4);
+    }
+
+    #[test]
+    fn weight_validation() {
+        let info = TensorInfo { name: "w".into(), dtype: DType::Q4_0, shape: vec![2, 64] };
+        assert!(CpuWeight::from_bytes(&info, &[0u8; 72]).is_ok());
+        let e = CpuWeight::from_bytes(&info, &[0u8; 71]).unwrap_err();
+        assert!(e.0.contains("72") && e.0.contains("71"), "{e}");
+        let info = TensorInfo { name: "w".into(), dtype: DType::Q4_0, shape: vec![2, 48] };
+        assert!(CpuWeight::from_bytes(&info, &[0u8; 54]).unwrap_err().0.contains("whole blocks"));
+        let info = TensorInfo { name: "w".into(), dtype: DType::I32, shape: vec![4] };
+        assert!(CpuWeight::from_bytes(&info, &[0u8; 16]).is_err());
+        let w = CpuWeight::from_f32(&[2, 3], vec![1., 2., 3., 4., 5., 6.]);
+        let mut row = [0f32; 3];
+        w.row_f32(1, &mut row);
+        assert_eq!(row, [4., 5., 6.]);
+        assert_eq!((w.out_dim(), w.in_dim(), w.shape()), (2, 3, &[2usize, 3][..]));
+    }
+
+    #[test]
+    #[should_panic(expected = "expects 4 input columns")]
+    fn shape_mismatch_panics() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let w = CpuWeight::from_f32(&[2, 4], vec![0.0; 8]);
+        matmul(&pool, Isa::Scalar, Precision::Full, &Tensor::zeros(1, 3), &w, None);
+    }
+}

@@ -1,1 +1,333 @@
-//! (in progress)
+//! Scalar references of every op except matmul: rms_norm, RoPE (tables and rotation), attention over paged KV,
+//! GLU, add, scale. Plain and slow on purpose; each function is the executable definition of its section of
+//! docs/arithmetic.md, and every backend kernel must give the same bits.
+//!
+//! Row-exactness is visible in the signatures: every per-row function sees only that row (and, for attention,
+//! the K/V it attends); the matrix wrappers just loop over rows.
+
+use super::math;
+use super::matmul::dot16;
+use tf_core::{AttnMeta, AttnParams, GluAct, Rope, RopeScaling, RopeStyle, RowAttn, Tensor};
+
+// ---------------------------------------------------------------------------------------------------------------
+// rms_norm
+
+/// RMSNorm of one row `x [cols]` in groups of `group` columns, each group scaled by `w [group]`, into
+/// `out [cols]`: `ss = dot16(g, g)`, `inv = 1 / sqrt(ss / group + eps)`, `y_i = (x_i * inv) * w_i`.
+pub fn rms_norm_row(x: &[f32], w: &[f32], group: usize, eps: f32, out: &mut [f32]) {
+    assert!(group > 0 && x.len().is_multiple_of(group), "rms_norm: cols {} not a multiple of group {group}", x.len());
+    assert_eq!(w.len(), group, "rms_norm: weight length");
+    assert_eq!(out.len(), x.len(), "rms_norm: output length");
+    for (g, o) in x.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
+        let ss = dot16(g, g);
+        let inv = 1.0 / (ss / group as f32 + eps).sqrt();
+        for ((o, &xi), &wi) in o.iter_mut().zip(g).zip(w) {
+            *o = (xi * inv) * wi;
+        }
+    }
+}
+
+/// [`rms_norm_row`] over every row of `x [R, cols]` → `[R, cols]`.
+pub fn rms_norm(x: &Tensor, w: &[f32], group: usize, eps: f32) -> Tensor {
+    let mut out = Tensor::zeros(x.rows, x.cols);
+    for r in 0..x.rows {
+        rms_norm_row(x.row(r), w, group, eps, out.row_mut(r));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// RoPE
+
+/// The `rot_dims / 2` rotation frequencies (radians per position) in f64, scaling applied:
+/// `freq_i = theta.powf(-((2 i) as f64) / (rot_dims as f64))`, then
+/// - `Linear { factor }`: `freq_i / factor`;
+/// - `Llama3 { factor, low_freq_factor: lo, high_freq_factor: hi, original_context: ctx }`: with
+///   `wavelen = 2π / freq_i`: if `wavelen < ctx / hi` keep; else if `wavelen > ctx / lo` use `freq_i / factor`;
+///   else `smooth = (ctx / wavelen - lo) / (hi - lo)`, `freq_i = (1 - smooth) * freq_i / factor + smooth * freq_i`.
+pub fn rope_freqs(rope: &Rope) -> Vec<f64> {
+    assert!(
+        rope.rot_dims.is_multiple_of(2) && rope.rot_dims > 0,
+        "rope: rot_dims {} must be even and > 0",
+        rope.rot_dims
+    );
+    let rot = rope.rot_dims as f64;
+    (0..rope.rot_dims / 2)
+        .map(|i| {
+            let freq = rope.theta.powf(-((2 * i) as f64) / rot);
+            match rope.scaling {
+                RopeScaling::None => freq,
+                RopeScaling::Linear { factor } => freq / factor,
+                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
+                    let wavelen = 2.0 * std::f64::consts::PI / freq;
+                    if wavelen < original_context / high_freq_factor {
+                        freq
+                    } else if wavelen > original_context / low_freq_factor {
+                        freq / factor
+                    } else {
+                        let smooth =
+                            (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * freq / factor + smooth * freq
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// The table row of position `pos`: `angle = pos as f64 * freqs[i]`, `cos[i] = angle.cos() as f32`,
+/// `sin[i] = angle.sin() as f32` (computed in f64, rounded to f32 once). `freqs`, `cos`, `sin`: `[rot_dims / 2]`.
+pub fn rope_cos_sin(freqs: &[f64], pos: u32, cos: &mut [f32], sin: &mut [f32]) {
+    assert!(cos.len() == freqs.len() && sin.len() == freqs.len(), "rope: table row length");
+    for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(freqs) {
+        let angle = pos as f64 * f;
+        *c = angle.cos() as f32;
+        *s = angle.sin() as f32;
+    }
+}
+
+/// Rotates one head `x [head_dim]` in place by the table row `cos`, `sin` (`[rot / 2]`, `rot = 2·cos.len()`):
+/// pairs `(2i, 2i+1)` (`Normal`) or `(i, i + rot/2)` (`Neox`); `y0 = x0 * c - x1 * s`, `y1 = x0 * s + x1 * c`
+/// (no fma). Dimensions `rot..head_dim` are untouched.
+pub fn rope_rotate_head(x: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
+    let half = cos.len();
+    assert!(sin.len() == half && 2 * half <= x.len(), "rope: rot_dims exceed head_dim");
+    for i in 0..half {
+        let (i0, i1) = match style {
+            RopeStyle::Normal => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + half),
+        };
+        let (x0, x1, c, s) = (x[i0], x[i1], cos[i], sin[i]);
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+/// RoPE of every `head_dim` group of every row of `x [R, heads·head_dim]` in place, row `r` at `positions[r]`.
+pub fn rope(x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
+    assert_eq!(positions.len(), x.rows, "rope: one position per row");
+    assert!(
+        head_dim > 0 && x.cols.is_multiple_of(head_dim),
+        "rope: cols {} not a multiple of head_dim {head_dim}",
+        x.cols
+    );
+    assert!(rope.rot_dims <= head_dim, "rope: rot_dims {} > head_dim {head_dim}", rope.rot_dims);
+    let freqs = rope_freqs(rope);
+    let (mut cos, mut sin) = (vec![0f32; freqs.len()], vec![0f32; freqs.len()]);
+    for (r, &pos) in positions.iter().enumerate() {
+        rope_cos_sin(&freqs, pos, &mut cos, &mut sin);
+        for head in x.row_mut(r).chunks_exact_mut(head_dim) {
+            rope_rotate_head(head, &cos, &sin, rope.style);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention
+
+/// Attention chunks hold this many consecutive absolute positions (chunk `c`: `256c .. 256c + 255`).
+pub const ATTN_CHUNK: u32 = 256;
+
+/// One layer of a paged KV cache as attention reads it. `k`, `v`: `[slots, kv_heads, head_dim]` f32, slot `s`
+/// of head `h` at `(s · kv_heads + h) · head_dim`.
+#[derive(Clone, Copy, Debug)]
+pub struct KvLayer<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub block_size: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvLayer<'_> {
+    /// Number of token slots.
+    pub fn slots(&self) -> usize {
+        self.k.len() / (self.kv_heads * self.head_dim)
+    }
+
+    /// K of `slot`, kv head `h`: `[head_dim]`.
+    pub fn k_at(&self, slot: u32, h: usize) -> &[f32] {
+        let o = (slot as usize * self.kv_heads + h) * self.head_dim;
+        &self.k[o..o + self.head_dim]
+    }
+
+    /// V of `slot`, kv head `h`: `[head_dim]`.
+    pub fn v_at(&self, slot: u32, h: usize) -> &[f32] {
+        let o = (slot as usize * self.kv_heads + h) * self.head_dim;
+        &self.v[o..o + self.head_dim]
+    }
+}
+
+/// Whether a row at `row_pos` sees position `p` under the sliding window (`row_pos - p < window`).
+#[inline]
+pub fn in_window(row_pos: u32, p: u32, window: Option<u32>) -> bool {
+    window.is_none_or(|w| (row_pos as i64 - p as i64) < w as i64)
+}
+
+/// The `(position, slot)` pairs row `row` visits, in the canonical (increasing position) order: its prefix
+/// `0..ctx` through `block_table` (slot `block_table[p / block_size] · block_size + p % block_size`), then its
+/// `tree` entries; positions outside the sliding window are left out. Panics on a short block table or tree
+/// positions that do not increase past `ctx`.
+pub fn visited_positions(
+    row: &RowAttn,
+    block_table: &[u32],
+    block_size: usize,
+    window: Option<u32>,
+) -> Vec<(u32, u32)> {
+    let ctx = row.ctx as usize;
+    assert!(
+        ctx.div_ceil(block_size) <= block_table.len(),
+        "attention: ctx {ctx} needs {} blocks, the block table has {}",
+        ctx.div_ceil(block_size),
+        block_table.len()
+    );
+    let mut out = Vec::with_capacity(ctx + row.tree.len());
+    for p in 0..row.ctx {
+        if in_window(row.pos, p, window) {
+            let slot = block_table[p as usize / block_size] as usize * block_size + p as usize % block_size;
+            out.push((p, slot as u32));
+        }
+    }
+    let mut last = row.ctx.checked_sub(1);
+    for &(p, slot) in &row.tree {
+        assert!(last.is_none_or(|l| p > l), "attention: tree positions must increase past ctx ({p} after {last:?})");
+        last = Some(p);
+        if in_window(row.pos, p, window) {
+            out.push((p, slot));
+        }
+    }
+    out
+}
+
+/// The score of one position: `s = dot16(q, k) * scale`; with a softcap `s = cap * tanh(s / cap)`.
+#[inline]
+pub fn attn_score(q: &[f32], k: &[f32], p: &AttnParams) -> f32 {
+    let s = dot16(q, k) * p.scale;
+    match p.softcap {
+        Some(cap) => cap * math::tanh(s / cap),
+        None => s,
+    }
+}
+
+/// One query head `q [head_dim]` against kv head `kvh` over `visits` (from [`visited_positions`]) into
+/// `out [head_dim]`. Per chunk of 256 absolute positions, over its visited positions in order:
+/// `m_c = max s`, `e = exp(s - m_c)`, `l_c = Σ e` sequentially, `o_c[d] = fma(e, v[d], o_c[d])` from 0.0.
+/// Chunks merge in increasing order: `m' = max(m, m_c)`, `a = exp(m - m')`, `b = exp(m_c - m')`,
+/// `l = l * a + l_c * b`, `o[d] = o[d] * a + o_c[d] * b`, `m = m'`; output `o[d] / l`. A row that visits no
+/// position gets zeros.
+pub fn attention_head(q: &[f32], kv: &KvLayer, kvh: usize, visits: &[(u32, u32)], p: &AttnParams, out: &mut [f32]) {
+    let hd = kv.head_dim;
+    assert!(q.len() == hd && out.len() == hd, "attention: head_dim");
+    // Running merged state (None before the first chunk) and the current chunk's accumulators.
+    let mut acc: Option<(f32, f32, Vec<f32>)> = None; // (m, l, o [head_dim])
+    let mut o_c = vec![0f32; hd];
+    let mut scores: Vec<f32> = Vec::with_capacity(ATTN_CHUNK as usize);
+    let mut start = 0;
+    while start < visits.len() {
+        let chunk = visits[start].0 / ATTN_CHUNK;
+        let end = start + visits[start..].iter().take_while(|&&(pos, _)| pos / ATTN_CHUNK == chunk).count();
+        let part = &visits[start..end];
+        scores.clear();
+        scores.extend(part.iter().map(|&(_, slot)| attn_score(q, kv.k_at(slot, kvh), p)));
+        let m_c = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut l_c = 0f32;
+        o_c.fill(0.0);
+        for (&s, &(_, slot)) in scores.iter().zip(part) {
+            let e = math::exp(s - m_c);
+            l_c += e;
+            for (o, &v) in o_c.iter_mut().zip(kv.v_at(slot, kvh)) {
+                *o = e.mul_add(v, *o);
+            }
+        }
+        acc = Some(match acc {
+            None => (m_c, l_c, o_c.clone()),
+            Some((m, l, mut o)) => {
+                let m2 = m.max(m_c);
+                let a = math::exp(m - m2);
+                let b = math::exp(m_c - m2);
+                for (o, &oc) in o.iter_mut().zip(&o_c) {
+                    *o = *o * a + oc * b;
+                }
+                (m2, l * a + l_c * b, o)
+            }
+        });
+        start = end;
+    }
+    match acc {
+        Some((_, l, o)) => {
+            for (y, &o) in out.iter_mut().zip(&o) {
+                *y = o / l;
+            }
+        }
+        None => out.fill(0.0),
+    }
+}
+
+/// Checks `q`, `kv` and `meta` against `p` (panics with the op and shapes on a mismatch).
+pub fn check_attention(q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams) {
+    assert!(
+        p.kv_heads > 0 && p.heads.is_multiple_of(p.kv_heads),
+        "attention: heads {} vs kv_heads {}",
+        p.heads,
+        p.kv_heads
+    );
+    assert_eq!(q.cols, p.heads * p.head_dim, "attention: q cols vs heads·head_dim");
+    assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
+    assert!(kv.kv_heads == p.kv_heads && kv.head_dim == p.head_dim, "attention: kv layout vs params");
+    assert_eq!(kv.k.len(), kv.v.len(), "attention: K and V sizes");
+    for row in &meta.rows {
+        assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
+    }
+}
+
+/// Attention of `q [R, heads·head_dim]` over `kv` → `[R, heads·head_dim]`; query head `h` reads kv head
+/// `h / (heads / kv_heads)`.
+pub fn attention(q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams) -> Tensor {
+    check_attention(q, kv, meta, p);
+    let hd = p.head_dim;
+    let group = p.heads / p.kv_heads;
+    let mut out = Tensor::zeros(q.rows, q.cols);
+    for (r, row) in meta.rows.iter().enumerate() {
+        let visits = visited_positions(row, &meta.block_tables[row.seq], kv.block_size, p.window);
+        for h in 0..p.heads {
+            let qh = &q.row(r)[h * hd..(h + 1) * hd];
+            attention_head(qh, kv, h / group, &visits, p, &mut out.row_mut(r)[h * hd..(h + 1) * hd]);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Elementwise
+
+/// `out[i] = act(gate[i]) * up[i]` (one rounded product after the activation).
+pub fn glu(gate: &[f32], up: &[f32], act: GluAct, out: &mut [f32]) {
+    assert!(gate.len() == up.len() && out.len() == up.len(), "glu: lengths");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = glu_one(g, u, act);
+    }
+}
+
+/// One element of [`glu`].
+#[inline]
+pub fn glu_one(g: f32, u: f32, act: GluAct) -> f32 {
+    match act {
+        GluAct::Silu => math::silu(g) * u,
+        GluAct::GeluTanh => math::gelu_tanh(g) * u,
+    }
+}
+
+/// `a[i] += b[i]`.
+pub fn add(a: &mut [f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "add: lengths");
+    for (a, &b) in a.iter_mut().zip(b) {
+        *a += b;
+    }
+}
+
+/// `x[i] *= s`.
+pub fn scale(x: &mut [f32], s: f32) {
+    for x in x {
+        *x *= s;
+    }
+}

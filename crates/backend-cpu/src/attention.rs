@@ -1,0 +1,282 @@
+//! Attention over paged KV, following `tf_quant::reference::ops::attention_head` bit for bit.
+//!
+//! Work layout (none of it changes a bit: every (row, query head) keeps its own state and visits its chunks in
+//! increasing order, exactly as the reference does). Threads take units of (kv head, tile of up to
+//! [`TILE_ROWS`] rows, range of that kv head's query heads). A unit walks the chunks (256 absolute positions)
+//! in increasing order, in lockstep over its rows, so each chunk's K and V rows are read from memory once and
+//! reused from cache by every row and query head of the unit. Per row and chunk it gathers the slots straight
+//! from the block table (no per-position division), scores each K row against all the unit's heads with the
+//! AVX2 `dot16`, soft-caps and exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c`
+//! across `head_dim` with vector fmas, and merges into the running state.
+
+use crate::isa::Isa;
+use crate::{math, simd};
+use rayon::prelude::*;
+use std::ops::Range;
+use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
+use tf_quant::reference::math::exp;
+use tf_quant::reference::ops::{check_attention, in_window, KvLayer, ATTN_CHUNK};
+
+/// Rows per unit: they share the K/V of each chunk while it is in cache.
+const TILE_ROWS: usize = 8;
+/// Below this much work (visited positions × heads × head_dim) attention runs on the calling thread.
+const PAR_WORK: usize = 1 << 15;
+
+/// Checks every row's block table and tree list once (the reference panics on the same inputs).
+fn check_rows(kv: &KvLayer, meta: &AttnMeta) {
+    let bs = kv.block_size;
+    let slots = kv.slots();
+    for row in &meta.rows {
+        let table = &meta.block_tables[row.seq];
+        let ctx = row.ctx as usize;
+        assert!(
+            ctx.div_ceil(bs) <= table.len(),
+            "attention: ctx {ctx} needs {} blocks, the block table has {}",
+            ctx.div_ceil(bs),
+            table.len()
+        );
+        for &b in &table[..ctx.div_ceil(bs)] {
+            assert!((b as usize + 1) * bs <= slots, "attention: block {b} outside the pool of {slots} slots");
+        }
+        let mut last = row.ctx.checked_sub(1);
+        for &(p, slot) in &row.tree {
+            assert!(
+                last.is_none_or(|l| p > l),
+                "attention: tree positions must increase past ctx ({p} after {last:?})"
+            );
+            assert!((slot as usize) < slots, "attention: tree slot {slot} outside the pool of {slots}");
+            last = Some(p);
+        }
+    }
+}
+
+/// `q [R, heads·head_dim]` over `kv` → `[R, heads·head_dim]` (docs/arithmetic.md "Attention").
+pub(crate) fn attention(
+    pool: &rayon::ThreadPool,
+    isa: Isa,
+    q: &Tensor,
+    kv: &KvLayer,
+    meta: &AttnMeta,
+    p: &AttnParams,
+) -> Tensor {
+    check_attention(q, kv, meta, p);
+    check_rows(kv, meta);
+    let hd = p.head_dim;
+    let group = p.heads / p.kv_heads;
+    let mut out = Tensor::zeros(q.rows, q.cols);
+    if out.host.is_empty() {
+        return out;
+    }
+    // Units: kv head × row tile × head split. Split a kv head's query heads only when there are too few units
+    // to keep the threads busy (decode steps).
+    let tiles = q.rows.div_ceil(TILE_ROWS);
+    let want = 2 * pool.current_num_threads();
+    let splits = if p.kv_heads * tiles >= want { 1 } else { want.div_ceil(p.kv_heads * tiles).min(group) };
+    let mut units = Vec::with_capacity(p.kv_heads * tiles * splits);
+    for kvh in 0..p.kv_heads {
+        for t in 0..tiles {
+            let rows = t * TILE_ROWS..((t + 1) * TILE_ROWS).min(q.rows);
+            for s in 0..splits {
+                let heads = kvh * group + s * group / splits..kvh * group + (s + 1) * group / splits;
+                if !heads.is_empty() {
+                    units.push(Unit { kvh, rows: rows.clone(), heads });
+                }
+            }
+        }
+    }
+    let run = |u: &Unit| unit(isa, q, kv, meta, p, u);
+    let work: usize = meta.rows.iter().map(|r| r.ctx as usize + r.tree.len()).sum::<usize>() * p.heads * hd;
+    let results: Vec<Vec<f32>> = if work < PAR_WORK || pool.current_num_threads() == 1 {
+        units.iter().map(run).collect()
+    } else {
+        pool.install(|| units.par_iter().map(run).collect())
+    };
+    // Scatter: unit output `[rows, heads, head_dim]` into `out [R, heads·head_dim]`.
+    for (u, res) in units.iter().zip(&results) {
+        let width = u.heads.len() * hd;
+        for (i, r) in u.rows.clone().enumerate() {
+            out.row_mut(r)[u.heads.start * hd..u.heads.end * hd].copy_from_slice(&res[i * width..(i + 1) * width]);
+        }
+    }
+    out
+}
+
+/// A unit of work: query heads `heads` (all reading kv head `kvh`) of rows `rows`.
+struct Unit {
+    kvh: usize,
+    rows: Range<usize>,
+    heads: Range<usize>,
+}
+
+/// Where one row stands in its visited positions: prefix positions `next_prefix..ctx` and tree entries
+/// `tree[next_tree..]` (those inside the window) are still to come.
+struct Cursor<'a> {
+    row: &'a RowAttn,
+    table: &'a [u32],
+    window: Option<u32>,
+    next_prefix: u32,
+    next_tree: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(row: &'a RowAttn, table: &'a [u32], window: Option<u32>) -> Cursor<'a> {
+        // Prefix positions are visited from `lo`: `pos - p < window` ⇔ `p ≥ pos - window + 1`.
+        let lo = match window {
+            Some(w) => (row.pos as i64 - w as i64 + 1).clamp(0, row.ctx as i64) as u32,
+            None => 0,
+        };
+        let mut c = Cursor { row, table, window, next_prefix: lo, next_tree: 0 };
+        c.skip_tree();
+        c
+    }
+
+    /// Skips tree entries outside the window.
+    fn skip_tree(&mut self) {
+        let t = &self.row.tree;
+        while self.next_tree < t.len() && !in_window(self.row.pos, t[self.next_tree].0, self.window) {
+            self.next_tree += 1;
+        }
+    }
+
+    /// The chunk of the next visited position, if any.
+    fn next_chunk(&self) -> Option<u32> {
+        if self.next_prefix < self.row.ctx {
+            Some(self.next_prefix / ATTN_CHUNK)
+        } else {
+            self.row.tree.get(self.next_tree).map(|&(p, _)| p / ATTN_CHUNK)
+        }
+    }
+
+    /// Moves the slots of chunk `c`'s visited positions, in position order, into `slots` (cleared first).
+    fn take_chunk(&mut self, c: u32, bs: usize, slots: &mut Vec<u32>) {
+        slots.clear();
+        let end = (c + 1).saturating_mul(ATTN_CHUNK);
+        let prefix_end = self.row.ctx.min(end);
+        if self.next_prefix < prefix_end {
+            prefix_slots(self.table, bs, self.next_prefix, prefix_end, slots);
+            self.next_prefix = prefix_end;
+        }
+        while let Some(&(p, slot)) = self.row.tree.get(self.next_tree) {
+            if p >= end {
+                break;
+            }
+            slots.push(slot);
+            self.next_tree += 1;
+            self.skip_tree();
+        }
+    }
+}
+
+/// Computes one unit → `[rows, heads, head_dim]`.
+fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: &Unit) -> Vec<f32> {
+    let hd = p.head_dim;
+    let nh = u.heads.len();
+    let chunk = ATTN_CHUNK as usize;
+    let mut cursors: Vec<Cursor> = u
+        .rows
+        .clone()
+        .map(|r| {
+            let row = &meta.rows[r];
+            Cursor::new(row, &meta.block_tables[row.seq], p.window)
+        })
+        .collect();
+    // Per (row, head) running state: `o [rows, heads, head_dim]`, `m`, `l` `[rows, heads]`; `started[row]` once
+    // the row's first chunk has been merged.
+    let mut o = vec![0f32; u.rows.len() * nh * hd];
+    let mut m = vec![0f32; u.rows.len() * nh];
+    let mut l = vec![0f32; u.rows.len() * nh];
+    let mut started = vec![false; u.rows.len()];
+    // Scratch: the chunk's slots `[≤ 256]`, its scores then `e` `[heads, 256]`, `o_c [heads, head_dim]`.
+    let mut slots = Vec::with_capacity(chunk);
+    let mut scores = vec![0f32; nh * chunk];
+    let mut o_c = vec![0f32; nh * hd];
+    let mut krows: Vec<&[f32]> = Vec::with_capacity(chunk);
+    let mut vrows: Vec<&[f32]> = Vec::with_capacity(chunk);
+    // The chunk's `m_c` and `l_c` per head.
+    let (mut m_c, mut l_c) = (vec![0f32; nh], vec![0f32; nh]);
+    while let Some(c) = cursors.iter().filter_map(Cursor::next_chunk).min() {
+        for (i, cur) in cursors.iter_mut().enumerate() {
+            if cur.next_chunk() != Some(c) {
+                continue;
+            }
+            cur.take_chunk(c, kv.block_size, &mut slots);
+            let n = slots.len();
+            let qrow = q.row(u.rows.start + i);
+            let qh = |h: usize| &qrow[(u.heads.start + h) * hd..(u.heads.start + h + 1) * hd];
+            // K and V rows of the chunk, `[n]` slices of `[head_dim]`.
+            krows.clear();
+            krows.extend(slots.iter().map(|&slot| kv.k_at(slot, u.kvh)));
+            vrows.clear();
+            vrows.extend(slots.iter().map(|&slot| kv.v_at(slot, u.kvh)));
+            for h in 0..nh {
+                let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
+                let mut quads = krows.chunks_exact(4);
+                let mut j = 0;
+                for k4 in &mut quads {
+                    let d = simd::dot16_x4(isa, qv, [k4[0], k4[1], k4[2], k4[3]]);
+                    for t in 0..4 {
+                        sc[j + t] = d[t] * p.scale;
+                    }
+                    j += 4;
+                }
+                for k in quads.remainder() {
+                    sc[j] = simd::dot16(isa, qv, k) * p.scale;
+                    j += 1;
+                }
+            }
+            for h in 0..nh {
+                let s = &mut scores[h * chunk..h * chunk + n];
+                if let Some(cap) = p.softcap {
+                    math::softcap_inplace(isa, s, cap);
+                }
+                let mh = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                math::exp_sub_inplace(isa, s, mh);
+                m_c[h] = mh;
+                l_c[h] = s.iter().fold(0f32, |acc, &e| acc + e);
+            }
+            o_c.fill(0.0);
+            for h in 0..nh {
+                simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], &vrows);
+            }
+            for h in 0..nh {
+                let st = i * nh + h;
+                let (mh, lh) = (m_c[h], l_c[h]);
+                let oh = &mut o[st * hd..(st + 1) * hd];
+                if !started[i] {
+                    oh.copy_from_slice(&o_c[h * hd..(h + 1) * hd]);
+                    (m[st], l[st]) = (mh, lh);
+                } else {
+                    let m2 = m[st].max(mh);
+                    let a = exp(m[st] - m2);
+                    let b = exp(mh - m2);
+                    simd::merge(isa, oh, a, &o_c[h * hd..(h + 1) * hd], b);
+                    (m[st], l[st]) = (m2, l[st] * a + lh * b);
+                }
+            }
+            started[i] = true;
+        }
+    }
+    let mut res = vec![0f32; o.len()];
+    for (i, &st) in started.iter().enumerate() {
+        if st {
+            for h in 0..nh {
+                let s = i * nh + h;
+                simd::div_scalar(isa, &o[s * hd..(s + 1) * hd], l[s], &mut res[s * hd..(s + 1) * hd]);
+            }
+        }
+    }
+    res
+}
+
+/// Pushes the slots of prefix positions `a..b` (all inside `table`) onto `slots`, walking whole blocks.
+fn prefix_slots(table: &[u32], bs: usize, a: u32, b: u32, slots: &mut Vec<u32>) {
+    let mut p = a as usize;
+    let b = b as usize;
+    while p < b {
+        let (blk, off) = (p / bs, p % bs);
+        let n = (bs - off).min(b - p);
+        let base = table[blk] as usize * bs + off;
+        slots.extend((base..base + n).map(|s| s as u32));
+        p += n;
+    }
+}

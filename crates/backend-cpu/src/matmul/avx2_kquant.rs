@@ -1,0 +1,386 @@
+//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
+//!
+//! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
+//! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
+//! scales as i16 (lanes 0..8 of a 32-element chunk belong to its first 16 elements, 8..16 to the second); the
+//! offsets of Q3_K (`−4`) and Q6_K (`−32`) are taken out as `offset · Σ_j sc_j·bsum[j]`, and the mins term `M` of
+//! Q2_K/Q4_K/Q5_K is `madd(bsums, mins)`. The eight lanes' vectors are reduced at once ([`reduce8`]), then every
+//! lane runs the reference's float update: `acc = fma(dw * dx, S, acc)` and, with mins,
+//! `acc = fma(-(dmin * dx), M, acc)`. Integer sums stay far below 2^31 (|S| ≤ 256·63·15·127 for Q4_K).
+
+use std::arch::x86_64::*;
+
+use tf_core::DType;
+use tf_quant::q3k_scales;
+
+use super::act::ActQ;
+use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
+use super::QuantKernel;
+
+/// The AVX2 kernel of a K-quant `dtype`, if there is one.
+pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
+    Some(match dtype {
+        DType::Q2K => entry::<Q2K>,
+        DType::Q3K => entry::<Q3K>,
+        DType::Q4K => entry::<Q4K>,
+        DType::Q5K => entry::<Q5K>,
+        DType::Q6K => entry::<Q6K>,
+        DType::Q8K => entry::<Q8K>,
+        _ => return None,
+    })
+}
+
+/// A K-quant layout: how one lane's integer sums of one super-block are accumulated.
+trait KQuant {
+    const BYTES: usize;
+    /// Byte offset of the 32-bit word gathered for the scales: `d` in its low half (and `dmin` in its high half
+    /// when `HAS_MIN`), or `d` in its high half when `D_HIGH`.
+    const D_AT: usize;
+    const D_HIGH: bool;
+    const HAS_MIN: bool;
+    /// `d` is an f32 (Q8_K) rather than an f16.
+    const D_F32: bool = false;
+    /// Adds this block's `S` partials against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its
+    /// 16 bsums) into `s[r]`, and returns the `M` partials in `m[r]` (left alone without mins).
+    ///
+    /// # Safety
+    /// AVX2; `blk` points at a whole block, `x[r]` at 256 values and `bs[r]` at 16 i16.
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        m: &mut [__m256i; RT],
+    );
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// i16 lanes 0..8 = `sc[i]`, 8..16 = `sc[i + 1]` (for `sc` 16 bytes, sign-extended when `SIGNED`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pair_scales<const SIGNED: bool>(sc: __m128i, i: usize) -> __m256i {
+    let lo = (i as i64) * 0x0101_0101_0101_0101;
+    let pair = _mm_shuffle_epi8(sc, _mm_set_epi64x(lo + 0x0101_0101_0101_0101, lo));
+    if SIGNED {
+        _mm256_cvtepi8_epi16(pair)
+    } else {
+        _mm256_cvtepu8_epi16(pair)
+    }
+}
+
+/// `s[r] += madd(maddubs(q, x[r] + 32·chunk), scales)` for every row.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn chunk<const RT: usize>(q: __m256i, sc: __m256i, x: &[*const i8; RT], chunk: usize, s: &mut [__m256i; RT]) {
+    for r in 0..RT {
+        let xv = load(x[r].add(32 * chunk) as *const u8);
+        s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), sc));
+    }
+}
+
+/// `s[r] -= offset · Σ_j sc[j]·bsum_r[j]` (`sc`: 16 i16, `offset = 1 << log2`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sub_offset<const RT: usize>(sc: __m256i, log2: i32, bs: &[*const i16; RT], s: &mut [__m256i; RT]) {
+    for r in 0..RT {
+        let t = _mm256_madd_epi16(load(bs[r] as *const u8), sc);
+        s[r] = _mm256_sub_epi32(s[r], _mm256_sll_epi32(t, _mm_cvtsi32_si128(log2)));
+    }
+}
+
+/// The 2-bit fields of `qs[32 h..32 h + 32]` at shift `2 s`: elements `128 h + 32 s ..+ 32` (Q2_K, Q3_K).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn crumbs(qs: __m256i, s: usize) -> __m256i {
+    _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * s as i32)), _mm256_set1_epi8(3))
+}
+
+struct Q2K;
+struct Q3K;
+struct Q4K;
+struct Q5K;
+struct Q6K;
+struct Q8K;
+
+impl KQuant for Q2K {
+    const BYTES: usize = 84;
+    const D_AT: usize = 80;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        m: &mut [__m256i; RT],
+    ) {
+        let packed = _mm_loadu_si128(blk as *const __m128i);
+        let sc = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0f)));
+        for h in 0..2 {
+            let qs = load(blk.add(16 + 32 * h));
+            for sh in 0..4 {
+                let c = 4 * h + sh;
+                chunk(crumbs(qs, sh), pair_scales::<false>(sc, 2 * c), x, c, s);
+            }
+        }
+        for r in 0..RT {
+            m[r] = _mm256_madd_epi16(load(bs[r] as *const u8), mins);
+        }
+    }
+}
+
+impl KQuant for Q3K {
+    const BYTES: usize = 110;
+    const D_AT: usize = 106;
+    const D_HIGH: bool = true;
+    const HAS_MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let scales = q3k_scales(&*(blk.add(96) as *const [u8; 12]));
+        let sc = _mm_loadu_si128(scales.as_ptr() as *const __m128i);
+        let hmask = load(blk);
+        for h in 0..2 {
+            let qs = load(blk.add(32 + 32 * h));
+            for sh in 0..4 {
+                let c = 4 * h + sh;
+                // q = crumb | hbit << 2 in 0..=7; the −4 comes off through the bsums below.
+                let hb = _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(c as i32)), _mm256_set1_epi8(1));
+                let q = _mm256_or_si256(crumbs(qs, sh), _mm256_slli_epi16::<2>(hb));
+                chunk(q, pair_scales::<true>(sc, 2 * c), x, c, s);
+            }
+        }
+        sub_offset(_mm256_cvtepi8_epi16(sc), 2, bs, s);
+    }
+}
+
+/// Q4_K / Q5_K scales and mins: bytes 0..8 the 8 scales, 8..16 the 8 mins (GGML's `utmp` unpacking; equal to
+/// `tf_quant::q4k_scale_min`).
+#[inline]
+fn scale_min(p: *const u8) -> [u8; 16] {
+    // SAFETY (caller): `p` points at the 12 packed bytes.
+    let w = |i: usize| unsafe { (p.add(4 * i) as *const u32).read_unaligned() };
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+    let unpacked = [u0 & k1, (u2 & k2) | (((u0 >> 6) & k3) << 4), u1 & k1, ((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(unpacked) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// Bit `j` of every byte of `qh`, as 0 or 16.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fifth_bit(qh: __m256i, j: i32) -> __m256i {
+    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), _mm256_set1_epi8(1)))
+}
+
+/// Q4_K (`QH = false`) and Q5_K (`QH = true`): 8 sub-blocks of 32, element `64 c + 32 n + l` from
+/// `qs[32 c + l] >> 4 n`, plus `((qh[l] >> (2 c + n)) & 1) << 4` for Q5_K.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_q45k<const QH: bool, const RT: usize>(
+    blk: *const u8,
+    x: &[*const i8; RT],
+    bs: &[*const i16; RT],
+    s: &mut [__m256i; RT],
+    m: &mut [__m256i; RT],
+) {
+    let sm = scale_min(blk.add(4));
+    let qs_at = if QH { 48 } else { 16 };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let qh = if QH { load(blk.add(16)) } else { _mm256_setzero_si256() };
+    for c in 0..4 {
+        let q = load(blk.add(qs_at + 32 * c));
+        let mut lo = _mm256_and_si256(q, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+        if QH {
+            lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c as i32));
+            hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c as i32 + 1));
+        }
+        // Sub-blocks 2c and 2c + 1 are whole chunks: one scale for all 16 i16 lanes.
+        chunk(lo, _mm256_set1_epi16(sm[2 * c] as i16), x, 2 * c, s);
+        chunk(hi, _mm256_set1_epi16(sm[2 * c + 1] as i16), x, 2 * c + 1, s);
+    }
+    // i16 [m0, m0, m1, m1, ..., m7, m7] against the 16 bsums: m_j · (bsum[2j] + bsum[2j+1]) per i32 lane.
+    let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128(sm.as_ptr() as *const __m128i), dup));
+    for r in 0..RT {
+        m[r] = _mm256_madd_epi16(load(bs[r] as *const u8), mins);
+    }
+}
+
+impl KQuant for Q4K {
+    const BYTES: usize = 144;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        m: &mut [__m256i; RT],
+    ) {
+        block_q45k::<false, RT>(blk, x, bs, s, m)
+    }
+}
+
+impl KQuant for Q5K {
+    const BYTES: usize = 176;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        m: &mut [__m256i; RT],
+    ) {
+        block_q45k::<true, RT>(blk, x, bs, s, m)
+    }
+}
+
+impl KQuant for Q6K {
+    const BYTES: usize = 210;
+    const D_AT: usize = 206;
+    const D_HIGH: bool = true;
+    const HAS_MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let sc = _mm_loadu_si128(blk.add(192) as *const __m128i);
+        let m4 = _mm256_set1_epi8(0x0f);
+        for h in 0..2 {
+            let qh = load(blk.add(128 + 32 * h));
+            for t in 0..4 {
+                // Element 128 h + 32 t + l: low nibble of ql[64 h + 32 (t % 2) + l] at shift 4 (t / 2), high bits
+                // (qh[32 h + l] >> 2 t) & 3; the −32 comes off through the bsums below.
+                let ql = load(blk.add(64 * h + 32 * (t % 2)));
+                let low = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (t / 2) as i32)), m4);
+                let high = crumbs(qh, t);
+                let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+                let c = 4 * h + t;
+                chunk(q, pair_scales::<true>(sc, 2 * c), x, c, s);
+            }
+        }
+        sub_offset(_mm256_cvtepi8_epi16(sc), 5, bs, s);
+    }
+}
+
+impl KQuant for Q8K {
+    const BYTES: usize = 292;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    const D_F32: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        for c in 0..8 {
+            // Sign trick: |w| (unsigned) times x·sign(w); pairs ≤ 2·128·127.
+            let w = load(blk.add(4 + 32 * c));
+            let wa = _mm256_sign_epi8(w, w);
+            for r in 0..RT {
+                let xv = _mm256_sign_epi8(load(x[r].add(32 * c) as *const u8), w);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), ones));
+            }
+        }
+    }
+}
+
+/// Requests the cache lines of `bytes` bytes at `p` into L2 (never dereferenced: `p` may lie past the weight's
+/// end; a prefetch changes no value).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn prefetch(p: *const u8, bytes: usize) {
+    let mut at = 0;
+    while at < bytes + 63 {
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(at) as *const i8);
+        at += 64;
+    }
+}
+
+fn entry<T: KQuant>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
+    assert!(act.block == 256 && r0 + rt <= act.rows, "K-quant tile: activation rows");
+    assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "K-quant tile: weight rows");
+    // SAFETY: this kernel is only picked for `Isa::Avx2`, which `matmul` checks against the CPU; the asserts above
+    // bound every pointer the kernel forms.
+    unsafe { by_rows!(rt, tile::<T>(cols, act, r0)) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile<T: KQuant, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
+    let (k, rows, nb) = (act.k, act.rows, act.nb);
+    let offsets = lane_offsets::<RT>(cols);
+    // The same block of the row one tile (8 rows) further: the rows of a tile are contiguous, so this streams the
+    // next tile into L2 while this one is computed.
+    let ahead = 8 * cols[0].len();
+    let neg = _mm256_set1_ps(-0.0);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        // `[RT]` activation blocks and their `[16]` bsums.
+        let x: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b));
+        let bs: [*const i16; RT] = std::array::from_fn(|r| act.sums.as_ptr().add(((r0 + r) * nb + b) * 16));
+        let mut s = [_mm256_setzero_si256(); 8];
+        let mut m = [_mm256_setzero_si256(); 8];
+        for c in 0..C {
+            let mut sc = [_mm256_setzero_si256(); RT];
+            let mut mc = [_mm256_setzero_si256(); RT];
+            let blk = cols[c].as_ptr().add(b * T::BYTES);
+            prefetch(blk.wrapping_add(ahead), T::BYTES);
+            T::block::<RT>(blk, &x, &bs, &mut sc, &mut mc);
+            s[c * RT..(c + 1) * RT].copy_from_slice(&sc);
+            m[c * RT..(c + 1) * RT].copy_from_slice(&mc);
+        }
+        let g = words::<C>(cols, b * T::BYTES + T::D_AT, offsets);
+        let dw = if T::D_F32 {
+            _mm256_castsi256_ps(g)
+        } else if T::D_HIGH {
+            f16_hi(g)
+        } else {
+            f16_lo(g)
+        };
+        let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(b * rows + r0));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(reduce8(&s)), acc);
+        if T::HAS_MIN {
+            let dmin = _mm256_xor_ps(_mm256_mul_ps(f16_hi(g), dx), neg);
+            acc = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(reduce8(&m)), acc);
+        }
+    }
+    lanes(acc)
+}

@@ -1,0 +1,330 @@
+//! The CPU matmul against the scalar reference (`tf_quant::reference::matmul::matmul_ref`), for every weight
+//! type, both precision modes and every ISA this CPU has:
+//! 1. fast kernels == reference, bit for bit;
+//! 2. row-exactness: a row alone == the same row at a random index among R-1 random rows;
+//! 3. 1 thread == 2 threads == 3 threads;
+//! 4. sanity: within rounding (full) or activation-quantization (checkpoint) error bounds of an f64 dot.
+//!
+//! Data are random with a fresh seed per run (printed; set `TF_SEED` to replay).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tf_backend_cpu::isa::Isa;
+use tf_backend_cpu::matmul::{matmul, CpuWeight};
+use tf_core::{DType, Precision, Tensor, TensorInfo};
+use tf_quant::reference::matmul::{checkpoint_block, matmul_ref, quantize_row};
+
+const TYPES: [DType; 15] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q8_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Q8K,
+];
+
+const PRECISIONS: [Precision; 2] = [Precision::Checkpoint, Precision::Full];
+
+/// The run's seed: `TF_SEED` or the clock. Printed so that a failure can be replayed.
+fn seed() -> u64 {
+    let seed = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("TF_SEED={seed}");
+    seed
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+}
+
+/// An f16 bit pattern of a finite value of magnitude 2^(e-15) · (1 + m/1024), `e` in `lo..hi`, random sign.
+fn f16_bits(rng: &mut StdRng, lo: u16, hi: u16) -> u16 {
+    (rng.gen_range(lo..hi) << 10) | rng.gen_range(0..1024) | (rng.gen::<u16>() & 0x8000)
+}
+
+/// Random raw bytes of an `[out, inn]` weight of `dtype`: random bytes per block, with finite, modest scales.
+fn random_bytes(rng: &mut StdRng, dtype: DType, out: usize, inn: usize) -> Vec<u8> {
+    let numel = out * inn;
+    match dtype {
+        DType::F32 => (0..numel).flat_map(|_| (rng.gen_range(-1.0f32..1.0) * 0.1).to_le_bytes()).collect(),
+        DType::F16 => (0..numel).flat_map(|_| f16_bits(rng, 8, 16).to_le_bytes()).collect(),
+        DType::BF16 => (0..numel)
+            .flat_map(|_| ((rng.gen_range(118u16..128) << 7) | (rng.gen::<u16>() & 0x807f)).to_le_bytes())
+            .collect(),
+        _ => {
+            let bb = dtype.block_bytes();
+            let mut w = vec![0u8; numel / dtype.block_size() * bb];
+            rng.fill(&mut w[..]);
+            let f16_fields: &[usize] = match dtype {
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+                DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
+                DType::Q2K => &[80, 82],
+                DType::Q3K => &[108],
+                DType::Q4K | DType::Q5K => &[0, 2],
+                DType::Q6K => &[208],
+                _ => &[],
+            };
+            for blk in w.chunks_exact_mut(bb) {
+                for &at in f16_fields {
+                    blk[at..at + 2].copy_from_slice(&f16_bits(rng, 4, 12).to_le_bytes());
+                }
+                if dtype == DType::Q8K {
+                    blk[0..4].copy_from_slice(&rng.gen_range(-0.01f32..0.01).to_le_bytes());
+                }
+            }
+            w
+        }
+    }
+}
+
+/// A weight, the raw bytes it was built from (the reference reads those), and maybe a bias.
+struct Case {
+    dtype: DType,
+    out: usize,
+    inn: usize,
+    w: CpuWeight,
+    bytes: Vec<u8>,
+    bias: Option<Vec<f32>>,
+}
+
+impl Case {
+    fn new(rng: &mut StdRng, dtype: DType, out: usize, inn: usize) -> Case {
+        let bytes = random_bytes(rng, dtype, out, inn);
+        let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
+        let w = CpuWeight::from_bytes(&info, &bytes).unwrap();
+        let bias = rng.gen_bool(0.5).then(|| (0..out).map(|_| rng.gen_range(-1.0f32..1.0)).collect());
+        Case { dtype, out, inn, w, bytes, bias }
+    }
+
+    fn bias_weight(&self) -> Option<CpuWeight> {
+        self.bias.as_ref().map(|b| CpuWeight::from_f32(&[self.out], b.clone()))
+    }
+
+    fn run(&self, pool: &rayon::ThreadPool, isa: Isa, p: Precision, x: &Tensor) -> Vec<f32> {
+        let y = matmul(pool, isa, p, x, &self.w, self.bias_weight().as_ref());
+        assert_eq!((y.rows, y.cols), (x.rows, self.out));
+        y.host
+    }
+
+    fn reference(&self, p: Precision, x: &Tensor) -> Vec<f32> {
+        matmul_ref(p, &x.host, x.rows, self.dtype, &self.bytes, self.out, self.inn, self.bias.as_deref())
+    }
+
+    fn name(&self) -> String {
+        format!("{} [{}, {}]{}", self.dtype, self.out, self.inn, if self.bias.is_some() { " +bias" } else { "" })
+    }
+}
+
+/// Random activations: mostly N(0, 1)-ish, some rows scaled up or down, a few outliers; now and then a row of
+/// zeros (block scale 0) or of subnormals (block scale whose inverse overflows: the clamp path).
+fn random_x(rng: &mut StdRng, rows: usize, cols: usize) -> Tensor {
+    let mut data = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let scale = match rng.gen_range(0..40) {
+            0 => 0.0,
+            1 => 1e-39,
+            2 => 1e-37,
+            k => [1.0f32, 0.01, 30.0][k % 3],
+        };
+        for _ in 0..cols {
+            // A cheap bell shape: the product of a uniform and a random power of two.
+            let v = rng.gen_range(-1.0f32..1.0) * f32::from_bits((rng.gen_range(124u32..129)) << 23) * scale;
+            data.push(if rng.gen_ratio(1, 200) { v * 20.0 } else { v });
+        }
+    }
+    Tensor::host(rows, cols, data)
+}
+
+/// Input sizes for `dtype`: random whole blocks plus the real hidden sizes (576, 896, 1536, 640) that are.
+fn sizes(rng: &mut StdRng, dtype: DType) -> Vec<(usize, usize)> {
+    let bs = dtype.block_size();
+    let mut v = Vec::new();
+    for _ in 0..3 {
+        let inn = if bs == 1 { rng.gen_range(1..300) } else { bs * rng.gen_range(1..(1024 / bs).max(2) + 1) };
+        v.push((rng.gen_range(1..150), inn));
+    }
+    for hidden in [576, 896, 1536, 640] {
+        if hidden % bs == 0 {
+            v.push((rng.gen_range(1..80), hidden));
+        }
+    }
+    v
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The first differing element, for messages.
+fn first_diff(a: &[f32], b: &[f32]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+        Some(i) => format!("element {i}: {} vs {}", a[i], b[i]),
+        None => format!("lengths {} vs {}", a.len(), b.len()),
+    }
+}
+
+#[test]
+fn fast_kernels_equal_the_reference() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    for dtype in TYPES {
+        for (out, inn) in sizes(&mut rng, dtype) {
+            let case = Case::new(&mut rng, dtype, out, inn);
+            let rows = rng.gen_range(1..12);
+            let x = random_x(&mut rng, rows, inn);
+            for p in PRECISIONS {
+                let want = case.reference(p, &x);
+                for isa in Isa::available() {
+                    let got = case.run(&pool, isa, p, &x);
+                    assert!(
+                        bits(&got) == bits(&want),
+                        "{} {} {} rows={}: {} (TF_SEED={seed})",
+                        case.name(),
+                        p.name(),
+                        isa.name(),
+                        x.rows,
+                        first_diff(&got, &want)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_are_exact_whatever_their_company() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    for dtype in TYPES {
+        let sizes = sizes(&mut rng, dtype);
+        let inn = sizes[rng.gen_range(0..sizes.len())].1;
+        let out = rng.gen_range(1..48);
+        let case = Case::new(&mut rng, dtype, out, inn);
+        let row = random_x(&mut rng, 1, inn);
+        let alone: Vec<Vec<f32>> = PRECISIONS
+            .iter()
+            .flat_map(|&p| Isa::available().into_iter().map(move |isa| (p, isa)))
+            .map(|(p, isa)| case.run(&pool, isa, p, &row))
+            .collect();
+        for r in [1, 2, 3, 5, 8, 16, 33, 64] {
+            let mut x = random_x(&mut rng, r, inn);
+            let at = rng.gen_range(0..r);
+            x.row_mut(at).copy_from_slice(row.row(0));
+            let runs = PRECISIONS.iter().flat_map(|&p| Isa::available().into_iter().map(move |isa| (p, isa)));
+            for ((p, isa), alone) in runs.zip(&alone) {
+                let y = case.run(&pool, isa, p, &x);
+                let got = &y[at * out..(at + 1) * out];
+                assert!(
+                    bits(got) == bits(alone),
+                    "{} {} {}: row at {at} of {r}: {} (TF_SEED={seed})",
+                    case.name(),
+                    p.name(),
+                    isa.name(),
+                    first_diff(got, alone)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn thread_count_does_not_matter() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pools = [pool(1), pool(2), pool(3)];
+    for dtype in TYPES {
+        let inn = 256 * rng.gen_range(1..4);
+        // Several chunks of columns, with a ragged last tile.
+        let (out, rows) = (rng.gen_range(130..300), rng.gen_range(1..20));
+        let case = Case::new(&mut rng, dtype, out, inn);
+        let x = random_x(&mut rng, rows, inn);
+        for p in PRECISIONS {
+            for isa in Isa::available() {
+                let one = case.run(&pools[0], isa, p, &x);
+                for pool in &pools[1..] {
+                    let many = case.run(pool, isa, p, &x);
+                    assert!(
+                        bits(&many) == bits(&one),
+                        "{} {} {} {} threads: {} (TF_SEED={seed})",
+                        case.name(),
+                        p.name(),
+                        isa.name(),
+                        pool.current_num_threads(),
+                        first_diff(&many, &one)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Full mode within `(k/16 + 8)·ε·Σ|x·w|` of the f64 dot of the dequantized weights; checkpoint mode within the
+/// activation quantization error `Σ|w|·dx/2` (plus rounding) of it. A wrong but self-consistent formula fails.
+#[test]
+fn results_are_close_to_an_f64_dot() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    let eps = f32::EPSILON as f64;
+    for dtype in TYPES {
+        for (out, inn) in sizes(&mut rng, dtype) {
+            let mut case = Case::new(&mut rng, dtype, out, inn);
+            case.bias = None;
+            let x = random_x(&mut rng, 3, inn);
+            let mut wrow = vec![0f32; inn];
+            for p in PRECISIONS {
+                let y = case.run(&pool, Isa::detect(), p, &x);
+                let block = checkpoint_block(dtype).filter(|_| p == Precision::Checkpoint);
+                for r in 0..x.rows {
+                    let xq = block.map(|b| quantize_row(x.row(r), b));
+                    for n in 0..out {
+                        case.w.row_f32(n, &mut wrow);
+                        let (mut exact, mut mag, mut qerr) = (0f64, 0f64, 0f64);
+                        for (i, (&xv, &wv)) in x.row(r).iter().zip(&wrow).enumerate() {
+                            exact += xv as f64 * wv as f64;
+                            mag += (xv as f64 * wv as f64).abs();
+                            if let Some(q) = &xq {
+                                qerr += (wv as f64).abs() * q.d[i / q.block] as f64 * 0.5001;
+                            }
+                        }
+                        let steps = if block.is_some() { inn / 32 } else { inn / 16 } as f64;
+                        let tol = qerr + (steps + 8.0) * eps * (mag + qerr) + 1e-30;
+                        let got = y[r * out + n] as f64;
+                        assert!(
+                            (got - exact).abs() <= tol,
+                            "{} {} row {r} col {n}: {got} vs {exact} (tol {tol}, TF_SEED={seed})",
+                            case.name(),
+                            p.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn row_f32_and_as_f32_vec_equal_dequantize() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for dtype in TYPES {
+        let case = Case::new(&mut rng, dtype, 5, 256);
+        let want = tf_quant::dequantize_to_vec(dtype, &case.bytes, 5 * 256).unwrap();
+        assert_eq!(bits(&case.w.as_f32_vec()), bits(&want), "{dtype}");
+        let mut row = vec![0f32; 256];
+        case.w.row_f32(3, &mut row);
+        assert_eq!(bits(&row), bits(&want[3 * 256..4 * 256]), "{dtype}");
+    }
+}

@@ -1,0 +1,210 @@
+//! `tensorfold run`: generate from a prompt, streaming text to stdout; the receipt (token_sha, speeds) goes to
+//! stderr.
+
+use crate::model_ref;
+use crate::session::Session;
+use clap::Args;
+use std::io::Write;
+use tf_core::Precision;
+use tf_engine::{Flow, GenRequest, Generator, SamplingParams};
+use tf_text::IncrementalDetokenizer;
+
+/// KV block size (token slots per block) of the CLI's pool.
+const BLOCK_SIZE: usize = 16;
+
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy. Default: the model's generation_config.json, else 0.8.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Keep the K likeliest tokens (0 = all). Default: generation_config.json, else 40.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling mass (1 = off). Default: generation_config.json, else 0.95.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than MIN_P × the likeliest (0 = off). Default: generation_config.json, else 0.05.
+    #[arg(long)]
+    pub min_p: Option<f64>,
+    /// Repetition penalty (1 = off).
+    #[arg(long)]
+    pub repetition_penalty: Option<f64>,
+    /// Presence penalty, OpenAI rule (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f64,
+    /// Frequency penalty, OpenAI rule (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f64,
+    /// Seed of the keyed sampler; without it the seed is derived from the prompt, so reruns repeat.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self, s: &Session) -> SamplingParams {
+        let d = &s.defaults;
+        SamplingParams {
+            temperature: self.temperature.or(d.temperature).unwrap_or(0.8),
+            top_k: self.top_k.or(d.top_k).unwrap_or(40),
+            top_p: self.top_p.or(d.top_p).unwrap_or(0.95),
+            min_p: self.min_p.or(d.min_p).unwrap_or(0.05),
+            repetition_penalty: self.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face-style directory, or a hub id (org/name[@rev][:file]) in the local HF cache.
+    pub model: String,
+    /// Arithmetic of the matmuls: `checkpoint` (int8 activations × the checkpoint's integer blocks) or `full`
+    /// (f32 activations × dequantized weights). Each is exact with itself.
+    #[arg(long, default_value = "checkpoint", value_parser = parse_precision)]
+    pub precision: Precision,
+    /// Worker threads (default: all cores). Any count gives the same bits.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+fn parse_precision(s: &str) -> Result<Precision, String> {
+    Precision::parse(s).ok_or_else(|| format!("'{s}' is not a precision mode (checkpoint, full)"))
+}
+
+impl ModelArgs {
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1)
+    }
+
+    pub fn load(&self) -> Result<Session, String> {
+        let m = model_ref::resolve(&self.model)?;
+        Session::load(&m, self.threads(), self.precision)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt (with --chat: the user message).
+    #[arg(long, short)]
+    pub prompt: String,
+    /// Render the prompt as a user turn through the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message (with --chat).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Stop when the output contains this text (repeatable); the stop text is not printed.
+    #[arg(long)]
+    pub stop: Vec<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Prompt rows per forward call while filling the prompt (any value gives the same bits).
+    #[arg(long, default_value_t = 64)]
+    pub prefill_chunk: usize,
+}
+
+/// Holds back the tail of the streamed text that could still become a stop string.
+struct StopFilter {
+    stops: Vec<String>,
+    pending: String,
+}
+
+impl StopFilter {
+    /// Adds text; returns what is safe to print and whether a stop string was hit (its text is dropped).
+    fn push(&mut self, text: &str) -> (String, bool) {
+        self.pending.push_str(text);
+        if let Some(at) = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min() {
+            let out = self.pending[..at].to_owned();
+            self.pending.clear();
+            return (out, true);
+        }
+        let keep = self.stops.iter().map(|s| s.len().saturating_sub(1)).max().unwrap_or(0);
+        let mut cut = self.pending.len().saturating_sub(keep);
+        while !self.pending.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let out = self.pending[..cut].to_owned();
+        self.pending.drain(..cut);
+        (out, false)
+    }
+}
+
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    if args.stop.iter().any(String::is_empty) {
+        return Err("--stop: an empty stop string would end every reply at once".into());
+    }
+    let s = args.model.load()?;
+    let prompt = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(sys) = &args.system {
+            messages.push(serde_json::json!({"role": "system", "content": sys}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": args.prompt}));
+        s.chat_prompt(&serde_json::Value::Array(messages))?
+    } else {
+        s.plain_prompt(&args.prompt)?
+    };
+    let mut req = GenRequest::new(prompt, args.sampling.params(&s), args.max_tokens);
+    req.stop_ids = s.tokenizer.stop_ids().to_vec();
+    req.prefill_chunk = args.prefill_chunk;
+    let blocks = (req.prompt.len() + args.max_tokens).div_ceil(BLOCK_SIZE);
+    let mut generator =
+        Generator::new(s.backend.as_ref(), s.model.as_ref(), blocks, BLOCK_SIZE).map_err(|e| e.to_string())?;
+
+    let mut detok = IncrementalDetokenizer::new(true);
+    let mut stops = StopFilter { stops: args.stop.clone(), pending: String::new() };
+    let mut out = std::io::stdout().lock();
+    let mut io_error = None;
+    let mut on_token = |ev: tf_engine::TokenEvent| {
+        let text = match detok.push(&s.tokenizer, ev.token) {
+            Ok(t) => t,
+            Err(e) => {
+                io_error = Some(e.to_string());
+                return Flow::Stop;
+            }
+        };
+        let (print, hit) = stops.push(&text);
+        if let Err(e) = out.write_all(print.as_bytes()).and_then(|_| out.flush()) {
+            io_error = Some(format!("stdout: {e}"));
+            return Flow::Stop;
+        }
+        if hit {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    };
+    let result = generator.generate(&req, &mut on_token).map_err(|e| e.to_string())?;
+    if let Some(e) = io_error {
+        return Err(e);
+    }
+    let tail = detok.finish(&s.tokenizer).map_err(|e| e.to_string())?;
+    let (mut rest, _) = stops.push(&tail);
+    if !stops.pending.is_empty() {
+        rest.push_str(&stops.pending);
+    }
+    let _ = writeln!(out, "{rest}").and_then(|_| out.flush());
+    let n = result.tokens.len();
+    let prefill_tps = result.prompt_tokens as f64 / result.prefill_s.max(1e-9);
+    let decode_tps = n.saturating_sub(1) as f64 / result.decode_s.max(1e-9);
+    eprintln!(
+        "token_sha={} tokens={} prompt_tokens={} finish={:?} seed={} prefill={:.1} tok/s decode={:.1} tok/s ({}, {})",
+        result.token_sha,
+        n,
+        result.prompt_tokens,
+        result.finish_reason,
+        result.seed,
+        prefill_tps,
+        decode_tps,
+        s.backend.describe(),
+        args.model.precision.name(),
+    );
+    Ok(())
+}

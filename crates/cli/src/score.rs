@@ -1,0 +1,231 @@
+//! `tensorfold perplexity` (teacher-forced scoring of a text file) and `tensorfold bench` (prefill and serial
+//! decode speed, in-process).
+
+use crate::run::ModelArgs;
+use crate::session::Session;
+use clap::Args;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+use tf_engine::{GenRequest, Generator, SamplingParams};
+
+const BLOCK_SIZE: usize = 16;
+
+#[derive(Args, Debug, Clone)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A UTF-8 text file.
+    pub file: PathBuf,
+    /// Tokens per window; every window is scored from a fresh context.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// Score at most this many tokens of the file.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Write the token ids, windows, teacher-forced argmax and per-position NLL as JSON to this file.
+    #[arg(long)]
+    pub dump_top1: Option<PathBuf>,
+    /// Rows per forward call (any value gives the same bits).
+    #[arg(long, default_value_t = 64)]
+    pub chunk: usize,
+}
+
+/// What `--dump-top1` writes. `top1[i]` and `nll[i]` belong to `ids[i]`'s prediction of `ids[i + 1]` within
+/// its window; the last position of each window predicts nothing and is left out.
+#[derive(Serialize)]
+pub struct ScoreDump {
+    pub model: String,
+    pub precision: String,
+    pub ids: Vec<u32>,
+    /// `[start, end)` of each window in `ids`.
+    pub windows: Vec<[usize; 2]>,
+    /// Teacher-forced argmax (ties to the lower id) at every scored position, keyed by its index in `ids`.
+    pub positions: Vec<usize>,
+    pub top1: Vec<u32>,
+    pub nll: Vec<f64>,
+    pub perplexity: f64,
+}
+
+/// Argmax with ties to the lower id, and −ln softmax(logits)[target] in f64.
+pub fn argmax_and_nll(logits: &[f32], target: u32) -> (u32, f64) {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    let max = logits[best] as f64;
+    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    (best as u32, max + sum.ln() - logits[target as usize] as f64)
+}
+
+/// Per scored position: its index in `ids`, the teacher-forced argmax, and the NLL of the next token.
+pub type Scores = (Vec<usize>, Vec<u32>, Vec<f64>);
+
+/// Scores `windows` of `ids` and returns (positions, top1, nll) for every position that predicts a next token.
+pub fn score_windows(s: &Session, ids: &[u32], windows: &[[usize; 2]], chunk: usize) -> Result<Scores, String> {
+    let longest = windows.iter().map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), longest.div_ceil(BLOCK_SIZE).max(1), BLOCK_SIZE)
+        .map_err(|e| e.to_string())?;
+    let (mut positions, mut top1, mut nll) = (Vec::new(), Vec::new(), Vec::new());
+    for w in windows {
+        let tokens = &ids[w[0]..w[1]];
+        g.score(tokens, chunk, &mut |p, logits| {
+            if p + 1 < tokens.len() {
+                let (best, l) = argmax_and_nll(logits, tokens[p + 1]);
+                positions.push(w[0] + p);
+                top1.push(best);
+                nll.push(l);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    Ok((positions, top1, nll))
+}
+
+pub fn perplexity(args: &PerplexityArgs) -> Result<(), String> {
+    if args.ctx < 2 {
+        return Err("--ctx must be at least 2".into());
+    }
+    let text = std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let s = args.model.load()?;
+    // The text is tokenized once without special tokens; each window starts with BOS when the model wants one.
+    let body = s.tokenizer.encode(&text, false, false).map_err(|e| e.to_string())?;
+    let body = &body[..args.limit.unwrap_or(usize::MAX).min(body.len())];
+    let bos = if s.tokenizer.add_bos() { s.tokenizer.bos_id() } else { None };
+    let per_window = args.ctx - bos.is_some() as usize;
+    let mut ids = Vec::new();
+    let mut windows = Vec::new();
+    for piece in body.chunks(per_window) {
+        let start = ids.len();
+        ids.extend(bos);
+        ids.extend_from_slice(piece);
+        windows.push([start, ids.len()]);
+    }
+    if windows.is_empty() {
+        return Err(format!("{}: no tokens to score", args.file.display()));
+    }
+    let t0 = Instant::now();
+    let (positions, top1, nll) = score_windows(&s, &ids, &windows, args.chunk)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let mean = nll.iter().sum::<f64>() / nll.len().max(1) as f64;
+    let ppl = mean.exp();
+    println!(
+        "perplexity {ppl:.4} over {} predicted tokens in {} windows of ≤ {} ({:.1} tok/s, {}, {})",
+        nll.len(),
+        windows.len(),
+        args.ctx,
+        ids.len() as f64 / secs,
+        s.backend.describe(),
+        args.model.precision.name()
+    );
+    if let Some(path) = &args.dump_top1 {
+        let dump = ScoreDump {
+            model: s.path.clone(),
+            precision: args.model.precision.name().into(),
+            ids,
+            windows,
+            positions,
+            top1,
+            nll,
+            perplexity: ppl,
+        };
+        let json = serde_json::to_string(&dump).expect("dump serializes");
+        std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens filled per run.
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded serially per run (greedy, stop tokens ignored).
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Measured runs after one warm-up run; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct BenchResult {
+    model: String,
+    backend: String,
+    precision: String,
+    threads: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    runs: usize,
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+    prefill_tok_s_runs: Vec<f64>,
+    decode_tok_s_runs: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A fixed English passage, repeated to the requested prompt length.
+const BENCH_TEXT: &str = "The quick brown fox jumps over the lazy dog while the committee reviews the quarterly \
+report, which describes how the new bridge was designed, financed and built over three years by engineers \
+from several countries. ";
+
+pub fn bench(args: &BenchArgs) -> Result<(), String> {
+    if args.prompt_tokens == 0 || args.gen_tokens < 2 || args.runs == 0 {
+        return Err("--prompt-tokens must be ≥ 1, --gen-tokens ≥ 2 and --runs ≥ 1".into());
+    }
+    let s = args.model.load()?;
+    let unit = s.tokenizer.encode(BENCH_TEXT, false, false).map_err(|e| e.to_string())?;
+    let prompt: Vec<u32> = unit.iter().copied().cycle().take(args.prompt_tokens).collect();
+    let total = args.prompt_tokens + args.gen_tokens;
+    let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), total.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
+        .map_err(|e| e.to_string())?;
+    let req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
+    let (mut pre, mut dec) = (Vec::new(), Vec::new());
+    for run in 0..=args.runs {
+        let out = g.generate(&req, &mut |_| tf_engine::Flow::Continue).map_err(|e| e.to_string())?;
+        if run > 0 {
+            pre.push(args.prompt_tokens as f64 / out.prefill_s);
+            // decode_s covers gen_tokens draws and gen_tokens - 1 one-row forwards.
+            dec.push((args.gen_tokens - 1) as f64 / out.decode_s);
+        }
+    }
+    let r = BenchResult {
+        model: s.path.clone(),
+        backend: s.backend.describe(),
+        precision: args.model.precision.name().into(),
+        threads: args.model.threads(),
+        prompt_tokens: args.prompt_tokens,
+        gen_tokens: args.gen_tokens,
+        runs: args.runs,
+        prefill_tok_s: median(&pre),
+        decode_tok_s: median(&dec),
+        prefill_tok_s_runs: pre,
+        decode_tok_s_runs: dec,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&r).expect("serializes"));
+    } else {
+        println!(
+            "{}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens); medians of {} runs; {}, {}",
+            r.model, r.prefill_tok_s, r.prompt_tokens, r.decode_tok_s, r.gen_tokens, r.runs, r.backend, r.precision
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! A model loaded for generation: backend, model graph, tokenizer and chat template, from any MODEL argument.
+
+use crate::model_ref::ModelRef;
+use std::path::Path;
+use tf_backend_cpu::CpuBackend;
+use tf_core::{Backend, Precision};
+use tf_loader::gguf::GgufFile;
+use tf_loader::hf_config::{GenerationConfig, HfConfig};
+use tf_loader::safetensors::SafetensorsModel;
+use tf_models::Model;
+use tf_text::{ChatRenderOptions, ChatTemplate, Tokenizer};
+
+/// Sampling defaults a checkpoint asks for (`generation_config.json`), where it says.
+#[derive(Clone, Debug, Default)]
+pub struct ModelDefaults {
+    pub temperature: Option<f64>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+}
+
+/// Everything needed to generate with one model.
+pub struct Session {
+    pub backend: Box<dyn Backend>,
+    pub model: Box<dyn Model>,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub defaults: ModelDefaults,
+    /// Where the model came from, for messages.
+    pub path: String,
+}
+
+impl Session {
+    /// Loads `model` onto a CPU backend with `threads` threads in `precision` mode.
+    pub fn load(model: &ModelRef, threads: usize, precision: Precision) -> Result<Session, String> {
+        let backend: Box<dyn Backend> = Box::new(CpuBackend::new(threads, precision));
+        let tokenizer = crate::load_tokenizer(model)?;
+        let path = model.path().display().to_string();
+        let (model, defaults) = match model {
+            ModelRef::Gguf(p) => {
+                let g = GgufFile::open(p).map_err(|e| e.to_string())?;
+                let m = tf_models::load_model(backend.as_ref(), &g, &g).map_err(|e| format!("{path}: {e}"))?;
+                (m, ModelDefaults::default())
+            }
+            ModelRef::HfDir(dir) => {
+                let cfg = HfConfig::from_dir(dir).map_err(|e| e.to_string())?;
+                let st = SafetensorsModel::open_dir(dir).map_err(|e| e.to_string())?;
+                let m = tf_models::load_model(backend.as_ref(), &st, &cfg).map_err(|e| format!("{path}: {e}"))?;
+                (m, hf_defaults(dir)?)
+            }
+        };
+        let template = match tokenizer.chat_template() {
+            Some(src) => Some(ChatTemplate::new(src).map_err(|e| format!("{path}: {e}"))?),
+            None => None,
+        };
+        Ok(Session { backend, model, tokenizer, template, defaults, path })
+    }
+
+    /// Renders a chat (`messages` as OpenAI-style JSON) with the generation prompt, and tokenizes it the way
+    /// `transformers` does (the template writes any BOS itself).
+    pub fn chat_prompt(&self, messages: &serde_json::Value) -> Result<Vec<u32>, String> {
+        let template = self.template.as_ref().ok_or_else(|| {
+            format!("{}: the model has no chat template; give a plain prompt without --chat", self.path)
+        })?;
+        let opts = ChatRenderOptions {
+            add_generation_prompt: true,
+            bos_token: self.tokenizer.bos_token().map(str::to_owned),
+            eos_token: self.tokenizer.eos_token().map(str::to_owned),
+            ..Default::default()
+        };
+        let text = template.render(messages, &opts).map_err(|e| e.to_string())?;
+        self.tokenizer.encode(&text, false, true).map_err(|e| e.to_string())
+    }
+
+    /// Tokenizes a plain prompt with the model's BOS/EOS rules.
+    pub fn plain_prompt(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text, true, true).map_err(|e| e.to_string())
+    }
+}
+
+fn hf_defaults(dir: &Path) -> Result<ModelDefaults, String> {
+    let Some(g) = GenerationConfig::from_dir(dir).map_err(|e| e.to_string())? else {
+        return Ok(ModelDefaults::default());
+    };
+    let sampled = g.do_sample.unwrap_or(true);
+    Ok(ModelDefaults {
+        temperature: if sampled { g.temperature } else { Some(0.0) },
+        top_k: g.top_k.map(|k| k as usize),
+        top_p: g.top_p,
+        min_p: g.min_p,
+        repetition_penalty: g.repetition_penalty,
+    })
+}

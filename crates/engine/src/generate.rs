@@ -1,0 +1,366 @@
+//! Single-stream generation: chunked prefill, then one-token decode steps, with the keyed sampler.
+//!
+//! The sampling position of a token is its absolute position, i.e. its index in `prompt + generated`; the
+//! logits for position `p` come from the row at position `p − 1`. Every row is row-exact (DESIGN.md §2), so any
+//! `prefill_chunk` gives the same logits bits and therefore the same tokens.
+
+use crate::kv_pool::{BlockTable, KvPool, PoolError};
+use crate::sampler::{sample, SamplingError, SamplingParams};
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, DEFAULT_SEED_SALT};
+use tf_models::{Batch, Model};
+
+/// One generation request.
+#[derive(Clone, Debug)]
+pub struct GenRequest {
+    /// Prompt token ids (at least one).
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    /// Most tokens to generate (≥ 1); `prompt.len() + max_tokens` must fit the model's context.
+    pub max_tokens: usize,
+    /// Token ids that end the reply (EOS/EOT); the one that ends it is part of the output.
+    pub stop_ids: Vec<u32>,
+    /// Prompt rows per forward call (≥ 1). Any value gives the same bits.
+    pub prefill_chunk: usize,
+    /// Salt of the prompt-derived seed when `params.seed` is `None` (published default: `"0"`).
+    pub seed_salt: String,
+}
+
+impl GenRequest {
+    pub fn new(prompt: Vec<u32>, params: SamplingParams, max_tokens: usize) -> GenRequest {
+        GenRequest {
+            prompt,
+            params,
+            max_tokens,
+            stop_ids: Vec::new(),
+            prefill_chunk: 64,
+            seed_salt: DEFAULT_SEED_SALT.to_string(),
+        }
+    }
+}
+
+/// What the token callback says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// End the reply after this token (finish reason `Cancelled`); the CLI uses it for stop strings.
+    Stop,
+}
+
+/// Why a reply ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop id was generated (it is the last output token).
+    Stop,
+    /// `max_tokens` tokens were generated.
+    Length,
+    /// The callback returned [`Flow::Stop`].
+    Cancelled,
+}
+
+/// One generated token, as it is produced.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenEvent {
+    pub token: u32,
+    /// Index in the reply (0 = first generated token).
+    pub index: usize,
+    /// Absolute position (= prompt length + index); the sampling key's position.
+    pub position: usize,
+    /// ln P(token) at temperature 1 after penalties (see [`crate::Draw::logprob`]).
+    pub logprob: f64,
+    /// Whether the token is one of the request's stop ids (it ends the reply).
+    pub is_stop: bool,
+}
+
+/// A finished reply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenOutput {
+    /// Generated ids, including the stop id that ended the reply.
+    pub tokens: Vec<u32>,
+    pub finish_reason: FinishReason,
+    /// [`token_sha`] of `tokens`.
+    pub token_sha: String,
+    /// Seconds filling the prompt, and decoding (first sample to the end).
+    pub prefill_s: f64,
+    pub decode_s: f64,
+    pub prompt_tokens: usize,
+    /// The seed the draws were keyed on (the request's, or the prompt-derived one).
+    pub seed: u64,
+}
+
+/// Why a request was refused or failed. Everything but `Backend` and `Model` is detected before any work.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineError {
+    /// A malformed request (empty prompt, `max_tokens` 0, an id outside the vocabulary, ...).
+    InvalidRequest(String),
+    Sampling(SamplingError),
+    /// Prompt + max_tokens beyond the model's context.
+    ContextOverflow {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        context_length: usize,
+    },
+    /// The KV pool cannot hold the request.
+    Pool(PoolError),
+    Backend(BackendError),
+    /// The model broke its contract (e.g. logits of the wrong shape).
+    Model(String),
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
+            EngineError::Sampling(e) => write!(f, "{e}"),
+            EngineError::ContextOverflow { prompt_tokens, max_tokens, context_length } => write!(
+                f,
+                "the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the model's context \
+                 of {context_length} tokens"
+            ),
+            EngineError::Pool(e) => write!(f, "{e}"),
+            EngineError::Backend(e) => write!(f, "backend: {e}"),
+            EngineError::Model(m) => write!(f, "model: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<SamplingError> for EngineError {
+    fn from(e: SamplingError) -> Self {
+        EngineError::Sampling(e)
+    }
+}
+
+impl From<PoolError> for EngineError {
+    fn from(e: PoolError) -> Self {
+        EngineError::Pool(e)
+    }
+}
+
+impl From<BackendError> for EngineError {
+    fn from(e: BackendError) -> Self {
+        EngineError::Backend(e)
+    }
+}
+
+/// First 12 hex chars of SHA-256 over the ids in decimal joined by `,` (DESIGN.md §4).
+pub fn token_sha(ids: &[u32]) -> String {
+    let mut h = Sha256::new();
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            h.update(b",");
+        }
+        h.update(id.to_string().as_bytes());
+    }
+    h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Drives one model on one backend, one request at a time, over a paged KV cache.
+pub struct Generator<'a> {
+    be: &'a dyn Backend,
+    model: &'a dyn Model,
+    kv: KvCache,
+    pool: KvPool,
+}
+
+impl<'a> Generator<'a> {
+    /// Allocates a KV cache of `blocks` blocks of `block_size` slots on `be`.
+    pub fn new(
+        be: &'a dyn Backend,
+        model: &'a dyn Model,
+        blocks: usize,
+        block_size: usize,
+    ) -> Result<Generator<'a>, EngineError> {
+        let kv = be.alloc_kv(model.kv_spec(blocks, block_size))?;
+        Ok(Generator::with_kv(be, model, kv))
+    }
+
+    /// Uses an allocated KV cache; the pool follows its spec.
+    pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
+        let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
+        Generator { be, model, kv, pool }
+    }
+
+    pub fn pool(&self) -> &KvPool {
+        &self.pool
+    }
+
+    /// Checks everything that can be checked before any work; returns the seed.
+    fn admit(&self, req: &GenRequest) -> Result<u64, EngineError> {
+        let invalid = |m: String| Err(EngineError::InvalidRequest(m));
+        if req.prompt.is_empty() {
+            return invalid("the prompt is empty".into());
+        }
+        if req.max_tokens == 0 {
+            return invalid("max_tokens must be at least 1".into());
+        }
+        if req.prefill_chunk == 0 {
+            return invalid("prefill_chunk must be at least 1".into());
+        }
+        req.params.validate()?;
+        let vocab = self.model.vocab_size();
+        if let Some((i, id)) = req.prompt.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return invalid(format!("prompt token {i} is id {id}, outside the vocabulary of {vocab}"));
+        }
+        let context_length = self.model.context_length();
+        let total = req.prompt.len().saturating_add(req.max_tokens);
+        if total > context_length {
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: req.prompt.len(),
+                max_tokens: req.max_tokens,
+                context_length,
+            });
+        }
+        // KV is written for every token fed: the prompt and all generated tokens but the last.
+        self.pool.check_fits(total - 1)?;
+        Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
+    }
+
+    /// One forward over `tokens` at positions `start..`, all causal rows of sequence 0; returns the logits of
+    /// `logit_rows` (indices into `tokens`), row-major `[logit_rows.len(), vocab]`.
+    fn forward(
+        &mut self,
+        table: &BlockTable,
+        tokens: &[u32],
+        start: usize,
+        logit_rows: Vec<usize>,
+    ) -> Result<Vec<f32>, EngineError> {
+        let n = tokens.len();
+        let want = logit_rows.len();
+        let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
+        let batch = Batch {
+            tokens: tokens.to_vec(),
+            slots: (start..start + n).map(|p| table.slot(p)).collect(),
+            attn: AttnMeta {
+                block_tables: vec![table.ids()],
+                rows: positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect(),
+            },
+            positions,
+            logit_rows,
+        };
+        let out = self.model.forward(self.be, &batch, &mut self.kv);
+        if want == 0 {
+            return Ok(Vec::new());
+        }
+        let vocab = self.model.vocab_size();
+        if out.rows != want || out.cols != vocab {
+            return Err(EngineError::Model(format!("logits are {}×{}, expected {want}×{vocab}", out.rows, out.cols)));
+        }
+        let host = self.be.to_host(&out);
+        if host.len() != want * vocab {
+            return Err(EngineError::Model(format!("logits hold {} values, expected {}", host.len(), want * vocab)));
+        }
+        Ok(host)
+    }
+
+    /// Teacher-forced scoring: feeds `tokens` (a fresh sequence from position 0) in chunks of `chunk` rows and
+    /// calls `on_row(position, logits)` for every position in order; the logits at position `p` predict
+    /// `tokens[p + 1]`. Any `chunk` gives the same bits.
+    pub fn score(
+        &mut self,
+        tokens: &[u32],
+        chunk: usize,
+        on_row: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
+        if tokens.is_empty() || chunk == 0 {
+            return Err(EngineError::InvalidRequest("score needs at least one token and a chunk of at least 1".into()));
+        }
+        let vocab = self.model.vocab_size();
+        if let Some((i, id)) = tokens.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+            return Err(EngineError::InvalidRequest(format!(
+                "token {i} is id {id}, outside the vocabulary of {vocab}"
+            )));
+        }
+        let context_length = self.model.context_length();
+        if tokens.len() > context_length {
+            return Err(EngineError::ContextOverflow { prompt_tokens: tokens.len(), max_tokens: 0, context_length });
+        }
+        self.pool.check_fits(tokens.len())?;
+        let mut table = BlockTable::new(&self.pool);
+        table.ensure(&self.pool, tokens.len())?;
+        let mut start = 0;
+        for piece in tokens.chunks(chunk) {
+            let logits = self.forward(&table, piece, start, (0..piece.len()).collect())?;
+            for (i, row) in logits.chunks_exact(vocab).enumerate() {
+                on_row(start + i, row);
+            }
+            start += piece.len();
+        }
+        Ok(())
+    }
+
+    /// Generates a reply to `req`, calling `on_token` for every token as it is drawn.
+    pub fn generate(
+        &mut self,
+        req: &GenRequest,
+        on_token: &mut dyn FnMut(TokenEvent) -> Flow,
+    ) -> Result<GenOutput, EngineError> {
+        let seed = self.admit(req)?;
+        let prompt = &req.prompt;
+        // All blocks up front (freed when `table` drops): the request cannot run out half-way.
+        let mut table = BlockTable::new(&self.pool);
+        table.ensure(&self.pool, prompt.len() + req.max_tokens - 1)?;
+
+        let t0 = Instant::now();
+        let mut logits = Vec::new();
+        let mut start = 0;
+        for chunk in prompt.chunks(req.prefill_chunk) {
+            let last = start + chunk.len() == prompt.len();
+            let rows = if last { vec![chunk.len() - 1] } else { Vec::new() };
+            let l = self.forward(&table, chunk, start, rows)?;
+            if last {
+                logits = l;
+            }
+            start += chunk.len();
+        }
+        let prefill_s = t0.elapsed().as_secs_f64();
+
+        let t1 = Instant::now();
+        let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
+        let finish_reason = loop {
+            let position = prompt.len() + tokens.len();
+            let draw = sample(&logits, &req.params, seed, position as u64, &tokens);
+            tokens.push(draw.token);
+            let is_stop = req.stop_ids.contains(&draw.token);
+            let event =
+                TokenEvent { token: draw.token, index: tokens.len() - 1, position, logprob: draw.logprob, is_stop };
+            let flow = on_token(event);
+            if is_stop {
+                break FinishReason::Stop;
+            }
+            if flow == Flow::Stop {
+                break FinishReason::Cancelled;
+            }
+            if tokens.len() == req.max_tokens {
+                break FinishReason::Length;
+            }
+            logits = self.forward(&table, &[draw.token], position, vec![0])?;
+        };
+        let decode_s = t1.elapsed().as_secs_f64();
+        Ok(GenOutput {
+            token_sha: token_sha(&tokens),
+            tokens,
+            finish_reason,
+            prefill_s,
+            decode_s,
+            prompt_tokens: prompt.len(),
+            seed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Python: hashlib.sha256(",".join(str(i) for i in ids).encode()).hexdigest()[:12]
+    //   [] e3b0c44298fc / [1, 2, 3] 8a6ae1512200 / [9707, 11, 1879, 2] 386b554eb8f6
+    #[test]
+    fn token_sha_known_answers() {
+        assert_eq!(token_sha(&[]), "e3b0c44298fc");
+        assert_eq!(token_sha(&[1, 2, 3]), "8a6ae1512200");
+        assert_eq!(token_sha(&[9707, 11, 1879, 2]), "386b554eb8f6");
+    }
+}

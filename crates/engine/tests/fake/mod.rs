@@ -1,0 +1,157 @@
+//! A fake model and a minimal backend for engine tests without weights.
+//!
+//! The fake "KV cache" stores `(token, position)` per slot. `forward` writes every row's pair into its slot,
+//! then, for each logit row, reads the row's context `0..ctx` back through the block table, checks each slot
+//! holds the expected position, and returns logits that are a hash of the whole token history. So the logits
+//! equal [`reference_logits`] of the true prefix exactly when tokens, positions, slots, block tables and context
+//! lengths are all right — a plumbing error changes tokens or panics.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use tf_core::{
+    mix, AttnMeta, AttnParams, Backend, BackendError, GluAct, KvCache, KvSpec, Precision, Rope, Tensor, TensorInfo,
+    Weight,
+};
+use tf_models::{Batch, Model};
+
+type Slots = Mutex<Vec<Option<(u32, u32)>>>;
+
+/// Only `alloc_kv` and `to_host` are real; the fake model calls nothing else.
+pub struct FakeBackend;
+
+impl Backend for FakeBackend {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn precision(&self) -> Precision {
+        Precision::Full
+    }
+    fn upload(&self, _: &TensorInfo, _: &[u8]) -> Result<Weight, BackendError> {
+        unimplemented!("fake backend: upload")
+    }
+    fn upload_f32(&self, _: &str, _: &[usize], _: Vec<f32>) -> Result<Weight, BackendError> {
+        unimplemented!("fake backend: upload_f32")
+    }
+    fn embed(&self, _: &Weight, _: &[u32]) -> Tensor {
+        unimplemented!("fake backend: embed")
+    }
+    fn matmul(&self, _: &Tensor, _: &Weight, _: Option<&Weight>) -> Tensor {
+        unimplemented!("fake backend: matmul")
+    }
+    fn rms_norm(&self, _: &Tensor, _: &Weight, _: usize, _: f32) -> Tensor {
+        unimplemented!("fake backend: rms_norm")
+    }
+    fn rope(&self, _: &mut Tensor, _: &[u32], _: usize, _: &Rope) {
+        unimplemented!("fake backend: rope")
+    }
+    fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
+        let slots: Slots = Mutex::new(vec![None; spec.blocks * spec.block_size]);
+        Ok(KvCache { spec, storage: Arc::new(slots) })
+    }
+    fn kv_write(&self, _: &mut KvCache, _: usize, _: &Tensor, _: &Tensor, _: &[u32]) {
+        unimplemented!("fake backend: kv_write")
+    }
+    fn attention(&self, _: &Tensor, _: &KvCache, _: usize, _: &AttnMeta, _: &AttnParams) -> Tensor {
+        unimplemented!("fake backend: attention")
+    }
+    fn glu(&self, _: &Tensor, _: &Tensor, _: GluAct) -> Tensor {
+        unimplemented!("fake backend: glu")
+    }
+    fn add(&self, _: &mut Tensor, _: &Tensor) {
+        unimplemented!("fake backend: add")
+    }
+    fn scale(&self, _: &mut Tensor, _: f32) {
+        unimplemented!("fake backend: scale")
+    }
+    fn select_rows(&self, _: &Tensor, _: &[usize]) -> Tensor {
+        unimplemented!("fake backend: select_rows")
+    }
+    fn to_host(&self, x: &Tensor) -> Vec<f32> {
+        x.host.clone()
+    }
+}
+
+/// Logits for the next token after `history`: f32 in [−4, 4), a hash of the whole history.
+pub fn reference_logits(history: &[u32], vocab: usize) -> Vec<f32> {
+    let h = history.iter().fold(0x1234_5678u64, |h, &t| mix(h ^ u64::from(t)).wrapping_add(1));
+    (0..vocab as u64)
+        .map(|v| (mix(h ^ v.wrapping_mul(0x9E37)) >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0)
+        .collect()
+}
+
+pub struct FakeModel {
+    pub vocab: usize,
+    pub context: usize,
+    /// Forward calls, rows fed and logit rows returned so far.
+    pub forwards: AtomicUsize,
+    pub rows: AtomicUsize,
+    pub logit_rows: AtomicUsize,
+    /// Largest number of rows in one call.
+    pub widest: AtomicUsize,
+}
+
+impl FakeModel {
+    pub fn new(vocab: usize, context: usize) -> FakeModel {
+        FakeModel {
+            vocab,
+            context,
+            forwards: AtomicUsize::new(0),
+            rows: AtomicUsize::new(0),
+            logit_rows: AtomicUsize::new(0),
+            widest: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn reset_counts(&self) {
+        for c in [&self.forwards, &self.rows, &self.logit_rows, &self.widest] {
+            c.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Model for FakeModel {
+    fn family(&self) -> &'static str {
+        "fake"
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn context_length(&self) -> usize {
+        self.context
+    }
+    fn kv_spec(&self, blocks: usize, block_size: usize) -> KvSpec {
+        KvSpec { layers: 1, blocks, block_size, kv_heads: 1, head_dim: 1 }
+    }
+    fn forward(&self, _be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
+        let n = batch.tokens.len();
+        assert!(n > 0 && batch.positions.len() == n && batch.slots.len() == n && batch.attn.rows.len() == n);
+        self.forwards.fetch_add(1, Ordering::SeqCst);
+        self.rows.fetch_add(n, Ordering::SeqCst);
+        self.logit_rows.fetch_add(batch.logit_rows.len(), Ordering::SeqCst);
+        self.widest.fetch_max(n, Ordering::SeqCst);
+        let bs = kv.spec.block_size;
+        let slots = kv.storage.downcast_ref::<Slots>().expect("fake KV storage");
+        let mut slots = slots.lock().unwrap();
+        for r in 0..n {
+            slots[batch.slots[r] as usize] = Some((batch.tokens[r], batch.positions[r]));
+        }
+        let mut out = Vec::with_capacity(batch.logit_rows.len() * self.vocab);
+        for &r in &batch.logit_rows {
+            let row = &batch.attn.rows[r];
+            assert_eq!(row.pos, batch.positions[r], "row {r}: RowAttn.pos");
+            assert_eq!(row.ctx, row.pos + 1, "row {r}: causal context");
+            assert!(row.tree.is_empty());
+            let table = &batch.attn.block_tables[row.seq];
+            let history: Vec<u32> = (0..row.ctx as usize)
+                .map(|p| {
+                    let slot = table[p / bs] as usize * bs + p % bs;
+                    let (tok, pos) = slots[slot].unwrap_or_else(|| panic!("position {p}: slot {slot} never written"));
+                    assert_eq!(pos as usize, p, "slot {slot} holds position {pos}, expected {p}");
+                    tok
+                })
+                .collect();
+            out.extend(reference_logits(&history, self.vocab));
+        }
+        Tensor::host(batch.logit_rows.len(), self.vocab, out)
+    }
+}

@@ -1,0 +1,184 @@
+//! Shared layers: the building blocks every family file is written in. Each is a short function over
+//! `&dyn Backend`, so a family's forward pass reads as a list of named steps, and every step is row-exact because
+//! every backend op is.
+//!
+//! Shapes: `R` rows (tokens of any mix of sequences), `H` hidden, `Dh` head size, `Nq`/`Nkv` query/key-value
+//! heads, `F` feed-forward width.
+
+use crate::model::Batch;
+use tf_core::{AttnParams, Backend, GluAct, KvCache, Rope, Tensor, Weight};
+
+/// Names an intermediate of layer `layer` (`usize::MAX` for tensors outside the layer stack), so a failing golden
+/// can be bisected. A no-op unless the `trace` feature is on; then it hands the tensor to the hook installed with
+/// [`set_trace_hook`] on this thread.
+#[inline(always)]
+pub fn trace(name: &str, layer: usize, t: &Tensor) {
+    #[cfg(feature = "trace")]
+    hook::call(name, layer, t);
+    #[cfg(not(feature = "trace"))]
+    let _ = (name, layer, t);
+}
+
+/// Marks a tensor that belongs to no layer (embeddings, final norm, logits).
+pub const NO_LAYER: usize = usize::MAX;
+
+#[cfg(feature = "trace")]
+pub use hook::set_trace_hook;
+
+#[cfg(feature = "trace")]
+mod hook {
+    use std::cell::RefCell;
+    use tf_core::Tensor;
+
+    /// Receives (name, layer, tensor) for every traced intermediate.
+    pub type TraceHook = Box<dyn FnMut(&str, usize, &Tensor)>;
+
+    thread_local! {
+        static HOOK: RefCell<Option<TraceHook>> = const { RefCell::new(None) };
+    }
+
+    /// Installs (or with `None` removes) this thread's trace hook.
+    pub fn set_trace_hook(hook: Option<TraceHook>) {
+        HOOK.with(|h| *h.borrow_mut() = hook);
+    }
+
+    pub(super) fn call(name: &str, layer: usize, t: &Tensor) {
+        HOOK.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f(name, layer, t)
+            }
+        });
+    }
+}
+
+/// Panics unless every per-row list of `batch` has one entry per row and every logit row exists (a programming
+/// error in the caller, like a shape mismatch in a backend op).
+pub fn check_batch(batch: &Batch) {
+    let r = batch.tokens.len();
+    assert!(
+        batch.positions.len() == r && batch.slots.len() == r && batch.attn.rows.len() == r,
+        "batch rows: {r} tokens, {} positions, {} slots, {} attention rows",
+        batch.positions.len(),
+        batch.slots.len(),
+        batch.attn.rows.len()
+    );
+    assert!(batch.logit_rows.iter().all(|&i| i < r), "batch logit rows {:?} out of {r} rows", batch.logit_rows);
+}
+
+/// A projection `y = x · wᵀ + b`.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    /// `[out, in]`.
+    pub w: Weight,
+    /// `[out]` f32, if the checkpoint has one.
+    pub b: Option<Weight>,
+}
+
+/// `x [R, in] → [R, out]`.
+pub fn linear(be: &dyn Backend, x: &Tensor, p: &Linear) -> Tensor {
+    be.matmul(x, &p.w, p.b.as_ref())
+}
+
+/// RMSNorm over the whole row: `x [R, H]`, `w [H]`.
+pub fn rms_norm(be: &dyn Backend, x: &Tensor, w: &Weight, eps: f32) -> Tensor {
+    be.rms_norm(x, w, x.cols, eps)
+}
+
+/// The residual connection `x += delta`.
+pub fn residual(be: &dyn Backend, x: &mut Tensor, delta: &Tensor) {
+    be.add(x, delta);
+}
+
+/// The weights of one self-attention block.
+#[derive(Clone, Debug)]
+pub struct AttnWeights {
+    /// `[Nq·Dh, H]`, bias `[Nq·Dh]`.
+    pub q: Linear,
+    /// `[Nkv·Dh, H]`, bias `[Nkv·Dh]`.
+    pub k: Linear,
+    /// `[Nkv·Dh, H]`, bias `[Nkv·Dh]`.
+    pub v: Linear,
+    /// `[H, Nq·Dh]`.
+    pub o: Linear,
+    /// Per-head RMSNorm of q before RoPE: `[Dh]`.
+    pub q_norm: Option<Weight>,
+    /// Per-head RMSNorm of k before RoPE: `[Dh]`.
+    pub k_norm: Option<Weight>,
+}
+
+/// How one layer attends: heads, scale, window, RoPE and the q/k-norm epsilon.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnSpec {
+    pub params: AttnParams,
+    pub rope: Rope,
+    pub eps: f32,
+}
+
+/// Self-attention of layer `layer` over the paged KV cache: projects `x [R, H]` (already normed) to q, k, v,
+/// applies the optional q/k norms and RoPE at each row's own position, writes k and v into each row's slot,
+/// attends as `batch.attn` says, and projects back → `[R, H]`.
+pub fn attention(
+    be: &dyn Backend,
+    x: &Tensor,
+    w: &AttnWeights,
+    spec: &AttnSpec,
+    layer: usize,
+    batch: &Batch,
+    kv: &mut KvCache,
+) -> Tensor {
+    let dh = spec.params.head_dim;
+    let mut q = linear(be, x, &w.q); // [R, Nq·Dh]
+    let mut k = linear(be, x, &w.k); // [R, Nkv·Dh]
+    let v = linear(be, x, &w.v); // [R, Nkv·Dh]
+    trace("q", layer, &q);
+    trace("k", layer, &k);
+    trace("v", layer, &v);
+    if let Some(n) = &w.q_norm {
+        q = be.rms_norm(&q, n, dh, spec.eps);
+        trace("q_normed", layer, &q);
+    }
+    if let Some(n) = &w.k_norm {
+        k = be.rms_norm(&k, n, dh, spec.eps);
+        trace("k_normed", layer, &k);
+    }
+    be.rope(&mut q, &batch.positions, dh, &spec.rope);
+    be.rope(&mut k, &batch.positions, dh, &spec.rope);
+    trace("q_rope", layer, &q);
+    trace("k_rope", layer, &k);
+    be.kv_write(kv, layer, &k, &v, &batch.slots);
+    let attn = be.attention(&q, kv, layer, &batch.attn, &spec.params); // [R, Nq·Dh]
+    trace("attn_heads", layer, &attn);
+    linear(be, &attn, &w.o) // [R, H]
+}
+
+/// A gated feed-forward block.
+#[derive(Clone, Debug)]
+pub struct GluMlp {
+    /// `[F, H]`.
+    pub gate: Weight,
+    /// `[F, H]`.
+    pub up: Weight,
+    /// `[H, F]`.
+    pub down: Weight,
+}
+
+/// `down(act(gate(x)) * up(x))`: `x [R, H] → [R, H]`.
+pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usize) -> Tensor {
+    let gate = be.matmul(x, &w.gate, None); // [R, F]
+    let up = be.matmul(x, &w.up, None); // [R, F]
+    let h = be.glu(&gate, &up, act); // [R, F]
+    trace("ffn_act", layer, &h);
+    be.matmul(&h, &w.down, None) // [R, H]
+}
+
+/// The last step of every decoder: keep the rows whose logits are wanted, norm them and project to the
+/// vocabulary. Selecting before the norm is the same bits as after (both ops are row-exact) and cheaper.
+/// `x [R, H]`, `norm [H]`, `head [V, H]` → `[batch.logit_rows.len(), V]`.
+pub fn logits(be: &dyn Backend, x: &Tensor, norm: &Weight, head: &Weight, eps: f32, batch: &Batch) -> Tensor {
+    let rows = be.select_rows(x, &batch.logit_rows); // [L, H]
+    let normed = rms_norm(be, &rows, norm, eps);
+    trace("result_norm", NO_LAYER, &normed);
+    let logits = be.matmul(&normed, head, None); // [L, V]
+    trace("result_output", NO_LAYER, &logits);
+    logits
+}

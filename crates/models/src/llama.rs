@@ -1,0 +1,103 @@
+//! The plain pre-norm decoder, shared by `llama` (Llama 2/3, SmolLM2, Mistral), `qwen2` (q/k/v biases) and
+//! `qwen3` (per-head q/k RMSNorm). The variants are `ModelConfig` flags (`qkv_bias`, `qk_norm`, the RoPE style
+//! and scaling, sliding windows), never separate files.
+//!
+//! Per layer: `x += attn(norm(x))`, `x += mlp(norm(x))`, SwiGLU; then the final norm and the output head
+//! (tied to the embeddings when the checkpoint has none).
+
+use crate::config::ModelConfig;
+use crate::layers::{self, attention, glu_mlp, logits, residual, rms_norm, trace, AttnSpec, AttnWeights, GluMlp};
+use crate::load::{self, Loader, Name, ATTN_NORM, OUTPUT_NORM};
+use crate::model::{Batch, Model, ModelError};
+use tf_core::{Backend, KvCache, KvSpec, Tensor, Weight, WeightSource};
+
+/// The pre-feed-forward norm: transformers calls it `post_attention_layernorm` in this family.
+const FFN_NORM: Name = Name { gguf: "blk.{}.ffn_norm", hf: "model.layers.{}.post_attention_layernorm" };
+
+/// One decoder layer.
+struct Layer {
+    /// `[H]`.
+    attn_norm: Weight,
+    /// q `[Nq·Dh, H]`, k and v `[Nkv·Dh, H]`, o `[H, Nq·Dh]`; biases (qwen2) and q/k norms `[Dh]` (qwen3).
+    attn: AttnWeights,
+    /// `[H]`.
+    ffn_norm: Weight,
+    /// gate and up `[F, H]`, down `[H, F]`.
+    mlp: GluMlp,
+}
+
+pub struct Llama {
+    cfg: ModelConfig,
+    /// `[V, H]`.
+    embd: Weight,
+    layers: Vec<Layer>,
+    /// Per-layer attention parameters and RoPE.
+    specs: Vec<AttnSpec>,
+    /// `[H]`.
+    output_norm: Weight,
+    /// `[V, H]` (the embedding table when tied).
+    output: Weight,
+    vocab: usize,
+}
+
+/// Loads a `llama`, `qwen2` or `qwen3` checkpoint.
+pub fn load(be: &dyn Backend, src: &dyn WeightSource, cfg: ModelConfig) -> Result<Box<dyn Model>, ModelError> {
+    let mut cfg = cfg;
+    let ld = Loader::new(be, src, cfg.format);
+    if let Some(scaling) = load::rope_freqs_scaling(&ld, &cfg.rope)? {
+        cfg.rope.scaling = scaling;
+    }
+    let (embd, vocab) = load::embeddings(&ld, &cfg)?;
+    let layers = (0..cfg.layers)
+        .map(|l| {
+            Ok(Layer {
+                attn_norm: ld.norm(ATTN_NORM, l, cfg.hidden, 0.0)?,
+                attn: load::attention(&ld, &cfg, l, 0.0)?,
+                ffn_norm: ld.norm(FFN_NORM, l, cfg.hidden, 0.0)?,
+                mlp: load::glu_mlp(&ld, &cfg, l)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    let output_norm = ld.norm(OUTPUT_NORM, 0, cfg.hidden, 0.0)?;
+    let output = load::output_head(&ld, &cfg, &embd, vocab)?;
+    Ok(Box::new(Llama { specs: load::attn_specs(&cfg), cfg, embd, layers, output_norm, output, vocab }))
+}
+
+impl Model for Llama {
+    fn family(&self) -> &'static str {
+        self.cfg.family
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn context_length(&self) -> usize {
+        self.cfg.context
+    }
+
+    fn kv_spec(&self, blocks: usize, block_size: usize) -> KvSpec {
+        KvSpec { layers: self.cfg.layers, blocks, block_size, kv_heads: self.cfg.kv_heads, head_dim: self.cfg.head_dim }
+    }
+
+    fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
+        layers::check_batch(batch);
+        let eps = self.cfg.eps;
+        let mut x = be.embed(&self.embd, &batch.tokens); // [R, H]
+        trace("inp_embd", layers::NO_LAYER, &x);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(be, &x, &layer.attn_norm, eps);
+            trace("attn_norm", l, &h);
+            let attn_out = attention(be, &h, &layer.attn, &self.specs[l], l, batch, kv);
+            trace("attn_out", l, &attn_out);
+            residual(be, &mut x, &attn_out);
+            let h = rms_norm(be, &x, &layer.ffn_norm, eps);
+            trace("ffn_norm", l, &h);
+            let ffn_out = glu_mlp(be, &h, &layer.mlp, self.cfg.act, l);
+            trace("ffn_out", l, &ffn_out);
+            residual(be, &mut x, &ffn_out);
+            trace("l_out", l, &x);
+        }
+        logits(be, &x, &self.output_norm, &self.output, eps, batch)
+    }
+}

@@ -1,0 +1,21 @@
+//! Integration tests of the model families, in one test binary:
+//! - `config`: `ModelConfig` from both formats, family dispatch, load errors;
+//! - `gguf_convert`: the tiny checkpoints converted to GGUF as llama.cpp does, against the same goldens;
+//! - `gguf_reference`: the real GGUF models against transformers (fp32, same weights) and llama.cpp;
+//! - `goldens`: tiny random HF checkpoints against transformers' fp32 logits;
+//! - `exact`: chunked == whole == decoded == shared == tree window, bitwise, on the real models;
+//! - `sanity`: greedy continuations of a plain prompt;
+//! - `trace` (feature `trace`): the intermediate hook.
+//!
+//! `naive` is a textbook backend used as a second opinion on the model code (not on kernels).
+
+mod common;
+mod config;
+mod exact;
+mod gguf_convert;
+mod gguf_reference;
+mod goldens;
+mod naive;
+mod sanity;
+#[cfg(feature = "trace")]
+mod trace;
