@@ -18,5 +18,10 @@ cd "$root/tools/reference"
 "$py" tokenizer_fixtures.py
 "$py" chat_fixtures.py
 "$py" dequant_fixtures.py
+"$py" tiny_models.py                     # fixtures/tiny/ (~10 s)
+if [ "${WITH_QUALITY:-0}" = 1 ]; then    # fixtures/quality/ (~30-45 min on 2 cores; needs accelerate)
+  "$py" real_quality.py
+  "$py" llama_cpp_greedy.py
+fi
 "$py" versions.py > "$root/fixtures/VERSIONS.txt"
 echo "fixtures regenerated under $root/fixtures"

@@ -209,8 +209,10 @@ def make(family):
     # v4-style config (rope_theta/rope_scaling/rope_local_base_freq) must map to the same rope_parameters.
     saved_cfg = json.loads((out / "config.json").read_text())
     v4 = {k: v for k, v in saved_cfg.items() if k != "rope_parameters"}
-    v4.update(v4_rope)
-    v4_cfg = cfg_cls(**{k: v for k, v in v4.items() if k not in ("architectures", "model_type", "transformers_version")})
+    v4.update(json.loads(json.dumps(v4_rope)))
+    v4 = json.loads(json.dumps(v4))  # own copy: config classes mutate the rope dicts they are given
+    v4_cfg = cfg_cls(**{k: v for k, v in json.loads(json.dumps(v4)).items()
+                        if k not in ("architectures", "model_type", "transformers_version")})
     assert v4_cfg.rope_parameters == model.config.rope_parameters, (v4_cfg.rope_parameters, model.config.rope_parameters)
 
     m = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float32).eval()

@@ -7,7 +7,7 @@ import platform
 from importlib.metadata import version
 
 for pkg in ["gguf", "llama_cpp_python", "transformers", "tokenizers", "torch", "jinja2", "numpy",
-            "sentencepiece", "protobuf"]:
+            "sentencepiece", "protobuf", "accelerate"]:
     try:
         print(f"{pkg}=={version(pkg)}")
     except Exception:
