@@ -6,6 +6,7 @@ pub mod gguf_text;
 pub mod model_ref;
 pub mod run;
 pub mod score;
+pub mod serve;
 pub mod session;
 
 use model_ref::ModelRef;

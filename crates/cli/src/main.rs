@@ -30,6 +30,8 @@ enum Command {
         #[arg(long)]
         metadata: bool,
     },
+    /// Serve a model behind the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, ...).
+    Serve(tf_cli::serve::ServeArgs),
     /// Generate from a prompt: text streams to stdout, the receipt (token_sha, tok/s) goes to stderr.
     Run(tf_cli::run::RunArgs),
     /// Perplexity of a text file (teacher-forced), optionally dumping the argmax at every position.
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { model, json, metadata } => info(&model, json, metadata),
+        Command::Serve(args) => tf_cli::serve::serve(&args),
         Command::Run(args) => tf_cli::run::run(&args),
         Command::Perplexity(args) => tf_cli::score::perplexity(&args),
         Command::Bench(args) => tf_cli::score::bench(&args),

@@ -7,7 +7,7 @@ use clap::Args;
 use std::io::Write;
 use tf_core::Precision;
 use tf_engine::{Flow, GenRequest, Generator, SamplingParams};
-use tf_text::IncrementalDetokenizer;
+use tf_text::{IncrementalDetokenizer, StopFilter};
 
 /// KV block size (token slots per block) of the CLI's pool.
 const BLOCK_SIZE: usize = 16;
@@ -110,32 +110,6 @@ pub struct RunArgs {
     pub prefill_chunk: usize,
 }
 
-/// Holds back the tail of the streamed text that could still become a stop string.
-struct StopFilter {
-    stops: Vec<String>,
-    pending: String,
-}
-
-impl StopFilter {
-    /// Adds text; returns what is safe to print and whether a stop string was hit (its text is dropped).
-    fn push(&mut self, text: &str) -> (String, bool) {
-        self.pending.push_str(text);
-        if let Some(at) = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min() {
-            let out = self.pending[..at].to_owned();
-            self.pending.clear();
-            return (out, true);
-        }
-        let keep = self.stops.iter().map(|s| s.len().saturating_sub(1)).max().unwrap_or(0);
-        let mut cut = self.pending.len().saturating_sub(keep);
-        while !self.pending.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let out = self.pending[..cut].to_owned();
-        self.pending.drain(..cut);
-        (out, false)
-    }
-}
-
 pub fn run(args: &RunArgs) -> Result<(), String> {
     if args.stop.iter().any(String::is_empty) {
         return Err("--stop: an empty stop string would end every reply at once".into());
@@ -159,7 +133,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         Generator::new(s.backend.as_ref(), s.model.as_ref(), blocks, BLOCK_SIZE).map_err(|e| e.to_string())?;
 
     let mut detok = IncrementalDetokenizer::new(true);
-    let mut stops = StopFilter { stops: args.stop.clone(), pending: String::new() };
+    let mut stops = StopFilter::new(args.stop.clone());
     let mut out = std::io::stdout().lock();
     let mut io_error = None;
     let mut on_token = |ev: tf_engine::TokenEvent| {
@@ -186,9 +160,9 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         return Err(e);
     }
     let tail = detok.finish(&s.tokenizer).map_err(|e| e.to_string())?;
-    let (mut rest, _) = stops.push(&tail);
-    if !stops.pending.is_empty() {
-        rest.push_str(&stops.pending);
+    let (mut rest, hit) = stops.push(&tail);
+    if !hit {
+        rest.push_str(&stops.finish());
     }
     let _ = writeln!(out, "{rest}").and_then(|_| out.flush());
     let n = result.tokens.len();

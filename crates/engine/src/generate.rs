@@ -5,8 +5,10 @@
 //! `prefill_chunk` gives the same logits bits and therefore the same tokens.
 
 use crate::kv_pool::{BlockTable, KvPool, PoolError};
-use crate::sampler::{sample, SamplingError, SamplingParams};
+use crate::sampler::{log_softmax_at, penalized, sample, top_logprobs, SamplingError, SamplingParams};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, DEFAULT_SEED_SALT};
 use tf_models::{Batch, Model};
@@ -25,6 +27,13 @@ pub struct GenRequest {
     pub prefill_chunk: usize,
     /// Salt of the prompt-derived seed when `params.seed` is `None` (published default: `"0"`).
     pub seed_salt: String,
+    /// Alternatives to report with every generated token (0 = none); see [`TokenEvent::top`].
+    pub top_logprobs: usize,
+    /// `Some(k)`: score the prompt too — [`GenOutput::prompt_logprobs`] gets ln P of every prompt token after
+    /// the first, with `k` alternatives. Allows `max_tokens == 0` (score only).
+    pub prompt_logprobs: Option<usize>,
+    /// Set from anywhere to end the request at the next row boundary (finish reason `Cancelled`).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl GenRequest {
@@ -36,6 +45,9 @@ impl GenRequest {
             stop_ids: Vec::new(),
             prefill_chunk: 64,
             seed_salt: DEFAULT_SEED_SALT.to_string(),
+            top_logprobs: 0,
+            prompt_logprobs: None,
+            cancel: None,
         }
     }
 }
@@ -55,12 +67,21 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` tokens were generated.
     Length,
-    /// The callback returned [`Flow::Stop`].
+    /// The callback returned [`Flow::Stop`], or the request's cancel flag was set.
     Cancelled,
 }
 
+/// ln P of one token, with the likeliest alternatives (temperature 1, after penalties).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f64,
+    /// `(id, ln P)` likeliest first; as many as the request asked for.
+    pub top: Vec<(u32, f64)>,
+}
+
 /// One generated token, as it is produced.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TokenEvent {
     pub token: u32,
     /// Index in the reply (0 = first generated token).
@@ -71,6 +92,8 @@ pub struct TokenEvent {
     pub logprob: f64,
     /// Whether the token is one of the request's stop ids (it ends the reply).
     pub is_stop: bool,
+    /// The request's `top_logprobs` likeliest tokens of this row, `(id, ln P)`, likeliest first.
+    pub top: Vec<(u32, f64)>,
 }
 
 /// A finished reply.
@@ -87,6 +110,8 @@ pub struct GenOutput {
     pub prompt_tokens: usize,
     /// The seed the draws were keyed on (the request's, or the prompt-derived one).
     pub seed: u64,
+    /// With `prompt_logprobs`: one entry per prompt token, `None` for the first (nothing predicts it).
+    pub prompt_logprobs: Vec<Option<TokenLogprob>>,
 }
 
 /// Why a request was refused or failed. Everything but `Backend` and `Model` is detected before any work.
@@ -106,6 +131,8 @@ pub enum EngineError {
     Backend(BackendError),
     /// The model broke its contract (e.g. logits of the wrong shape).
     Model(String),
+    /// Cancelled before it started (while waiting in the queue).
+    Cancelled,
 }
 
 impl std::fmt::Display for EngineError {
@@ -121,6 +148,7 @@ impl std::fmt::Display for EngineError {
             EngineError::Pool(e) => write!(f, "{e}"),
             EngineError::Backend(e) => write!(f, "backend: {e}"),
             EngineError::Model(m) => write!(f, "model: {m}"),
+            EngineError::Cancelled => write!(f, "the request was cancelled"),
         }
     }
 }
@@ -193,7 +221,7 @@ impl<'a> Generator<'a> {
         if req.prompt.is_empty() {
             return invalid("the prompt is empty".into());
         }
-        if req.max_tokens == 0 {
+        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
             return invalid("max_tokens must be at least 1".into());
         }
         if req.prefill_chunk == 0 {
@@ -214,7 +242,7 @@ impl<'a> Generator<'a> {
             });
         }
         // KV is written for every token fed: the prompt and all generated tokens but the last.
-        self.pool.check_fits(total - 1)?;
+        self.pool.check_fits(req.prompt.len().max(total - 1))?;
         Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
     }
 
@@ -299,38 +327,86 @@ impl<'a> Generator<'a> {
     ) -> Result<GenOutput, EngineError> {
         let seed = self.admit(req)?;
         let prompt = &req.prompt;
+        let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
         // All blocks up front (freed when `table` drops): the request cannot run out half-way.
         let mut table = BlockTable::new(&self.pool);
-        table.ensure(&self.pool, prompt.len() + req.max_tokens - 1)?;
+        table.ensure(&self.pool, prompt.len().max(prompt.len() + req.max_tokens - 1))?;
+        let vocab = self.model.vocab_size();
 
         let t0 = Instant::now();
         let mut logits = Vec::new();
+        let mut prompt_logprobs = Vec::new();
+        if req.prompt_logprobs.is_some() {
+            prompt_logprobs.push(None);
+        }
         let mut start = 0;
         for chunk in prompt.chunks(req.prefill_chunk) {
+            if cancelled() {
+                return Ok(self.output(
+                    Vec::new(),
+                    FinishReason::Cancelled,
+                    t0.elapsed().as_secs_f64(),
+                    0.0,
+                    req,
+                    seed,
+                ));
+            }
             let last = start + chunk.len() == prompt.len();
-            let rows = if last { vec![chunk.len() - 1] } else { Vec::new() };
+            let rows = match req.prompt_logprobs {
+                Some(_) => (0..chunk.len()).collect(),
+                None if last => vec![chunk.len() - 1],
+                None => Vec::new(),
+            };
             let l = self.forward(&table, chunk, start, rows)?;
+            if let Some(k) = req.prompt_logprobs {
+                // Row i (position start + i) predicts prompt[start + i + 1].
+                for (i, row) in l.chunks_exact(vocab).enumerate() {
+                    let Some(&next) = prompt.get(start + i + 1) else { break };
+                    let values = penalized(row, &req.params, &[]);
+                    prompt_logprobs.push(Some(TokenLogprob {
+                        token: next,
+                        logprob: log_softmax_at(&values, next),
+                        top: top_logprobs(&values, k),
+                    }));
+                }
+            }
             if last {
-                logits = l;
+                logits = if req.prompt_logprobs.is_some() { l[l.len() - vocab..].to_vec() } else { l };
             }
             start += chunk.len();
         }
         let prefill_s = t0.elapsed().as_secs_f64();
+        if req.max_tokens == 0 {
+            let mut out = self.output(Vec::new(), FinishReason::Length, prefill_s, 0.0, req, seed);
+            out.prompt_logprobs = prompt_logprobs;
+            return Ok(out);
+        }
 
         let t1 = Instant::now();
         let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
         let finish_reason = loop {
             let position = prompt.len() + tokens.len();
             let draw = sample(&logits, &req.params, seed, position as u64, &tokens);
+            let top = if req.top_logprobs > 0 {
+                top_logprobs(&penalized(&logits, &req.params, &tokens), req.top_logprobs)
+            } else {
+                Vec::new()
+            };
             tokens.push(draw.token);
             let is_stop = req.stop_ids.contains(&draw.token);
-            let event =
-                TokenEvent { token: draw.token, index: tokens.len() - 1, position, logprob: draw.logprob, is_stop };
+            let event = TokenEvent {
+                token: draw.token,
+                index: tokens.len() - 1,
+                position,
+                logprob: draw.logprob,
+                is_stop,
+                top,
+            };
             let flow = on_token(event);
             if is_stop {
                 break FinishReason::Stop;
             }
-            if flow == Flow::Stop {
+            if flow == Flow::Stop || cancelled() {
                 break FinishReason::Cancelled;
             }
             if tokens.len() == req.max_tokens {
@@ -339,15 +415,30 @@ impl<'a> Generator<'a> {
             logits = self.forward(&table, &[draw.token], position, vec![0])?;
         };
         let decode_s = t1.elapsed().as_secs_f64();
-        Ok(GenOutput {
+        let mut out = self.output(tokens, finish_reason, prefill_s, decode_s, req, seed);
+        out.prompt_logprobs = prompt_logprobs;
+        Ok(out)
+    }
+
+    fn output(
+        &self,
+        tokens: Vec<u32>,
+        finish_reason: FinishReason,
+        prefill_s: f64,
+        decode_s: f64,
+        req: &GenRequest,
+        seed: u64,
+    ) -> GenOutput {
+        GenOutput {
             token_sha: token_sha(&tokens),
             tokens,
             finish_reason,
             prefill_s,
             decode_s,
-            prompt_tokens: prompt.len(),
+            prompt_tokens: req.prompt.len(),
             seed,
-        })
+            prompt_logprobs: Vec::new(),
+        }
     }
 }
 

@@ -4,9 +4,17 @@
 //! Depends on `tf-core` and `tf-models` only; it never names a backend or a model family.
 
 pub mod generate;
+pub mod handle;
 pub mod kv_pool;
 pub mod sampler;
+pub mod spec;
 
-pub use generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
+pub use generate::{
+    token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent, TokenLogprob,
+};
+pub use handle::{
+    EngineConfig, EngineEvent, EngineHandle, EngineInfo, EngineStats, EventSink, Priority, SubmitError, Ticket,
+    TTFT_BUCKETS,
+};
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
-pub use sampler::{penalized, sample, Draw, SamplingError, SamplingParams};
+pub use sampler::{log_softmax_at, penalized, sample, top_logprobs, Draw, SamplingError, SamplingParams};

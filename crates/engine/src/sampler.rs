@@ -259,7 +259,30 @@ fn keyed(values: &[f64], params: &SamplingParams, seed: u64, position: u64) -> u
 }
 
 /// ln softmax(values)[token], f64, the sum in id order.
-fn log_softmax_at(values: &[f64], token: u32) -> f64 {
+/// The `k` likeliest tokens with their ln P under softmax of `values` (temperature 1), likeliest first, ties to
+/// the lower id — the alternatives a reply's `top_logprobs` reports. Same sum as [`Draw::logprob`].
+pub fn top_logprobs(values: &[f64], k: usize) -> Vec<(u32, f64)> {
+    if k == 0 || values.is_empty() {
+        return Vec::new();
+    }
+    let top = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = 0.0f64;
+    for &v in values {
+        sum += (v - top).exp();
+    }
+    let ln_sum = sum.ln();
+    let mut ids: Vec<u32> = (0..values.len() as u32).collect();
+    let k = k.min(ids.len());
+    ids.select_nth_unstable_by(k - 1, |&a, &b| order(values, a, b));
+    ids.truncate(k);
+    ids.sort_by(|&a, &b| order(values, a, b));
+    ids.into_iter()
+        .map(|id| (id, if top == f64::NEG_INFINITY { top } else { values[id as usize] - top - ln_sum }))
+        .collect()
+}
+
+/// ln P(token) under softmax of `values` at temperature 1, the sum in id order.
+pub fn log_softmax_at(values: &[f64], token: u32) -> f64 {
     let top = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if top == f64::NEG_INFINITY {
         return f64::NEG_INFINITY;

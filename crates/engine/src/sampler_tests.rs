@@ -454,3 +454,19 @@ fn validation_rejects_out_of_range_values() {
         assert!(e.to_string().starts_with(&format!("invalid {field}: ")), "{e}");
     }
 }
+
+#[test]
+fn top_logprobs_are_the_likeliest_in_order_and_match_log_softmax() {
+    // Ties (1.5 twice) go to the lower id; -inf entries come last.
+    let values = vec![0.5, 1.5, -2.0, 1.5, f64::NEG_INFINITY, 3.0, 0.0];
+    let top = top_logprobs(&values, 4);
+    let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
+    assert_eq!(ids, vec![5, 1, 3, 0]);
+    for &(id, lp) in &top {
+        assert_eq!(lp.to_bits(), log_softmax_at(&values, id).to_bits(), "id {id}");
+    }
+    let total: f64 = (0..values.len() as u32).map(|i| log_softmax_at(&values, i).exp()).sum();
+    assert!((total - 1.0).abs() < 1e-12);
+    assert!(top_logprobs(&values, 0).is_empty());
+    assert_eq!(top_logprobs(&values, 100).len(), values.len());
+}

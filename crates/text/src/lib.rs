@@ -16,12 +16,14 @@ mod hf;
 mod pretok;
 mod pyfmt;
 mod spm;
+mod stop;
 mod tokenizer;
 
 pub use chat::{strftime_utc, ChatRenderOptions, ChatTemplate};
 pub use detok::IncrementalDetokenizer;
 pub use gguf_vocab::{GgufVocab, TokenType};
 pub use pyfmt::{float_repr, json_dumps, DumpOptions};
+pub use stop::StopFilter;
 pub use tokenizer::{TokenKind, Tokenizer};
 
 /// Errors of this crate.

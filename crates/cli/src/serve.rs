@@ -1,0 +1,181 @@
+//! `tensorfold serve`: load a model and serve it behind the OpenAI-compatible API.
+
+use crate::facts::{human_bytes, ModelFacts};
+use crate::model_ref::{self, ModelRef};
+use crate::run::ModelArgs;
+use crate::session::Session;
+use clap::Args;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tf_engine::{EngineConfig, EngineHandle};
+use tf_loader::gguf::GgufFile;
+use tf_server::params::SamplingDefaults;
+use tf_server::run::ServeOptions;
+use tf_server::{AppState, ServedModel, ServerConfig};
+
+/// KV block size (token slots per block).
+const BLOCK_SIZE: usize = 16;
+/// `--context` when not given: the model's, capped here so the KV cache of a 32k-context model stays modest.
+const DEFAULT_CONTEXT_CAP: usize = 8192;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0: any free port; the one chosen is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The model id clients use (default: the file or directory name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Most tokens one request may hold, prompt plus reply (default: the model's context, at most 8192).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// max_tokens for requests that give none (cut to what is left of the context).
+    #[arg(long, default_value_t = 2048)]
+    pub max_tokens: usize,
+    /// Default temperature (requests override). Default: generation_config.json, else 1.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Default top-p. Default: generation_config.json, else 1 (off).
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Default top-k (0 = off). Default: generation_config.json, else 0.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Default min-p (0 = off). Default: generation_config.json, else 0.
+    #[arg(long)]
+    pub min_p: Option<f64>,
+    /// Default repetition penalty (1 = off). Default: generation_config.json, else 1.
+    #[arg(long)]
+    pub repetition_penalty: Option<f64>,
+    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
+    #[arg(long, env = "TENSORFOLD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Requests that may wait while one runs; more get 429.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Largest request body in MiB; larger ones get 413.
+    #[arg(long, default_value_t = 8)]
+    pub max_body_mib: usize,
+    /// Seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_timeout: u64,
+    /// Never draw the live status line, even on a terminal.
+    #[arg(long)]
+    pub no_live_line: bool,
+}
+
+pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    let model_ref = model_ref::resolve(&args.model.model)?;
+    let facts = match &model_ref {
+        ModelRef::Gguf(p) => ModelFacts::from_gguf(&GgufFile::open(p).map_err(|e| e.to_string())?),
+        ModelRef::HfDir(d) => ModelFacts::from_hf_dir(d)?,
+    };
+    let threads = args.model.threads();
+    let s = Session::load(&model_ref, threads, args.model.precision)?;
+    let model_ctx = s.model.context_length();
+    let context = match args.context {
+        Some(0) => return Err("--context must be at least 1".into()),
+        Some(c) if c > model_ctx => {
+            return Err(format!("--context {c} is beyond the model's context of {model_ctx} tokens"));
+        }
+        Some(c) => c,
+        None => model_ctx.min(DEFAULT_CONTEXT_CAP),
+    };
+    if args.max_tokens == 0 {
+        return Err("--max-tokens must be at least 1".into());
+    }
+    let d = &s.defaults;
+    let defaults = SamplingDefaults {
+        temperature: args.temperature.or(d.temperature).unwrap_or(1.0),
+        top_p: args.top_p.or(d.top_p).unwrap_or(1.0),
+        top_k: args.top_k.or(d.top_k).unwrap_or(0),
+        min_p: args.min_p.or(d.min_p).unwrap_or(0.0),
+        repetition_penalty: args.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0),
+    };
+    let check = tf_engine::SamplingParams {
+        temperature: defaults.temperature,
+        top_k: defaults.top_k,
+        top_p: defaults.top_p,
+        min_p: defaults.min_p,
+        repetition_penalty: defaults.repetition_penalty,
+        ..Default::default()
+    };
+    check.validate().map_err(|e| format!("--{}: {}", e.field.replace('_', "-"), e.message))?;
+
+    let id = args.name.clone().unwrap_or_else(|| default_id(&model_ref));
+    let path = model_ref.path().display().to_string();
+    let family = s.model.family().to_string();
+    let kv_blocks = context.div_ceil(BLOCK_SIZE);
+    let kv_bytes = facts.kv_bytes_per_token.map(|b| b * (kv_blocks * BLOCK_SIZE) as u64);
+    let quant = facts
+        .tensor_types
+        .iter()
+        .filter(|(t, _)| crate::facts::is_quant_name(t))
+        .max_by_key(|(_, n)| **n)
+        .map(|(t, _)| t.clone())
+        .unwrap_or_else(|| facts.tensor_types.keys().next().cloned().unwrap_or_default());
+    let precision = args.model.precision.name();
+    let backend = s.backend.describe();
+    let Session { backend: be, model, tokenizer, template, .. } = s;
+    let engine =
+        EngineHandle::spawn(be, model, EngineConfig { kv_blocks, block_size: BLOCK_SIZE, max_waiting: args.max_queue })
+            .map_err(|e| format!("cannot start the engine: {e}"))?;
+    let served = ServedModel {
+        id: id.clone(),
+        aliases: vec![path.clone()],
+        family: family.clone(),
+        tokenizer: Arc::new(tokenizer),
+        template,
+        context,
+    };
+    let cfg = ServerConfig {
+        defaults,
+        default_max_tokens: args.max_tokens,
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        max_body_bytes: args.max_body_mib.max(1) << 20,
+        ..Default::default()
+    };
+    let auth = cfg.api_key.is_some();
+    let state = AppState::new(served, engine, cfg);
+    eprintln!(
+        "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV {} for {context} \
+         tokens ({}), {precision} precision, {backend}{}",
+        crate::facts::human_count(facts.parameters),
+        human_bytes(facts.weight_bytes),
+        kv_bytes.map(human_bytes).unwrap_or_else(|| "?".into()),
+        if context < model_ctx { format!("model: {model_ctx}") } else { "the model's full context".into() },
+        if state.model.template.is_none() { "; no chat template: use /v1/completions" } else { "" },
+    );
+    let opts = ServeOptions {
+        addr: SocketAddr::new(args.host, args.port),
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        live_line: !args.no_live_line,
+        on_ready: Box::new(move |addr| {
+            let key = if auth { " -H \"Authorization: Bearer $TENSORFOLD_API_KEY\"" } else { "" };
+            eprintln!("tensorfold: listening on http://{addr} (OpenAI API under /v1; Ctrl-C stops)");
+            eprintln!(
+                "try: curl -s http://{addr}/v1/chat/completions -H 'Content-Type: application/json'{key} -d \
+                 '{{\"messages\":[{{\"role\":\"user\",\"content\":\"What is the capital of France?\"}}],\"max_tokens\":64}}'"
+            );
+        }),
+    };
+    tf_server::run::serve_blocking(state, opts)?;
+    eprintln!("tensorfold: stopped");
+    Ok(())
+}
+
+/// The model id: the GGUF file's stem, or the directory's name.
+fn default_id(m: &ModelRef) -> String {
+    let p = m.path();
+    let name = match m {
+        ModelRef::Gguf(_) => p.file_stem(),
+        ModelRef::HfDir(_) => p.file_name(),
+    };
+    name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+}

@@ -1,0 +1,413 @@
+//! The engine thread behind [`EngineHandle`] (DESIGN.md §5): a synchronous loop that owns the backend and the
+//! model, fed by a command channel (submit, cancel, shutdown) and answering each request through its own event
+//! sink. One request runs at a time for now; waiting requests queue (interactive before background, FIFO
+//! within a class) up to a bound, beyond which `submit` refuses at once.
+//!
+//! Nothing here uses an async runtime: the server wraps the sink around its own channel.
+
+use crate::generate::{EngineError, Flow, GenOutput, GenRequest, Generator, TokenEvent};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tf_core::Backend;
+use tf_models::Model;
+
+/// What a request's sink receives, in this order: `Started`, then `Token`s, then exactly one `Done` or
+/// `Error` (also when the request was cancelled while waiting).
+#[derive(Clone, Debug)]
+pub enum EngineEvent {
+    /// The request left the queue and its prompt is being filled.
+    Started {
+        queued_s: f64,
+    },
+    Token(TokenEvent),
+    Done(GenOutput),
+    Error(EngineError),
+}
+
+/// Called on the engine thread for every event of one request. Returning [`Flow::Stop`] from a `Token` ends the
+/// request after that token (stop strings, a client that went away). Keep it cheap: it runs between rounds.
+pub type EventSink = Box<dyn FnMut(EngineEvent) -> Flow + Send>;
+
+/// Scheduling class of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Priority {
+    #[default]
+    Interactive,
+    /// Waits behind every interactive request.
+    Background,
+}
+
+/// Why `submit` refused a request (nothing was queued).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The waiting queue holds `max_waiting` requests already.
+    QueueFull { max_waiting: usize },
+    /// The engine is shutting down (or its thread is gone).
+    ShuttingDown,
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::QueueFull { max_waiting } => {
+                write!(f, "the server is busy: {max_waiting} requests are already waiting; retry later")
+            }
+            SubmitError::ShuttingDown => write!(f, "the server is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// How the engine thread is set up.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// KV blocks in the pool and token slots per block.
+    pub kv_blocks: usize,
+    pub block_size: usize,
+    /// Requests allowed to wait (beyond the running one) before `submit` refuses.
+    pub max_waiting: usize,
+}
+
+/// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
+pub const TTFT_BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0];
+
+/// Live counters, shared with whoever reports them (`/health`, `/metrics`, the terminal line).
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub running: AtomicUsize,
+    pub waiting: AtomicUsize,
+    pub kv_blocks_used: AtomicUsize,
+    pub kv_blocks_total: AtomicUsize,
+    /// Requests finished, by how: stop / length / cancelled / error.
+    pub finished_stop: AtomicU64,
+    pub finished_length: AtomicU64,
+    pub finished_cancelled: AtomicU64,
+    pub finished_error: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub generation_tokens: AtomicU64,
+    pub drafted_tokens: AtomicU64,
+    pub accepted_tokens: AtomicU64,
+    /// Sums of seconds spent queued, filling prompts and decoding, in microseconds.
+    pub queue_us: AtomicU64,
+    pub prefill_us: AtomicU64,
+    pub decode_us: AtomicU64,
+    /// Time to first token: counts per bucket of [`TTFT_BUCKETS`] (+Inf last), their sum in µs.
+    pub ttft_buckets: [AtomicU64; TTFT_BUCKETS.len() + 1],
+    pub ttft_sum_us: AtomicU64,
+    /// Decode speed of the running request (tokens/s × 1000), 0 when idle.
+    pub live_decode_milli_tps: AtomicU64,
+}
+
+impl EngineStats {
+    fn observe_ttft(&self, s: f64) {
+        let i = TTFT_BUCKETS.iter().position(|&b| s <= b).unwrap_or(TTFT_BUCKETS.len());
+        self.ttft_buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.ttft_sum_us.fetch_add(micros(s), Ordering::Relaxed);
+    }
+
+    pub fn finished_total(&self) -> u64 {
+        self.finished_stop.load(Ordering::Relaxed)
+            + self.finished_length.load(Ordering::Relaxed)
+            + self.finished_cancelled.load(Ordering::Relaxed)
+            + self.finished_error.load(Ordering::Relaxed)
+    }
+}
+
+fn micros(s: f64) -> u64 {
+    (s * 1e6).max(0.0) as u64
+}
+
+/// Cancel flags of the requests not yet finished, by id.
+type LiveList = Arc<Mutex<Vec<(u64, Arc<AtomicBool>)>>>;
+
+/// A queued request: cancel it with [`Ticket::cancel`] (its sink still gets its final event).
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    pub id: u64,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Ticket {
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+struct Job {
+    id: u64,
+    req: GenRequest,
+    priority: Priority,
+    sink: EventSink,
+    cancel: Arc<AtomicBool>,
+    queued_at: Instant,
+}
+
+enum Command {
+    Submit(Box<Job>),
+    /// Cancel every waiting and running request (shutdown with a bound).
+    CancelAll,
+    Shutdown,
+}
+
+/// Static facts about the loaded engine.
+#[derive(Clone, Debug)]
+pub struct EngineInfo {
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub kv_blocks: usize,
+    pub block_size: usize,
+}
+
+/// A cloneable handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Command>,
+    stats: Arc<EngineStats>,
+    info: EngineInfo,
+    max_waiting: usize,
+    next_id: Arc<AtomicU64>,
+    accepting: Arc<AtomicBool>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// Cancel flags of every request not yet finished, so `cancel_all` reaches the running one at once.
+    live: LiveList,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread; allocates the KV pool on `backend` first (an error here is returned).
+    pub fn spawn(
+        backend: Box<dyn Backend>,
+        model: Box<dyn Model>,
+        cfg: EngineConfig,
+    ) -> Result<EngineHandle, EngineError> {
+        let kv = backend.alloc_kv(model.kv_spec(cfg.kv_blocks, cfg.block_size))?;
+        let info = EngineInfo {
+            vocab_size: model.vocab_size(),
+            context_length: model.context_length(),
+            kv_blocks: cfg.kv_blocks,
+            block_size: cfg.block_size,
+        };
+        let stats = Arc::new(EngineStats::default());
+        stats.kv_blocks_total.store(cfg.kv_blocks, Ordering::Relaxed);
+        let live: LiveList = Arc::default();
+        let (tx, rx) = mpsc::channel();
+        let thread_stats = stats.clone();
+        let thread_live = live.clone();
+        let thread = std::thread::Builder::new()
+            .name("tensorfold-engine".into())
+            .spawn(move || {
+                let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
+                engine_loop(&mut g, rx, &thread_stats, &thread_live);
+            })
+            .map_err(|e| EngineError::Model(format!("cannot start the engine thread: {e}")))?;
+        Ok(EngineHandle {
+            tx,
+            stats,
+            info,
+            max_waiting: cfg.max_waiting,
+            next_id: Arc::new(AtomicU64::new(1)),
+            accepting: Arc::new(AtomicBool::new(true)),
+            thread: Arc::new(Mutex::new(Some(thread))),
+            live,
+        })
+    }
+
+    pub fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    pub fn is_accepting(&self) -> bool {
+        self.accepting.load(Ordering::Relaxed)
+    }
+
+    /// Queues a request. Refuses at once when the queue is full or the engine is shutting down.
+    pub fn submit(&self, mut req: GenRequest, priority: Priority, sink: EventSink) -> Result<Ticket, SubmitError> {
+        if !self.is_accepting() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        // Reserve a waiting place atomically; undo on any refusal.
+        let prev = self.stats.waiting.fetch_add(1, Ordering::SeqCst);
+        if prev >= self.max_waiting {
+            self.stats.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueueFull { max_waiting: self.max_waiting });
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let cancel = req.cancel.clone().unwrap_or_default();
+        req.cancel = Some(cancel.clone());
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).push((id, cancel.clone()));
+        let job = Job { id, req, priority, sink, cancel: cancel.clone(), queued_at: Instant::now() };
+        if self.tx.send(Command::Submit(Box::new(job))).is_err() {
+            self.stats.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.forget(id);
+            return Err(SubmitError::ShuttingDown);
+        }
+        Ok(Ticket { id, cancel })
+    }
+
+    fn forget(&self, id: u64) {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
+    }
+
+    /// Stops accepting new requests (existing ones continue).
+    pub fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::Relaxed);
+    }
+
+    /// Cancels every waiting and running request; each sink gets its final event.
+    pub fn cancel_all(&self) {
+        for (_, c) in self.live.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            c.store(true, Ordering::Relaxed);
+        }
+        let _ = self.tx.send(Command::CancelAll);
+    }
+
+    /// Stops accepting, lets the engine finish what it has (call [`Self::cancel_all`] first to bound that) and
+    /// joins the engine thread. Idempotent.
+    pub fn shutdown(&self) {
+        self.stop_accepting();
+        let _ = self.tx.send(Command::Shutdown);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waiting requests: interactive first, FIFO within a class.
+#[derive(Default)]
+struct Queue {
+    interactive: VecDeque<Box<Job>>,
+    background: VecDeque<Box<Job>>,
+}
+
+impl Queue {
+    fn push(&mut self, job: Box<Job>) {
+        match job.priority {
+            Priority::Interactive => self.interactive.push_back(job),
+            Priority::Background => self.background.push_back(job),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Box<Job>> {
+        self.interactive.pop_front().or_else(|| self.background.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.interactive.is_empty() && self.background.is_empty()
+    }
+}
+
+fn engine_loop(g: &mut Generator<'_>, rx: mpsc::Receiver<Command>, stats: &EngineStats, live: &LiveList) {
+    let mut queue = Queue::default();
+    let mut shutting_down = false;
+    loop {
+        // Take every command that is there; block only when there is nothing to run.
+        loop {
+            let cmd = if queue.is_empty() && !shutting_down {
+                match rx.recv() {
+                    Ok(c) => c,
+                    Err(_) => return,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(c) => c,
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        shutting_down = true;
+                        break;
+                    }
+                }
+            };
+            match cmd {
+                Command::Submit(job) => queue.push(job),
+                Command::CancelAll => {
+                    for job in queue.interactive.iter().chain(queue.background.iter()) {
+                        job.cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+                Command::Shutdown => shutting_down = true,
+            }
+        }
+        let Some(mut job) = queue.pop() else {
+            if shutting_down {
+                return;
+            }
+            continue;
+        };
+        stats.waiting.fetch_sub(1, Ordering::SeqCst);
+        run_job(g, &mut job, stats);
+        live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != job.id);
+    }
+}
+
+fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
+    let queued_s = job.queued_at.elapsed().as_secs_f64();
+    stats.queue_us.fetch_add(micros(queued_s), Ordering::Relaxed);
+    if job.cancel.load(Ordering::Relaxed) {
+        stats.finished_cancelled.fetch_add(1, Ordering::Relaxed);
+        let _ = (job.sink)(EngineEvent::Error(EngineError::Cancelled));
+        return;
+    }
+    stats.running.fetch_add(1, Ordering::SeqCst);
+    let _ = (job.sink)(EngineEvent::Started { queued_s });
+    let started = Instant::now();
+    let total_blocks = g.pool().total_blocks();
+    let mut first = true;
+    let mut decode_start = None;
+    let sink = &mut job.sink;
+    let result = {
+        let mut on_token = |ev: TokenEvent| {
+            if first {
+                first = false;
+                stats.observe_ttft(started.elapsed().as_secs_f64() + queued_s);
+                decode_start = Some(Instant::now());
+            } else if let Some(t) = decode_start {
+                let s = t.elapsed().as_secs_f64();
+                if s > 0.0 {
+                    stats.live_decode_milli_tps.store((ev.index as f64 / s * 1000.0) as u64, Ordering::Relaxed);
+                }
+            }
+            stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
+            sink(EngineEvent::Token(ev))
+        };
+        // KV in use while this request runs: everything it reserved.
+        stats.kv_blocks_used.store(
+            g.pool().blocks_for(job.req.prompt.len() + job.req.max_tokens.saturating_sub(1)).min(total_blocks),
+            Ordering::Relaxed,
+        );
+        g.generate(&job.req, &mut on_token)
+    };
+    stats.kv_blocks_used.store(total_blocks - g.pool().free_blocks(), Ordering::Relaxed);
+    stats.live_decode_milli_tps.store(0, Ordering::Relaxed);
+    stats.running.fetch_sub(1, Ordering::SeqCst);
+    match result {
+        Ok(out) => {
+            stats.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
+            stats.prefill_us.fetch_add(micros(out.prefill_s), Ordering::Relaxed);
+            stats.decode_us.fetch_add(micros(out.decode_s), Ordering::Relaxed);
+            let counter = match out.finish_reason {
+                crate::FinishReason::Stop => &stats.finished_stop,
+                crate::FinishReason::Length => &stats.finished_length,
+                crate::FinishReason::Cancelled => &stats.finished_cancelled,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let _ = sink(EngineEvent::Done(out));
+        }
+        Err(e) => {
+            stats.finished_error.fetch_add(1, Ordering::Relaxed);
+            let _ = sink(EngineEvent::Error(e));
+        }
+    }
+}

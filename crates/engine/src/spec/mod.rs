@@ -1,0 +1,44 @@
+//! Drafting (DESIGN.md §1, §3): proposers guess tokens ahead, one window verifies them, and equality acceptance
+//! keeps exactly the tokens serial decoding would have produced. Pure logic: nothing here touches a model.
+//!
+//! One round of one stream, as the engine drives it:
+//! 1. `context` = prompt + reply so far, whose last token is the *pending* token (drawn, not yet fed) at
+//!    position `P = context.len() − 1`.
+//! 2. `k` = [`AcceptStats::best_width`] (capped by the row budget and the tokens left); a [`Proposer`]
+//!    returns a [`DraftTree`] of at most `k` nodes.
+//! 3. The window is `1 + tree.len()` rows ([`DraftTree::row_tokens`], [`DraftTree::row_positions`],
+//!    [`DraftTree::row_ancestor_rows`]); one forward gives every row's logits.
+//! 4. [`verify`] walks the tree with the target's keyed draw, [`truncate_after`] cuts the result at a stop id
+//!    or `max_tokens`; the verdict's tokens are emitted; the last becomes the next pending token.
+//! 5. [`Proposer::observe`] and [`AcceptStats::observe`] learn from `(proposed, accepted)`.
+
+mod ngram;
+mod tree;
+mod verify;
+mod width;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use ngram::{NgramConfig, NgramProposer, TAIL_CHECK};
+pub use tree::{DraftNode, DraftTree};
+pub use verify::{truncate_after, verify, Verdict};
+pub use width::{expected_tokens, AcceptStats, CostTable};
+
+/// A source of draft tokens for one stream. One instance per stream: it may keep per-stream state (an index
+/// of the context, acceptance history), so call [`Proposer::reset`] before reusing it for another request.
+pub trait Proposer: Send {
+    /// A short name for telemetry (e.g. `"ngram"`).
+    fn name(&self) -> &'static str;
+
+    /// Drafts at most `max_tokens` tokens continuing `context` (prompt + reply so far, the pending token
+    /// last). An empty tree means "no guess this round".
+    fn propose(&mut self, context: &[u32], max_tokens: usize) -> DraftTree;
+
+    /// The outcome of the last proposal: `proposed` = nodes of the tree it returned, `accepted` = draft tokens
+    /// the target kept. Rounds that proposed nothing may report `(0, 0)` or nothing at all.
+    fn observe(&mut self, proposed: usize, accepted: usize);
+
+    /// Forgets all per-stream state (context index, acceptance history).
+    fn reset(&mut self);
+}

@@ -1,0 +1,244 @@
+//! Choosing each round's draft count from measured acceptance and measured forward cost: the `k` that
+//! maximizes expected emitted tokens per second of the window forward.
+
+/// Measured cost of one forward by window width.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CostTable {
+    /// `cost[w]` = seconds of one forward with `w` rows (`cost[0]` is unused); measured by the engine at start.
+    /// A width whose cost is missing, not finite or not positive ends the usable range.
+    pub cost: Vec<f64>,
+}
+
+impl CostTable {
+    /// A table from `cost[w]` = seconds for `w` rows (`cost[0]` ignored).
+    pub fn new(cost: Vec<f64>) -> CostTable {
+        CostTable { cost }
+    }
+
+    /// A table from costs of widths `1..=costs.len()` (`costs[0]` is the 1-row cost).
+    pub fn from_widths(costs: &[f64]) -> CostTable {
+        CostTable { cost: std::iter::once(0.0).chain(costs.iter().copied()).collect() }
+    }
+
+    /// The cost of a `w`-row forward, if measured and usable (finite, > 0). `None` for `w = 0`.
+    pub fn get(&self, w: usize) -> Option<f64> {
+        self.cost.get(w).copied().filter(|&c| w > 0 && c.is_finite() && c > 0.0)
+    }
+
+    /// The widest `w` such that every width `1..=w` has a usable cost (0 if none).
+    pub fn max_width(&self) -> usize {
+        (1..self.cost.len()).take_while(|&w| self.get(w).is_some()).last().unwrap_or(0)
+    }
+}
+
+/// Expected tokens one round emits with a chain of `k` drafts of per-token acceptance `a`: the accepted
+/// drafts plus the bonus token, `1 + a + … + a^k = (1 − a^(k+1)) / (1 − a)` (`k + 1` at `a = 1`).
+pub fn expected_tokens(k: usize, a: f64) -> f64 {
+    let a = a.clamp(0.0, 1.0);
+    if a >= 1.0 {
+        return (k + 1) as f64;
+    }
+    (1.0 - a.powi(k as i32 + 1)) / (1.0 - a)
+}
+
+/// An exponential moving average of the per-position acceptance probability `a`: the chance that a draft token
+/// is accepted given that every earlier one on its path was.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AcceptStats {
+    /// Current estimate of `a`, in `[0, 1]`.
+    rate: f64,
+    /// Weight of one observed position in the average, in `(0, 1]`.
+    alpha: f64,
+    /// The starting estimate, which rounds without drafts drift back to.
+    prior: f64,
+    /// Fraction of the distance to `prior` closed by each round without drafts, in `[0, 1]`. Keeps a stream
+    /// whose estimate fell to "draft nothing" from staying there forever: it probes again later.
+    relax: f64,
+}
+
+impl Default for AcceptStats {
+    /// Prior 0.5, `alpha` 0.1, `relax` 0.05.
+    fn default() -> Self {
+        AcceptStats::new(0.5, 0.1, 0.05)
+    }
+}
+
+impl AcceptStats {
+    /// Starts at `prior`; each observed position moves the estimate by `alpha`; each round without drafts
+    /// moves it back toward `prior` by `relax`. Values are clamped to their ranges (`alpha` to `[1e-6, 1]`).
+    pub fn new(prior: f64, alpha: f64, relax: f64) -> AcceptStats {
+        let unit = |x: f64, lo: f64| if x.is_nan() { lo } else { x.clamp(lo, 1.0) };
+        let prior = unit(prior, 0.0);
+        AcceptStats { rate: prior, alpha: unit(alpha, 1e-6), prior, relax: unit(relax, 0.0) }
+    }
+
+    /// The current estimate of the per-position acceptance probability.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// Learns from one round: `proposed` = drafted positions on the longest path (a chain's length, a tree's
+    /// [`crate::spec::DraftTree::max_depth`]), `accepted` = draft tokens kept (capped at `proposed`). Each
+    /// accepted position is a success, the first rejected one (if any) a failure; positions after it were
+    /// never tested. `proposed = 0` relaxes the estimate toward the prior.
+    pub fn observe(&mut self, proposed: usize, accepted: usize) {
+        if proposed == 0 {
+            self.rate += self.relax * (self.prior - self.rate);
+            return;
+        }
+        let accepted = accepted.min(proposed);
+        // `accepted` successes in a row: 1 − rate shrinks by (1 − α) each.
+        self.rate = 1.0 - (1.0 - self.rate) * (1.0 - self.alpha).powi(accepted.min(i32::MAX as usize) as i32);
+        if accepted < proposed {
+            self.rate *= 1.0 - self.alpha;
+        }
+        self.rate = self.rate.clamp(0.0, 1.0);
+    }
+
+    /// The draft count `k` in `0..=max` that maximizes [`expected_tokens`]`(k, rate) / cost[k + 1]`, limited
+    /// to widths the table measured (0 if it measured none). Ties go to the smaller `k`.
+    pub fn best_width(&self, cost: &CostTable, max: usize) -> usize {
+        let mut best = (0, f64::NEG_INFINITY);
+        for k in 0..=max {
+            let Some(c) = cost.get(k + 1) else { break };
+            let speed = expected_tokens(k, self.rate) / c;
+            if speed > best.1 {
+                best = (k, speed);
+            }
+        }
+        best.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::tests::Rng;
+
+    fn stats(rate: f64) -> AcceptStats {
+        AcceptStats::new(rate, 0.1, 0.0)
+    }
+
+    #[test]
+    fn expected_tokens_values() {
+        assert_eq!(expected_tokens(0, 0.7), 1.0);
+        assert_eq!(expected_tokens(2, 0.5), 1.75);
+        assert_eq!(expected_tokens(3, 1.0), 4.0);
+        assert_eq!(expected_tokens(3, 0.0), 1.0);
+        assert!((expected_tokens(4, 0.9) - (1.0 + 0.9 + 0.81 + 0.729 + 0.6561)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn observe_is_a_per_position_average() {
+        let mut s = AcceptStats::new(0.5, 0.5, 0.5);
+        s.observe(2, 1); // one success (0.75), then one failure (0.375)
+        assert_eq!(s.rate(), 0.375);
+        s.observe(0, 0); // relaxes halfway back to the prior
+        assert_eq!(s.rate(), 0.4375);
+        let mut s = AcceptStats::new(0.5, 0.5, 0.0);
+        s.observe(3, 3); // three successes, nothing rejected
+        assert_eq!(s.rate(), 0.9375);
+        s.observe(3, 7); // accepted is capped at proposed
+        assert_eq!(s.rate(), 1.0 - 0.0625 * 0.125);
+        let mut s = AcceptStats::new(0.8, 0.5, 0.0);
+        s.observe(4, 0);
+        assert_eq!(s.rate(), 0.4);
+        // Out-of-range settings are clamped, never NaN.
+        let mut s = AcceptStats::new(f64::NAN, 7.0, -1.0);
+        s.observe(1, 1);
+        assert_eq!(s.rate(), 1.0);
+    }
+
+    /// Drafts of true per-position acceptance 0.8, chains of 4: the average estimate converges to 0.8.
+    #[test]
+    fn observe_converges_to_the_true_rate() {
+        let mut rng = Rng::from_env();
+        let mut s = AcceptStats::new(0.3, 0.05, 0.0);
+        let (mut sum, mut n) = (0.0, 0);
+        for round in 0..20_000 {
+            let accepted = (0..4).take_while(|_| rng.chance(4, 5)).count();
+            s.observe(4, accepted);
+            if round >= 1000 {
+                sum += s.rate();
+                n += 1;
+            }
+        }
+        let mean = sum / f64::from(n);
+        assert!((mean - 0.8).abs() < 0.03, "{}: mean estimate {mean}", rng.seed_note());
+    }
+
+    #[test]
+    fn flat_costs_and_high_acceptance_pick_max() {
+        let flat = CostTable::from_widths(&[0.01; 17]);
+        assert_eq!(flat.max_width(), 17);
+        assert_eq!(stats(0.9).best_width(&flat, 8), 8);
+        assert_eq!(stats(0.9).best_width(&flat, 16), 16);
+        // Limited by the widths measured: 17 rows = 16 drafts.
+        assert_eq!(stats(0.9).best_width(&flat, 40), 16);
+        // Zero acceptance: extra rows buy nothing; ties go to fewer drafts.
+        assert_eq!(stats(0.0).best_width(&flat, 8), 0);
+    }
+
+    #[test]
+    fn growing_costs_and_low_acceptance_pick_few() {
+        let linear = CostTable::from_widths(&(1..=16).map(f64::from).collect::<Vec<_>>());
+        assert_eq!(stats(0.1).best_width(&linear, 15), 0);
+        assert_eq!(stats(0.9).best_width(&linear, 15), 0, "rows at full price never pay");
+        // 1 + (w − 1)/4: k=0 → 1, k=1 → 1.5/1.25 = 1.2, k=2 → 1.75/1.5 ≈ 1.17, k=3 → 1.875/1.75 ≈ 1.07.
+        let shallow = CostTable::from_widths(&(0..16).map(|i| 1.0 + 0.25 * f64::from(i)).collect::<Vec<_>>());
+        assert_eq!(stats(0.5).best_width(&shallow, 15), 1);
+        assert_eq!(stats(0.1).best_width(&shallow, 15), 0);
+        assert!(stats(0.95).best_width(&shallow, 15) >= 5);
+    }
+
+    #[test]
+    fn unusable_tables() {
+        assert_eq!(stats(0.9).best_width(&CostTable::default(), 8), 0);
+        assert_eq!(CostTable::default().max_width(), 0);
+        let gap = CostTable::new(vec![0.0, 1.0, 1.0, 1.0, f64::NAN, 1.0]);
+        assert_eq!(gap.max_width(), 3);
+        assert_eq!(stats(0.9).best_width(&gap, 8), 2, "stops before the unmeasured width 4");
+        assert_eq!(gap.get(0), None);
+        assert_eq!(stats(0.9).best_width(&CostTable::new(vec![1.0, -1.0]), 8), 0);
+    }
+
+    /// A stream that fell to "draft nothing" probes again after enough rounds without drafts.
+    #[test]
+    fn relaxing_resumes_drafting() {
+        let shallow = CostTable::from_widths(&(0..8).map(|i| 1.0 + 0.25 * f64::from(i)).collect::<Vec<_>>());
+        let mut s = AcceptStats::new(0.7, 0.5, 0.1);
+        for _ in 0..5 {
+            s.observe(4, 0);
+        }
+        assert_eq!(s.best_width(&shallow, 7), 0);
+        let rounds = (1..200).find(|_| {
+            s.observe(0, 0);
+            s.best_width(&shallow, 7) > 0
+        });
+        assert!(matches!(rounds, Some(2..=40)), "resumed after {rounds:?} rounds");
+    }
+
+    /// Random cost tables: the choice is optimal (against an independent sum), never above `max`, and does not
+    /// shrink when acceptance or `max` grows.
+    #[test]
+    fn best_width_is_optimal_and_monotone_property() {
+        let mut rng = Rng::from_env();
+        for _ in 0..2000 {
+            let n = 1 + rng.below(20);
+            let costs: Vec<f64> = (0..n).map(|_| 0.001 + rng.below(1000) as f64 / 1000.0).collect();
+            let table = CostTable::from_widths(&costs);
+            let (a1, a2) = (rng.below(101) as f64 / 100.0, rng.below(101) as f64 / 100.0);
+            let (lo, hi) = (a1.min(a2), a1.max(a2));
+            let max = rng.below(24);
+            let note = rng.seed_note();
+            let k = stats(lo).best_width(&table, max);
+            assert!(k <= max && k < n, "{note}");
+            let speed = |k: usize, a: f64| (0..=k).map(|i| a.powi(i as i32)).sum::<f64>() / costs[k];
+            for j in 0..=max.min(n - 1) {
+                assert!(speed(k, lo) >= speed(j, lo) * (1.0 - 1e-12), "{note}: k={k} beaten by {j}");
+            }
+            assert!(stats(hi).best_width(&table, max) >= k, "{note}: acceptance {lo} → {hi}");
+            assert!(stats(lo).best_width(&table, max + 1) >= k, "{note}: max {max} → {}", max + 1);
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The engine thread behind `EngineHandle`, on the fake model: replies equal the direct generation loop, the
+//! queue is bounded and ordered by priority, cancellation (waiting or running) frees everything.
+//! Synchronization is by channels only: a "gate" request holds the engine inside its sink until released.
+
+#[allow(dead_code)]
+mod fake;
+
+use fake::{reference_logits, FakeBackend, FakeModel};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tf_engine::{
+    sample, EngineConfig, EngineError, EngineEvent, EngineHandle, FinishReason, Flow, GenOutput, GenRequest, Priority,
+    SamplingParams, SubmitError,
+};
+
+const VOCAB: usize = 40;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn spawn(max_waiting: usize) -> EngineHandle {
+    EngineHandle::spawn(
+        Box::new(FakeBackend),
+        Box::new(FakeModel::new(VOCAB, 256)),
+        EngineConfig { kv_blocks: 64, block_size: 8, max_waiting },
+    )
+    .unwrap()
+}
+
+fn prompt(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 17 + 3 + salt) % VOCAB as u32).collect()
+}
+
+/// Serial generation straight from the definition.
+fn reference(req: &GenRequest) -> Vec<u32> {
+    let seed = req.params.seed.unwrap();
+    let mut history = req.prompt.clone();
+    let mut reply = Vec::new();
+    while reply.len() < req.max_tokens {
+        let t = sample(&reference_logits(&history, VOCAB), &req.params, seed, history.len() as u64, &reply).token;
+        reply.push(t);
+        history.push(t);
+    }
+    reply
+}
+
+/// A sink that forwards the final output (or error) to a channel.
+fn collecting(tx: mpsc::Sender<Result<GenOutput, EngineError>>) -> tf_engine::EventSink {
+    Box::new(move |ev| {
+        match ev {
+            EngineEvent::Done(out) => {
+                let _ = tx.send(Ok(out));
+            }
+            EngineEvent::Error(e) => {
+                let _ = tx.send(Err(e));
+            }
+            _ => {}
+        }
+        Flow::Continue
+    })
+}
+
+/// Submits a request whose sink blocks on its first token until `release` is sent; returns when it runs.
+fn gate(h: &EngineHandle) -> (mpsc::Sender<()>, mpsc::Receiver<Result<GenOutput, EngineError>>) {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (running_tx, running_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut first = true;
+    let sink: tf_engine::EventSink = Box::new(move |ev| {
+        match ev {
+            EngineEvent::Token(_) if first => {
+                first = false;
+                let _ = running_tx.send(());
+                let _ = release_rx.recv_timeout(WAIT);
+            }
+            EngineEvent::Done(out) => {
+                let _ = done_tx.send(Ok(out));
+            }
+            EngineEvent::Error(e) => {
+                let _ = done_tx.send(Err(e));
+            }
+            _ => {}
+        }
+        Flow::Continue
+    });
+    let req = GenRequest::new(prompt(5, 99), SamplingParams::greedy(), 3);
+    h.submit(req, Priority::Interactive, sink).unwrap();
+    running_rx.recv_timeout(WAIT).expect("the gate request runs");
+    (release_tx, done_rx)
+}
+
+#[test]
+fn replies_through_the_handle_equal_the_reference() {
+    let h = spawn(8);
+    let mut waits = Vec::new();
+    let mut reqs = Vec::new();
+    for i in 0..4u32 {
+        let params = if i % 2 == 0 {
+            SamplingParams { seed: Some(u64::from(i)), ..SamplingParams::greedy() }
+        } else {
+            SamplingParams { temperature: 0.9, top_k: 20, seed: Some(u64::from(i) * 7), ..Default::default() }
+        };
+        let req = GenRequest::new(prompt(3 + i as usize * 5, i), params, 12);
+        let (tx, rx) = mpsc::channel();
+        h.submit(req.clone(), Priority::Interactive, collecting(tx)).unwrap();
+        waits.push(rx);
+        reqs.push(req);
+    }
+    for (req, rx) in reqs.iter().zip(waits) {
+        let out = rx.recv_timeout(WAIT).unwrap().unwrap();
+        assert_eq!(out.tokens, reference(req));
+        assert_eq!(out.finish_reason, FinishReason::Length);
+    }
+    let s = h.stats();
+    assert_eq!(s.finished_length.load(Ordering::Relaxed), 4);
+    assert_eq!(s.generation_tokens.load(Ordering::Relaxed), 48);
+    assert_eq!(s.kv_blocks_used.load(Ordering::Relaxed), 0);
+    h.shutdown();
+}
+
+#[test]
+fn the_queue_is_bounded_and_interactive_goes_first() {
+    let h = spawn(4);
+    let (release, gate_done) = gate(&h);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut dones = Vec::new();
+    for (name, prio) in [
+        ("b1", Priority::Background),
+        ("i1", Priority::Interactive),
+        ("b2", Priority::Background),
+        ("i2", Priority::Interactive),
+    ] {
+        let order = order.clone();
+        let (tx, rx) = mpsc::channel();
+        let sink: tf_engine::EventSink = Box::new(move |ev| {
+            match ev {
+                EngineEvent::Started { .. } => order.lock().unwrap().push(name),
+                EngineEvent::Done(_) | EngineEvent::Error(_) => {
+                    let _ = tx.send(());
+                }
+                _ => {}
+            }
+            Flow::Continue
+        });
+        h.submit(GenRequest::new(prompt(4, 1), SamplingParams::greedy(), 2), prio, sink).unwrap();
+        dones.push(rx);
+    }
+    assert_eq!(h.stats().waiting.load(Ordering::SeqCst), 4);
+    let refused = h.submit(
+        GenRequest::new(prompt(4, 1), SamplingParams::greedy(), 2),
+        Priority::Interactive,
+        Box::new(|_| Flow::Continue),
+    );
+    assert_eq!(refused.unwrap_err(), SubmitError::QueueFull { max_waiting: 4 });
+    assert_eq!(h.stats().waiting.load(Ordering::SeqCst), 4, "a refusal leaves no trace");
+    release.send(()).unwrap();
+    gate_done.recv_timeout(WAIT).unwrap().unwrap();
+    for d in dones {
+        d.recv_timeout(WAIT).unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec!["i1", "i2", "b1", "b2"]);
+    h.shutdown();
+}
+
+#[test]
+fn cancelling_a_waiting_or_running_request_frees_everything() {
+    let h = spawn(4);
+    let (release, gate_done) = gate(&h);
+    // Waiting: cancelled before it starts, its sink still gets the final event.
+    let (tx, waiting_done) = mpsc::channel();
+    let ticket =
+        h.submit(GenRequest::new(prompt(6, 2), SamplingParams::greedy(), 50), Priority::Interactive, collecting(tx));
+    let ticket = ticket.unwrap();
+    ticket.cancel();
+    // Running: its sink pauses at the third token while the test cancels it through the ticket.
+    let (tx, running_done) = mpsc::channel();
+    let (at3_tx, at3_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let mut inner = collecting(tx);
+    let mut seen = 0;
+    let sink: tf_engine::EventSink = Box::new(move |ev| {
+        if let EngineEvent::Token(_) = ev {
+            seen += 1;
+            if seen == 3 {
+                let _ = at3_tx.send(());
+                let _ = go_rx.recv_timeout(WAIT);
+            }
+        }
+        inner(ev)
+    });
+    let running =
+        h.submit(GenRequest::new(prompt(6, 3), SamplingParams::greedy(), 100), Priority::Interactive, sink).unwrap();
+    release.send(()).unwrap();
+    gate_done.recv_timeout(WAIT).unwrap().unwrap();
+    assert_eq!(waiting_done.recv_timeout(WAIT).unwrap(), Err(EngineError::Cancelled));
+    at3_rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(h.stats().running.load(Ordering::SeqCst), 1);
+    assert!(h.stats().kv_blocks_used.load(Ordering::Relaxed) > 0);
+    running.cancel();
+    go_tx.send(()).unwrap();
+    let out = running_done.recv_timeout(WAIT).unwrap().unwrap();
+    assert_eq!(out.tokens.len(), 3, "the reply ends at the token where the cancel was seen");
+    assert_eq!(out.finish_reason, FinishReason::Cancelled);
+    let s = h.stats();
+    assert_eq!(s.kv_blocks_used.load(Ordering::Relaxed), 0);
+    assert_eq!(s.running.load(Ordering::SeqCst), 0);
+    assert_eq!(s.waiting.load(Ordering::SeqCst), 0);
+    // The engine still serves.
+    let (tx, rx) = mpsc::channel();
+    let req = GenRequest::new(prompt(7, 4), SamplingParams { seed: Some(1), ..SamplingParams::greedy() }, 5);
+    h.submit(req.clone(), Priority::Interactive, collecting(tx)).unwrap();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap().unwrap().tokens, reference(&req));
+    h.cancel_all();
+    h.shutdown();
+    let refused = h.submit(req, Priority::Interactive, Box::new(|_| Flow::Continue));
+    assert_eq!(refused.unwrap_err(), SubmitError::ShuttingDown);
+}
+
+#[test]
+fn a_sink_that_stops_ends_the_reply_at_that_token() {
+    let h = spawn(4);
+    let (tx, rx) = mpsc::channel();
+    let mut inner = collecting(tx);
+    let mut n = 0;
+    let sink: tf_engine::EventSink = Box::new(move |ev| {
+        let is_token = matches!(ev, EngineEvent::Token(_));
+        let flow = inner(ev);
+        if is_token {
+            n += 1;
+            if n == 4 {
+                return Flow::Stop;
+            }
+        }
+        flow
+    });
+    let req = GenRequest::new(prompt(5, 5), SamplingParams { seed: Some(3), ..SamplingParams::greedy() }, 20);
+    h.submit(req.clone(), Priority::Interactive, sink).unwrap();
+    let out = rx.recv_timeout(WAIT).unwrap().unwrap();
+    assert_eq!(out.tokens, reference(&req)[..4].to_vec());
+    assert_eq!(out.finish_reason, FinishReason::Cancelled);
+    h.shutdown();
+}

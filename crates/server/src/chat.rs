@@ -1,0 +1,273 @@
+//! `POST /v1/chat/completions`.
+
+use crate::error::ApiError;
+use crate::gen::{self, Job, Piece};
+use crate::params::{kind, parse_object, sampling, Fields};
+use crate::{new_id, read_body, unix_now, AppState, Shared};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use tf_text::ChatRenderOptions;
+
+pub async fn handle(State(st): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    match run(st, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Turns OpenAI messages into what chat templates expect: string content (text parts joined), `developer` as
+/// `system`, tool fields passed through.
+pub fn normalize_messages(v: Option<&Value>, field: &str) -> Result<Vec<Value>, ApiError> {
+    let Some(v) = v else { return Err(ApiError::field(field, "is required")) };
+    let Value::Array(items) = v else {
+        return Err(ApiError::field(field, format!("expected an array of messages, got {}", kind(v))));
+    };
+    if items.is_empty() {
+        return Err(ApiError::field(field, "must hold at least one message"));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let Value::Object(m) = m else {
+            return Err(ApiError::field(&at, format!("expected an object, got {}", kind(m))));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            Some(v) => {
+                return Err(ApiError::field(&format!("{at}.role"), format!("expected a string, got {}", kind(v))))
+            }
+            None => return Err(ApiError::field(&format!("{at}.role"), "is required")),
+        };
+        let role = match role {
+            "system" | "user" | "assistant" | "tool" => role,
+            "developer" => "system",
+            other => {
+                return Err(ApiError::field(
+                    &format!("{at}.role"),
+                    format!("unknown role `{other}` (expected system, developer, user, assistant or tool)"),
+                ))
+            }
+        };
+        let content = content_text(m.get("content"), &format!("{at}.content"))?;
+        if content.is_none() && !(role == "assistant" && m.get("tool_calls").is_some_and(|t| !t.is_null())) {
+            return Err(ApiError::field(&format!("{at}.content"), "is required"));
+        }
+        let mut msg = Map::new();
+        msg.insert("role".into(), Value::String(role.into()));
+        msg.insert("content".into(), content.map(Value::String).unwrap_or(Value::Null));
+        for key in ["name", "tool_calls", "tool_call_id", "reasoning_content"] {
+            if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+                msg.insert(key.into(), v.clone());
+            }
+        }
+        out.push(Value::Object(msg));
+    }
+    Ok(out)
+}
+
+/// Message content: a string, or an array of text parts (`text`, `input_text`, `output_text`) joined.
+pub fn content_text(v: Option<&Value>, field: &str) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (i, p) in parts.iter().enumerate() {
+                let at = format!("{field}[{i}]");
+                match p {
+                    Value::String(s) => text.push_str(s),
+                    Value::Object(o) => {
+                        let t = o.get("type").and_then(Value::as_str).unwrap_or("text");
+                        if !matches!(t, "text" | "input_text" | "output_text") {
+                            return Err(ApiError::field(
+                                &at,
+                                format!("content parts of type `{t}` are not supported (text only)"),
+                            ));
+                        }
+                        match o.get("text") {
+                            Some(Value::String(s)) => text.push_str(s),
+                            _ => return Err(ApiError::field(&format!("{at}.text"), "expected a string")),
+                        }
+                    }
+                    v => return Err(ApiError::field(&at, format!("expected a content part, got {}", kind(v)))),
+                }
+            }
+            Ok(Some(text))
+        }
+        Some(v) => Err(ApiError::field(field, format!("expected a string or an array of parts, got {}", kind(v)))),
+    }
+}
+
+/// Renders messages with the model's chat template and tokenizes the result.
+pub fn chat_prompt(
+    st: &AppState,
+    messages: Vec<Value>,
+    tools: Option<Value>,
+    extra: Map<String, Value>,
+) -> Result<Vec<u32>, ApiError> {
+    let Some(template) = &st.model.template else {
+        return Err(ApiError::invalid(
+            Some("messages".into()),
+            format!("the model `{}` has no chat template; use /v1/completions with a plain prompt", st.model.id),
+        ));
+    };
+    let tok = &st.model.tokenizer;
+    let opts = ChatRenderOptions {
+        add_generation_prompt: true,
+        tools,
+        bos_token: tok.bos_token().map(str::to_owned),
+        eos_token: tok.eos_token().map(str::to_owned),
+        extra,
+        ..Default::default()
+    };
+    let text = template.render(&Value::Array(messages), &opts).map_err(|e| {
+        ApiError::invalid(Some("messages".into()), format!("the chat template refused the messages: {e}"))
+    })?;
+    tok.encode(&text, false, true).map_err(|e| ApiError::invalid(Some("messages".into()), e.to_string()))
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&st, &headers, body).await?;
+    let obj = parse_object(&body)?;
+    let f = Fields::new(&obj);
+    st.check_model(&f)?;
+    f.check_n()?;
+    f.str("user")?;
+    let messages = normalize_messages(f.get("messages"), "messages")?;
+    let tools = match f.get("tools") {
+        None => None,
+        Some(v @ Value::Array(_)) => Some(v.clone()),
+        Some(v) => return Err(ApiError::field("tools", format!("expected an array, got {}", kind(v)))),
+    };
+    let extra = match f.get("chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(v) => return Err(ApiError::field("chat_template_kwargs", format!("expected an object, got {}", kind(v)))),
+    };
+    let params = sampling(&f, &st.cfg.defaults)?;
+    let logprobs = f.bool("logprobs")?.unwrap_or(false);
+    let top = f.int_in("top_logprobs", 0, 20)?;
+    if top.is_some_and(|t| t > 0) && !logprobs {
+        return Err(ApiError::field("top_logprobs", "needs `logprobs: true`"));
+    }
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => Fields::new(o).bool("include_usage")?.unwrap_or(false),
+        Some(v) => return Err(ApiError::field("stream_options", format!("expected an object, got {}", kind(v)))),
+    };
+    let return_ids = f.bool("return_token_ids")?.unwrap_or(false);
+    let stops = f.stops("stop")?;
+    let priority = f.priority()?;
+    let draft = f.bool("draft")?.unwrap_or(true);
+    let prompt = chat_prompt(&st, messages, tools, extra)?;
+    let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
+    let job = Job {
+        prompt,
+        params,
+        max_tokens,
+        stops,
+        top_logprobs: if logprobs { top.unwrap_or(0) as usize } else { 0 },
+        prompt_logprobs: None,
+        priority,
+        draft,
+    };
+    let mut running = gen::start(&st, &job)?;
+    let first = gen::first(&mut running).await?;
+    let id = new_id("chatcmpl-");
+    let created = unix_now();
+    let model = st.model.id.clone();
+    if !stream {
+        let (tokens, out, tail, stop_hit) = gen::collect(running, first).await?;
+        let mut text: String = tokens.iter().map(|(_, t)| t.as_str()).collect();
+        text.push_str(&tail);
+        let lp = logprobs.then(|| {
+            let content: Vec<Value> = tokens
+                .iter()
+                .filter(|(ev, _)| !ev.is_stop)
+                .map(|(ev, _)| gen::chat_logprob(&st.model.tokenizer, ev.token, ev.logprob, &ev.top))
+                .collect();
+            json!({"content": content})
+        });
+        let mut choice = json!({
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": lp,
+            "finish_reason": gen::finish_reason(&out, stop_hit),
+        });
+        let mut reply = json!({
+            "id": id, "object": "chat.completion", "created": created, "model": model,
+            "system_fingerprint": fingerprint(&st),
+            "choices": [], "usage": gen::usage(&out), "tensorfold": gen::receipt(&out),
+        });
+        if return_ids {
+            choice["token_ids"] = json!(out.tokens);
+            reply["prompt_token_ids"] = json!(job.prompt);
+        }
+        reply["choices"] = json!([choice]);
+        return Ok(axum::Json(reply).into_response());
+    }
+    let tok = st.model.tokenizer.clone();
+    let fp = fingerprint(&st);
+    let chunk = move |choices: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+               "system_fingerprint": fp, "choices": choices})
+    };
+    let mut started = false;
+    let prompt_ids = job.prompt.clone();
+    Ok(gen::sse(running, first, move |piece| {
+        let mut out = String::new();
+        if !started {
+            started = true;
+            let mut c = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null,
+                                       "finish_reason": null}]));
+            if return_ids {
+                c["prompt_token_ids"] = json!(prompt_ids);
+            }
+            out.push_str(&gen::sse_data(&c));
+        }
+        match piece {
+            Piece::Token { ev, text } => {
+                let lp = (logprobs && !ev.is_stop)
+                    .then(|| json!({"content": [gen::chat_logprob(&tok, ev.token, ev.logprob, &ev.top)]}));
+                if !text.is_empty() || lp.is_some() || return_ids {
+                    let mut choice =
+                        json!({"index": 0, "delta": {"content": text}, "logprobs": lp, "finish_reason": null});
+                    if return_ids {
+                        choice["token_ids"] = json!([ev.token]);
+                    }
+                    out.push_str(&gen::sse_data(&chunk(json!([choice]))));
+                }
+                (out, false)
+            }
+            Piece::Done { out: res, tail, stop_hit } => {
+                let mut last = chunk(
+                    json!([{"index": 0, "delta": if tail.is_empty() { json!({}) } else { json!({"content": tail}) },
+                                              "logprobs": null, "finish_reason": gen::finish_reason(&res, stop_hit)}]),
+                );
+                if include_usage {
+                    out.push_str(&gen::sse_data(&last));
+                    last = chunk(json!([]));
+                    last["usage"] = gen::usage(&res);
+                }
+                last["tensorfold"] = gen::receipt(&res);
+                out.push_str(&gen::sse_data(&last));
+                out.push_str("data: [DONE]\n\n");
+                (out, true)
+            }
+            Piece::Error(e) => {
+                out.push_str(&gen::sse_error(e));
+                out.push_str("data: [DONE]\n\n");
+                (out, true)
+            }
+        }
+    }))
+}
+
+/// `system_fingerprint`: the model id and the engine's arithmetic (same fingerprint ⇒ same bits).
+pub fn fingerprint(st: &AppState) -> String {
+    format!("tensorfold-{}-{}", env!("CARGO_PKG_VERSION"), st.model.family)
+}

@@ -1,0 +1,370 @@
+//! `POST /v1/responses` (text in, text out) and `GET /v1/responses/{id}`, with an in-memory store bounded in
+//! entries and bytes for `previous_response_id`.
+
+use crate::chat::{chat_prompt, content_text};
+use crate::error::ApiError;
+use crate::gen::{self, Job, Piece};
+use crate::params::{kind, parse_object, sampling, Fields};
+use crate::{new_id, read_body, unix_now, AppState, Shared};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, VecDeque};
+use tf_engine::GenOutput;
+
+/// Stored responses, oldest evicted first when either bound is passed.
+pub struct Store {
+    max_entries: usize,
+    max_bytes: usize,
+    bytes: usize,
+    order: VecDeque<String>,
+    /// id → (the conversation including this response's output, the response object, size in bytes).
+    items: HashMap<String, (Vec<Value>, Value, usize)>,
+}
+
+impl Store {
+    pub fn new(max_entries: usize, max_bytes: usize) -> Store {
+        Store { max_entries, max_bytes, bytes: 0, order: VecDeque::new(), items: HashMap::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Keeps a response; one larger than the byte bound is not kept.
+    pub fn put(&mut self, id: String, conversation: Vec<Value>, response: Value) {
+        let size =
+            id.len() + conversation.iter().map(|m| m.to_string().len()).sum::<usize>() + response.to_string().len();
+        if size > self.max_bytes || self.max_entries == 0 {
+            return;
+        }
+        while !self.order.is_empty() && (self.items.len() >= self.max_entries || self.bytes + size > self.max_bytes) {
+            if let Some(old) = self.order.pop_front() {
+                if let Some((_, _, s)) = self.items.remove(&old) {
+                    self.bytes -= s;
+                }
+            }
+        }
+        self.bytes += size;
+        self.order.push_back(id.clone());
+        self.items.insert(id, (conversation, response, size));
+    }
+
+    pub fn conversation(&self, id: &str) -> Option<&Vec<Value>> {
+        self.items.get(id).map(|x| &x.0)
+    }
+
+    pub fn response(&self, id: &str) -> Option<&Value> {
+        self.items.get(id).map(|x| &x.1)
+    }
+}
+
+pub async fn handle(State(st): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    match run(st, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn get_stored(State(st): State<Shared>, Path(id): Path<String>) -> Response {
+    let store = st.store.lock().unwrap_or_else(|p| p.into_inner());
+    match store.response(&id) {
+        Some(r) => axum::Json(r.clone()).into_response(),
+        None => ApiError::not_found(format!("no stored response with id `{id}`")).into_response(),
+    }
+}
+
+/// `input` as chat messages.
+fn input_messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+    match v {
+        None => Err(ApiError::field("input", "is required")),
+        Some(Value::String(s)) => Ok(vec![json!({"role": "user", "content": s})]),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, it) in items.iter().enumerate() {
+                let at = format!("input[{i}]");
+                let Value::Object(o) = it else {
+                    return Err(ApiError::field(&at, format!("expected an item object, got {}", kind(it))));
+                };
+                let ty = o.get("type").and_then(Value::as_str).unwrap_or("message");
+                if ty != "message" {
+                    return Err(ApiError::field(&at, format!("input items of type `{ty}` are not supported")));
+                }
+                let role = match o.get("role").and_then(Value::as_str) {
+                    Some(r @ ("user" | "assistant" | "system")) => r,
+                    Some("developer") => "system",
+                    _ => {
+                        return Err(ApiError::field(
+                            &format!("{at}.role"),
+                            "expected user, assistant, system or developer",
+                        ))
+                    }
+                };
+                let text = content_text(o.get("content"), &format!("{at}.content"))?
+                    .ok_or_else(|| ApiError::field(&format!("{at}.content"), "is required"))?;
+                out.push(json!({"role": role, "content": text}));
+            }
+            if out.is_empty() {
+                return Err(ApiError::field("input", "must hold at least one item"));
+            }
+            Ok(out)
+        }
+        Some(v) => Err(ApiError::field("input", format!("expected a string or an array of items, got {}", kind(v)))),
+    }
+}
+
+/// What a response object says besides its output.
+struct Meta {
+    id: String,
+    msg_id: String,
+    created: u64,
+    model: String,
+    instructions: Option<String>,
+    max_output_tokens: Option<i64>,
+    temperature: f64,
+    top_p: f64,
+    previous: Option<String>,
+    store: bool,
+    metadata: Value,
+}
+
+impl Meta {
+    fn object(&self, status: &str, text: Option<&str>, out: Option<&GenOutput>, stop_hit: bool) -> Value {
+        let output = match text {
+            None => json!([]),
+            Some(t) => json!([message(&self.msg_id, "completed", Some(t))]),
+        };
+        let mut r = json!({
+            "id": self.id, "object": "response", "created_at": self.created, "status": status,
+            "model": self.model, "output": output, "instructions": self.instructions,
+            "max_output_tokens": self.max_output_tokens, "temperature": self.temperature, "top_p": self.top_p,
+            "previous_response_id": self.previous, "store": self.store, "metadata": self.metadata,
+            "parallel_tool_calls": false, "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
+            "truncation": "disabled", "error": null, "incomplete_details": null, "usage": null,
+        });
+        if let Some(o) = out {
+            r["usage"] = json!({
+                "input_tokens": o.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": o.tokens.len(),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": o.prompt_tokens + o.tokens.len(),
+            });
+            r["tensorfold"] = gen::receipt(o);
+            if gen::finish_reason(o, stop_hit) == "length" {
+                r["incomplete_details"] = json!({"reason": "max_output_tokens"});
+            }
+        }
+        r
+    }
+}
+
+fn message(id: &str, status: &str, text: Option<&str>) -> Value {
+    let content = match text {
+        None => json!([]),
+        Some(t) => json!([{"type": "output_text", "text": t, "annotations": [], "logprobs": []}]),
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&st, &headers, body).await?;
+    let obj = parse_object(&body)?;
+    let f = Fields::new(&obj);
+    st.check_model(&f)?;
+    let mut messages = Vec::new();
+    let previous = f.str("previous_response_id")?.map(str::to_owned);
+    if let Some(p) = &previous {
+        let store = st.store.lock().unwrap_or_else(|p| p.into_inner());
+        match store.conversation(p) {
+            Some(c) => messages.extend(c.iter().cloned()),
+            None => {
+                return Err(ApiError::field("previous_response_id", format!("no stored response with id `{p}`"))
+                    .with_code("previous_response_not_found"))
+            }
+        }
+    }
+    let input = input_messages(f.get("input"))?;
+    messages.extend(input);
+    let instructions = f.str("instructions")?.map(str::to_owned);
+    let mut rendered = Vec::new();
+    if let Some(i) = &instructions {
+        rendered.push(json!({"role": "system", "content": i}));
+    }
+    rendered.extend(messages.iter().cloned());
+    let params = sampling(&f, &st.cfg.defaults)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let store = f.bool("store")?.unwrap_or(true);
+    let metadata = match f.get("metadata") {
+        None => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(v) => return Err(ApiError::field("metadata", format!("expected an object, got {}", kind(v)))),
+    };
+    let prompt = chat_prompt(&st, rendered, None, Map::new())?;
+    let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_output_tokens"], prompt.len(), false)?;
+    let meta = Meta {
+        id: new_id("resp_"),
+        msg_id: new_id("msg_"),
+        created: unix_now(),
+        model: st.model.id.clone(),
+        instructions,
+        max_output_tokens: f.int_in("max_output_tokens", 1, i64::MAX)?,
+        temperature: params.temperature,
+        top_p: params.top_p,
+        previous,
+        store,
+        metadata,
+    };
+    let job = Job {
+        prompt,
+        params,
+        max_tokens,
+        stops: Vec::new(),
+        top_logprobs: 0,
+        prompt_logprobs: None,
+        priority: f.priority()?,
+        draft: f.bool("draft")?.unwrap_or(true),
+    };
+    let mut running = gen::start(&st, &job)?;
+    let first = gen::first(&mut running).await?;
+    let keep = move |st: &AppState, meta: &Meta, text: &str, obj: &Value| {
+        if meta.store {
+            let mut conv = messages.clone();
+            conv.push(json!({"role": "assistant", "content": text}));
+            st.store.lock().unwrap_or_else(|p| p.into_inner()).put(meta.id.clone(), conv, obj.clone());
+        }
+    };
+    if !stream {
+        let (tokens, out, tail, stop_hit) = gen::collect(running, first).await?;
+        let mut text: String = tokens.iter().map(|(_, t)| t.as_str()).collect();
+        text.push_str(&tail);
+        let status = if gen::finish_reason(&out, stop_hit) == "length" { "incomplete" } else { "completed" };
+        let obj = meta.object(status, Some(&text), Some(&out), stop_hit);
+        keep(&st, &meta, &text, &obj);
+        return Ok(axum::Json(obj).into_response());
+    }
+    let mut seq = 0u64;
+    let mut text = String::new();
+    let mut opened = false;
+    let st2 = st.clone();
+    Ok(gen::sse(running, first, move |piece| {
+        let mut s = String::new();
+        let mut ev = |ty: &str, mut v: Value| {
+            v["type"] = json!(ty);
+            v["sequence_number"] = json!(seq);
+            seq += 1;
+            s.push_str(&format!("event: {ty}\ndata: {v}\n\n"));
+        };
+        let part = |t: &str| json!({"type": "output_text", "text": t, "annotations": [], "logprobs": []});
+        if !opened {
+            opened = true;
+            ev("response.created", json!({"response": meta.object("in_progress", None, None, false)}));
+            ev("response.in_progress", json!({"response": meta.object("in_progress", None, None, false)}));
+            ev(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": message(&meta.msg_id, "in_progress", None)}),
+            );
+            ev(
+                "response.content_part.added",
+                json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
+                                                     "part": part("")}),
+            );
+        }
+        let delta = |ev: &mut dyn FnMut(&str, Value), d: &str| {
+            if !d.is_empty() {
+                ev(
+                    "response.output_text.delta",
+                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
+                                                        "delta": d, "logprobs": []}),
+                );
+            }
+        };
+        match piece {
+            Piece::Token { text: t, .. } => {
+                delta(&mut ev, &t);
+                text.push_str(&t);
+                (s, false)
+            }
+            Piece::Done { out, tail, stop_hit } => {
+                delta(&mut ev, &tail);
+                text.push_str(&tail);
+                ev(
+                    "response.output_text.done",
+                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
+                                                       "text": text, "logprobs": []}),
+                );
+                ev(
+                    "response.content_part.done",
+                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
+                                                        "part": part(&text)}),
+                );
+                ev(
+                    "response.output_item.done",
+                    json!({"output_index": 0, "item": message(&meta.msg_id, "completed", Some(&text))}),
+                );
+                let incomplete = gen::finish_reason(&out, stop_hit) == "length";
+                let obj =
+                    meta.object(if incomplete { "incomplete" } else { "completed" }, Some(&text), Some(&out), stop_hit);
+                keep(&st2, &meta, &text, &obj);
+                ev(if incomplete { "response.incomplete" } else { "response.completed" }, json!({"response": obj}));
+                (s, true)
+            }
+            Piece::Error(e) => {
+                let err = gen::engine_error(e);
+                ev("error", json!({"code": err.code, "message": err.message, "param": err.param}));
+                (s, true)
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_is_bounded_in_entries_and_bytes() {
+        let mut s = Store::new(3, 10_000);
+        for i in 0..5 {
+            s.put(format!("r{i}"), vec![json!({"role": "user", "content": "hi"})], json!({"id": i}));
+        }
+        assert_eq!(s.len(), 3);
+        assert!(s.conversation("r0").is_none() && s.conversation("r1").is_none());
+        assert!(s.conversation("r4").is_some());
+        let mut s = Store::new(100, 300);
+        let big = "x".repeat(120);
+        for i in 0..5 {
+            s.put(format!("r{i}"), vec![json!({"content": big})], json!({}));
+            assert!(s.bytes() <= 300, "{}", s.bytes());
+        }
+        assert!(s.len() < 5 && s.conversation("r4").is_some());
+        // Larger than the whole bound: not kept, nothing evicted for it.
+        let before = s.len();
+        s.put("huge".into(), vec![json!({"content": "y".repeat(1000)})], json!({}));
+        assert!(s.conversation("huge").is_none());
+        assert_eq!(s.len(), before);
+    }
+
+    #[test]
+    fn input_forms() {
+        assert_eq!(input_messages(Some(&json!("hi"))).unwrap(), vec![json!({"role": "user", "content": "hi"})]);
+        let items = json!([{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]},
+                           {"type": "message", "role": "user", "content": "hi"}]);
+        let m = input_messages(Some(&items)).unwrap();
+        assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
+        assert!(input_messages(Some(&json!([{"type": "function_call_output"}]))).is_err());
+        assert!(input_messages(Some(&json!(5))).is_err());
+        assert!(input_messages(Some(&json!([]))).is_err());
+        assert!(input_messages(None).is_err());
+    }
+}
