@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 echo "== models"
 bash scripts/fetch-models.sh all
 
+echo "== python test venv (.venv-test: the openai client the serve tests drive)"
+if [ ! -x .venv-test/bin/python ]; then
+    python3 -m venv .venv-test
+fi
+.venv-test/bin/python -m pip install --quiet --disable-pip-version-check -r crates/cli/tests/py/requirements.txt
+TF_TEST_PYTHON="$(pwd)/.venv-test/bin/python"
+export TF_TEST_PYTHON
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

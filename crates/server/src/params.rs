@@ -90,10 +90,12 @@ impl<'a> Fields<'a> {
                         ApiError::field(name, format!("expected an integer, got {v}")).with_code("invalid_type")
                     );
                 }
-                if f < 0.0 {
+                if f <= i64::MIN as f64 {
                     i64::MIN
-                } else {
+                } else if f >= i64::MAX as f64 {
                     i64::MAX
+                } else {
+                    f as i64
                 }
             }
         };
