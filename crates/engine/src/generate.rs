@@ -4,8 +4,9 @@
 //! logits for position `p` come from the row at position `p − 1`. Every row is row-exact (DESIGN.md §2), so any
 //! `prefill_chunk` gives the same logits bits and therefore the same tokens.
 
+use crate::draft::{DraftConfig, DraftCounts};
 use crate::kv_pool::{BlockTable, KvPool, PoolError};
-use crate::sampler::{log_softmax_at, penalized, sample, top_logprobs, SamplingError, SamplingParams};
+use crate::sampler::{log_softmax_at, penalized, top_logprobs, SamplingError, SamplingParams};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub struct GenRequest {
     pub prompt_logprobs: Option<usize>,
     /// Set from anywhere to end the request at the next row boundary (finish reason `Cancelled`).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Draft when the generator is set up to (`false`: one row per round, the serial reference).
+    pub draft: bool,
 }
 
 impl GenRequest {
@@ -48,6 +51,7 @@ impl GenRequest {
             top_logprobs: 0,
             prompt_logprobs: None,
             cancel: None,
+            draft: true,
         }
     }
 }
@@ -112,6 +116,8 @@ pub struct GenOutput {
     pub seed: u64,
     /// With `prompt_logprobs`: one entry per prompt token, `None` for the first (nothing predicts it).
     pub prompt_logprobs: Vec<Option<TokenLogprob>>,
+    /// Rounds, drafted and accepted tokens, narrowest window.
+    pub counts: DraftCounts,
 }
 
 /// Why a request was refused or failed. Everything but `Backend` and `Model` is detected before any work.
@@ -187,10 +193,12 @@ pub fn token_sha(ids: &[u32]) -> String {
 
 /// Drives one model on one backend, one request at a time, over a paged KV cache.
 pub struct Generator<'a> {
-    be: &'a dyn Backend,
-    model: &'a dyn Model,
-    kv: KvCache,
-    pool: KvPool,
+    pub(crate) be: &'a dyn Backend,
+    pub(crate) model: &'a dyn Model,
+    pub(crate) kv: KvCache,
+    pub(crate) pool: KvPool,
+    /// Drafting settings; `None`: every request decodes serially.
+    pub(crate) drafting: Option<DraftConfig>,
 }
 
 impl<'a> Generator<'a> {
@@ -208,7 +216,16 @@ impl<'a> Generator<'a> {
     /// Uses an allocated KV cache; the pool follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
-        Generator { be, model, kv, pool }
+        Generator { be, model, kv, pool, drafting: None }
+    }
+
+    /// Turns drafting on (requests with `draft: true` use it) or off.
+    pub fn set_drafting(&mut self, config: Option<DraftConfig>) {
+        self.drafting = config;
+    }
+
+    pub fn drafting(&self) -> Option<&DraftConfig> {
+        self.drafting.as_ref()
     }
 
     pub fn pool(&self) -> &KvPool {
@@ -241,14 +258,15 @@ impl<'a> Generator<'a> {
                 context_length,
             });
         }
-        // KV is written for every token fed: the prompt and all generated tokens but the last.
-        self.pool.check_fits(req.prompt.len().max(total - 1))?;
+        // KV is written for every token fed: the prompt and generated tokens, and a window's drafts may reach one
+        // slot past the last token that will be generated.
+        self.pool.check_fits(total)?;
         Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
     }
 
     /// One forward over `tokens` at positions `start..`, all causal rows of sequence 0; returns the logits of
     /// `logit_rows` (indices into `tokens`), row-major `[logit_rows.len(), vocab]`.
-    fn forward(
+    pub(crate) fn forward(
         &mut self,
         table: &BlockTable,
         tokens: &[u32],
@@ -330,7 +348,7 @@ impl<'a> Generator<'a> {
         let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
         // All blocks up front (freed when `table` drops): the request cannot run out half-way.
         let mut table = BlockTable::new(&self.pool);
-        table.ensure(&self.pool, prompt.len().max(prompt.len() + req.max_tokens - 1))?;
+        table.ensure(&self.pool, prompt.len() + req.max_tokens)?;
         let vocab = self.model.vocab_size();
 
         let t0 = Instant::now();
@@ -383,40 +401,11 @@ impl<'a> Generator<'a> {
         }
 
         let t1 = Instant::now();
-        let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
-        let finish_reason = loop {
-            let position = prompt.len() + tokens.len();
-            let draw = sample(&logits, &req.params, seed, position as u64, &tokens);
-            let top = if req.top_logprobs > 0 {
-                top_logprobs(&penalized(&logits, &req.params, &tokens), req.top_logprobs)
-            } else {
-                Vec::new()
-            };
-            tokens.push(draw.token);
-            let is_stop = req.stop_ids.contains(&draw.token);
-            let event = TokenEvent {
-                token: draw.token,
-                index: tokens.len() - 1,
-                position,
-                logprob: draw.logprob,
-                is_stop,
-                top,
-            };
-            let flow = on_token(event);
-            if is_stop {
-                break FinishReason::Stop;
-            }
-            if flow == Flow::Stop || cancelled() {
-                break FinishReason::Cancelled;
-            }
-            if tokens.len() == req.max_tokens {
-                break FinishReason::Length;
-            }
-            logits = self.forward(&table, &[draw.token], position, vec![0])?;
-        };
+        let (tokens, finish_reason, counts) = self.decode(req, &table, &logits, seed, on_token, &cancelled)?;
         let decode_s = t1.elapsed().as_secs_f64();
         let mut out = self.output(tokens, finish_reason, prefill_s, decode_s, req, seed);
         out.prompt_logprobs = prompt_logprobs;
+        out.counts = counts;
         Ok(out)
     }
 
@@ -438,6 +427,7 @@ impl<'a> Generator<'a> {
             prompt_tokens: req.prompt.len(),
             seed,
             prompt_logprobs: Vec::new(),
+            counts: DraftCounts::default(),
         }
     }
 }

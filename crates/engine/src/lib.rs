@@ -3,12 +3,14 @@
 //!
 //! Depends on `tf-core` and `tf-models` only; it never names a backend or a model family.
 
+pub mod draft;
 pub mod generate;
 pub mod handle;
 pub mod kv_pool;
 pub mod sampler;
 pub mod spec;
 
+pub use draft::{default_proposer, DraftConfig, DraftCounts, ProposerFactory};
 pub use generate::{
     token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent, TokenLogprob,
 };
@@ -18,3 +20,4 @@ pub use handle::{
 };
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
 pub use sampler::{log_softmax_at, penalized, sample, top_logprobs, Draw, SamplingError, SamplingParams};
+pub use spec::CostTable;

@@ -158,9 +158,10 @@ fn requests_that_cannot_run_are_refused_before_any_work() {
     let e = refuse(&mut g, GenRequest { max_tokens: 23, ..ok.clone() });
     assert_eq!(e, EngineError::ContextOverflow { prompt_tokens: 10, max_tokens: 23, context_length: 32 });
     assert!(e.to_string().contains("exceeds the model's context of 32"), "{e}");
-    // Fits the context (10 + 20 ≤ 32) but needs 29 KV slots of 24.
+    // Fits the context (10 + 20 ≤ 32) but needs 30 KV slots of 24 (prompt + max_tokens: a drafted window may
+    // write one slot past the last generated token).
     let e = refuse(&mut g, GenRequest { max_tokens: 20, ..ok.clone() });
-    assert_eq!(e, EngineError::Pool(PoolError::TooLarge { tokens: 29, capacity_tokens: 24 }));
+    assert_eq!(e, EngineError::Pool(PoolError::TooLarge { tokens: 30, capacity_tokens: 24 }));
     assert!(matches!(refuse(&mut g, GenRequest { prompt: vec![], ..ok.clone() }), EngineError::InvalidRequest(_)));
     assert!(matches!(refuse(&mut g, GenRequest { max_tokens: 0, ..ok.clone() }), EngineError::InvalidRequest(_)));
     assert!(matches!(refuse(&mut g, GenRequest { prefill_chunk: 0, ..ok.clone() }), EngineError::InvalidRequest(_)));
@@ -168,9 +169,12 @@ fn requests_that_cannot_run_are_refused_before_any_work() {
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
     let bad = SamplingParams { top_p: 0.0, ..SamplingParams::default() };
     assert!(matches!(refuse(&mut g, GenRequest { params: bad, ..ok.clone() }), EngineError::Sampling(_)));
-    // Exactly full: 10 + 15 − 1 = 24 slots.
-    let (out, _) = run(&mut g, &GenRequest { max_tokens: 15, ..ok });
-    assert_eq!(out.tokens.len(), 15);
+    // Exactly full: 10 + 14 = 24 slots.
+    let (out, _) = run(&mut g, &GenRequest { max_tokens: 14, ..ok.clone() });
+    assert_eq!(out.tokens.len(), 14);
+    model.reset_counts();
+    let e = refuse(&mut g, GenRequest { max_tokens: 15, ..ok });
+    assert_eq!(e, EngineError::Pool(PoolError::TooLarge { tokens: 25, capacity_tokens: 24 }));
 }
 
 #[test]

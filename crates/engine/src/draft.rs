@@ -1,0 +1,285 @@
+//! Decode rounds, serial or drafted (DESIGN.md §1–§3). Each round a stream offers its pending token plus up to
+//! `k` draft tokens as the rows of one forward; the target's keyed draw at every row decides, by equality,
+//! which drafts stand. Every row is row-exact, so each row's logits have the bits of the serial one-row step at
+//! that position, and the emitted tokens are exactly serial decoding's. `k = 0` is serial decoding itself: the
+//! same loop, one row per round.
+
+use crate::generate::{EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
+use crate::kv_pool::BlockTable;
+use crate::sampler::{penalized, sample, top_logprobs, Draw};
+use crate::spec::{truncate_after, verify, AcceptStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Makes the proposer of one request.
+pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send + Sync>;
+
+/// How a generator drafts.
+#[derive(Clone)]
+pub struct DraftConfig {
+    /// Most rows in one verify window (the pending token plus drafts); below 2 nothing is drafted.
+    pub max_window: usize,
+    /// Measured seconds of one forward by width ([`Generator::measure_costs`]); picks each round's width.
+    pub costs: CostTable,
+    /// The proposer for each request; `None`: context copies ([`default_proposer`]).
+    pub proposer: Option<ProposerFactory>,
+}
+
+impl DraftConfig {
+    /// Context copies with windows of up to `max_window` rows.
+    pub fn new(max_window: usize, costs: CostTable) -> DraftConfig {
+        DraftConfig { max_window, costs, proposer: None }
+    }
+}
+
+impl std::fmt::Debug for DraftConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraftConfig")
+            .field("max_window", &self.max_window)
+            .field("costs", &self.costs)
+            .field("proposer", &self.proposer.as_ref().map(|_| "custom").unwrap_or("ngram"))
+            .finish()
+    }
+}
+
+/// What drafting did over one reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftCounts {
+    /// Decode rounds (forwards after the prompt).
+    pub rounds: usize,
+    /// Draft tokens proposed, and accepted (kept because the target drew the same token).
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Narrowest window (rows) over the rounds; 0 when there was no round.
+    pub min_rows: usize,
+    /// Whether drafting was on for this reply.
+    pub drafts: bool,
+}
+
+/// The proposer a request gets: context copies, a single chain (tree windows need KV compaction, not built).
+pub fn default_proposer() -> Box<dyn Proposer> {
+    Box::new(NgramProposer::new(NgramConfig { max_candidates: 1, ..NgramConfig::default() }))
+}
+
+/// A one-token guess when the proposer has none, so a drafted round always verifies at least one draft: the
+/// token that followed the most recent earlier occurrence of the pending token, else the pending token.
+pub fn fallback_guess(context: &[u32]) -> u32 {
+    let Some((&last, rest)) = context.split_last() else { return 0 };
+    rest.iter().rposition(|&t| t == last).map(|i| context[i + 1]).unwrap_or(last)
+}
+
+/// One drawn token waiting to be emitted: the draw and its alternatives.
+struct Drawn {
+    draw: Draw,
+    top: Vec<(u32, f64)>,
+}
+
+impl<'a> Generator<'a> {
+    /// Runs decode rounds after the prompt: `logits` are the prompt's last row. Returns the reply, why it ended
+    /// and the drafting counts.
+    pub(crate) fn decode(
+        &mut self,
+        req: &GenRequest,
+        table: &BlockTable,
+        logits: &[f32],
+        seed: u64,
+        on_token: &mut dyn FnMut(TokenEvent) -> Flow,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(Vec<u32>, FinishReason, DraftCounts), EngineError> {
+        let prompt = &req.prompt;
+        let vocab = self.model.vocab_size();
+        let config = self.drafting.clone().filter(|c| req.draft && c.max_window >= 2);
+        let mut counts = DraftCounts { drafts: config.is_some(), ..DraftCounts::default() };
+        let mut proposer = config.as_ref().map(|c| match &c.proposer {
+            Some(make) => make(req),
+            None => default_proposer(),
+        });
+        let mut stats = AcceptStats::default();
+        let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
+        let mut context: Vec<u32> = prompt.clone();
+
+        // The first token comes from the prompt's last row.
+        let first = self.drawn(req, logits, seed, prompt.len(), &tokens);
+        if let Some(end) = emit(req, &mut tokens, first, on_token, cancelled) {
+            return Ok((tokens, end, counts));
+        }
+        loop {
+            let pending = *tokens.last().expect("a pending token");
+            context.push(pending);
+            let p = prompt.len() + tokens.len() - 1;
+            let remaining = req.max_tokens - tokens.len();
+            // Drafts may run up to `remaining` deep: the table holds prompt + max_tokens slots.
+            let tree = match (&config, proposer.as_mut()) {
+                (Some(c), Some(prop)) => {
+                    let k = stats.best_width(&c.costs, c.max_window - 1).clamp(1, c.max_window - 1).min(remaining);
+                    let t = prop.propose(&context, k);
+                    if t.is_empty() {
+                        DraftTree::from_chain(&[fallback_guess(&context)])
+                    } else {
+                        t
+                    }
+                }
+                _ => DraftTree::new(),
+            };
+            let rows = tree.row_tokens(pending);
+            let positions = tree.row_positions(p);
+            let all = self.forward(table, &rows, p, (0..rows.len()).collect())?;
+            let mut drawn: Vec<Drawn> = Vec::new();
+            let verdict = verify(&tree, &mut |row, path| {
+                let mut reply = tokens.clone();
+                reply.extend_from_slice(path);
+                let d = self.drawn(req, &all[row * vocab..(row + 1) * vocab], seed, positions[row] + 1, &reply);
+                let t = d.draw.token;
+                drawn.push(d);
+                t
+            });
+            let verdict = truncate_after(verdict, remaining, &|t| req.stop_ids.contains(&t));
+            counts.rounds += 1;
+            counts.drafted += tree.len();
+            counts.min_rows = if counts.rounds == 1 { rows.len() } else { counts.min_rows.min(rows.len()) };
+            if let Some(prop) = proposer.as_mut() {
+                prop.observe(tree.len(), verdict.accepted());
+                stats.observe(tree.max_depth(), verdict.accepted());
+            }
+            let n = verdict.tokens.len();
+            for (i, d) in drawn.into_iter().take(n).enumerate() {
+                debug_assert_eq!(d.draw.token, verdict.tokens[i]);
+                if i > 0 {
+                    context.push(*tokens.last().expect("emitted"));
+                }
+                if i + 1 < n || !verdict.has_bonus() {
+                    counts.accepted += 1;
+                }
+                if let Some(end) = emit(req, &mut tokens, d, on_token, cancelled) {
+                    return Ok((tokens, end, counts));
+                }
+            }
+        }
+    }
+
+    /// The keyed draw of one row (and its alternatives when the request wants them).
+    fn drawn(&self, req: &GenRequest, logits: &[f32], seed: u64, position: usize, reply: &[u32]) -> Drawn {
+        let draw = sample(logits, &req.params, seed, position as u64, reply);
+        let top = if req.top_logprobs > 0 {
+            top_logprobs(&penalized(logits, &req.params, reply), req.top_logprobs)
+        } else {
+            Vec::new()
+        };
+        Drawn { draw, top }
+    }
+
+    /// Seconds of one forward by width `1..=max_window` (median of 3 after a warm-up), each over a 64-token
+    /// committed prefix, for choosing window widths. Uses (and frees) a scratch sequence.
+    pub fn measure_costs(&mut self, max_window: usize) -> Result<CostTable, EngineError> {
+        let prefix = 64.min(self.model.context_length().saturating_sub(max_window + 1));
+        let need = prefix + max_window;
+        if max_window == 0 || self.pool.check_fits(need).is_err() {
+            return Ok(CostTable::default());
+        }
+        let mut table = BlockTable::new(&self.pool);
+        table.ensure(&self.pool, need)?;
+        let tokens: Vec<u32> = (0..need as u32).map(|i| i % self.model.vocab_size() as u32).collect();
+        self.forward(&table, &tokens[..prefix.max(1)], 0, Vec::new())?;
+        let mut costs = vec![0.0];
+        for w in 1..=max_window {
+            let rows = &tokens[prefix..prefix + w];
+            let mut times = Vec::new();
+            for _ in 0..4 {
+                let t = Instant::now();
+                self.forward(&table, rows, prefix, (0..w).collect())?;
+                times.push(t.elapsed().as_secs_f64());
+            }
+            times.remove(0);
+            times.sort_by(f64::total_cmp);
+            costs.push(times[1]);
+        }
+        Ok(CostTable::new(costs))
+    }
+
+    /// The load-time self-check of DESIGN.md §2: feeds `tokens` once as one-row steps and once as windows of
+    /// `window` rows after the same prefix, and compares every row's logits bit for bit. `Ok(None)` when equal,
+    /// else a description of the first difference.
+    pub fn self_check(&mut self, tokens: &[u32], window: usize) -> Result<Option<String>, EngineError> {
+        let vocab = self.model.vocab_size();
+        if tokens.len() < 2 || window < 2 {
+            return Ok(None);
+        }
+        self.pool.check_fits(tokens.len())?;
+        let prefix = tokens.len() / 2;
+        let mut serial = Vec::new();
+        {
+            let mut table = BlockTable::new(&self.pool);
+            table.ensure(&self.pool, tokens.len())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            for p in prefix..tokens.len() {
+                serial.extend(self.forward(&table, &tokens[p..p + 1], p, vec![0])?);
+            }
+        }
+        let mut windowed = Vec::new();
+        {
+            let mut table = BlockTable::new(&self.pool);
+            table.ensure(&self.pool, tokens.len())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            let mut p = prefix;
+            while p < tokens.len() {
+                let w = window.min(tokens.len() - p);
+                windowed.extend(self.forward(&table, &tokens[p..p + w], p, (0..w).collect())?);
+                p += w;
+            }
+        }
+        for (i, (a, b)) in serial.iter().zip(&windowed).enumerate() {
+            if a.to_bits() != b.to_bits() {
+                return Ok(Some(format!(
+                    "position {}: logit {} is {a:e} one row at a time but {b:e} in a {window}-row window",
+                    prefix + i / vocab,
+                    i % vocab
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Emits one token; says why the reply ends, if it does.
+fn emit(
+    req: &GenRequest,
+    tokens: &mut Vec<u32>,
+    d: Drawn,
+    on_token: &mut dyn FnMut(TokenEvent) -> Flow,
+    cancelled: &dyn Fn() -> bool,
+) -> Option<FinishReason> {
+    let position = req.prompt.len() + tokens.len();
+    tokens.push(d.draw.token);
+    let is_stop = req.stop_ids.contains(&d.draw.token);
+    let event = TokenEvent {
+        token: d.draw.token,
+        index: tokens.len() - 1,
+        position,
+        logprob: d.draw.logprob,
+        is_stop,
+        top: d.top,
+    };
+    let flow = on_token(event);
+    if is_stop {
+        Some(FinishReason::Stop)
+    } else if flow == Flow::Stop || cancelled() {
+        Some(FinishReason::Cancelled)
+    } else if tokens.len() == req.max_tokens {
+        Some(FinishReason::Length)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_guess_follows_the_last_occurrence() {
+        assert_eq!(fallback_guess(&[5, 6, 7, 5, 8, 5]), 8);
+        assert_eq!(fallback_guess(&[1, 2, 3]), 3);
+        assert_eq!(fallback_guess(&[4]), 4);
+        assert_eq!(fallback_guess(&[]), 0);
+    }
+}
