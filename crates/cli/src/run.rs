@@ -108,6 +108,8 @@ pub struct RunArgs {
     /// Prompt rows per forward call while filling the prompt (any value gives the same bits).
     #[arg(long, default_value_t = 64)]
     pub prefill_chunk: usize,
+    #[command(flatten)]
+    pub drafting: crate::drafting::DraftArgs,
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
@@ -128,9 +130,14 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut req = GenRequest::new(prompt, args.sampling.params(&s), args.max_tokens);
     req.stop_ids = s.tokenizer.stop_ids().to_vec();
     req.prefill_chunk = args.prefill_chunk;
-    let blocks = (req.prompt.len() + args.max_tokens).div_ceil(BLOCK_SIZE);
+    let blocks = (req.prompt.len() + args.max_tokens).max(64 + args.drafting.max_window).div_ceil(BLOCK_SIZE);
+    let drafting = args.drafting.resolve(&s, req.prompt.len() + args.max_tokens, BLOCK_SIZE)?;
     let mut generator =
         Generator::new(s.backend.as_ref(), s.model.as_ref(), blocks, BLOCK_SIZE).map_err(|e| e.to_string())?;
+    let setup = generator.setup_drafting(drafting.max_window, drafting.proposer).map_err(|e| e.to_string())?;
+    if let Some(w) = &setup.warning {
+        eprintln!("warning: {w}");
+    }
 
     let mut detok = IncrementalDetokenizer::new(true);
     let mut stops = StopFilter::new(args.stop.clone());
@@ -169,7 +176,8 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let prefill_tps = result.prompt_tokens as f64 / result.prefill_s.max(1e-9);
     let decode_tps = n.saturating_sub(1) as f64 / result.decode_s.max(1e-9);
     eprintln!(
-        "token_sha={} tokens={} prompt_tokens={} finish={:?} seed={} prefill={:.1} tok/s decode={:.1} tok/s ({}, {})",
+        "token_sha={} tokens={} prompt_tokens={} finish={:?} seed={} prefill={:.1} tok/s decode={:.1} tok/s \
+         rounds={} drafted={} accepted={} ({}, {})",
         result.token_sha,
         n,
         result.prompt_tokens,
@@ -177,6 +185,9 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         result.seed,
         prefill_tps,
         decode_tps,
+        result.counts.rounds,
+        result.counts.drafted,
+        result.counts.accepted,
         s.backend.describe(),
         args.model.precision.name(),
     );

@@ -1,5 +1,6 @@
 //! `tensorfold serve`: load a model and serve it behind the OpenAI-compatible API.
 
+use crate::drafting::DraftArgs;
 use crate::facts::{human_bytes, ModelFacts};
 use crate::model_ref::{self, ModelRef};
 use crate::run::ModelArgs;
@@ -23,6 +24,8 @@ const DEFAULT_CONTEXT_CAP: usize = 8192;
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub drafting: DraftArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
@@ -122,10 +125,31 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         .unwrap_or_else(|| facts.tensor_types.keys().next().cloned().unwrap_or_default());
     let precision = args.model.precision.name();
     let backend = s.backend.describe();
+    let drafting = args.drafting.resolve(&s, context, BLOCK_SIZE)?;
     let Session { backend: be, model, tokenizer, template, .. } = s;
-    let engine =
-        EngineHandle::spawn(be, model, EngineConfig { kv_blocks, block_size: BLOCK_SIZE, max_waiting: args.max_queue })
-            .map_err(|e| format!("cannot start the engine: {e}"))?;
+    let engine = EngineHandle::spawn(
+        be,
+        model,
+        EngineConfig {
+            kv_blocks,
+            block_size: BLOCK_SIZE,
+            max_waiting: args.max_queue,
+            max_window: drafting.max_window,
+            proposer: drafting.proposer,
+        },
+    )
+    .map_err(|e| format!("cannot start the engine: {e}"))?;
+    let setup = &engine.info().drafting;
+    let draft_line = match (&setup.warning, setup.enabled) {
+        (Some(w), _) => format!("warning: {w}"),
+        (None, true) => format!(
+            "drafting: {} (self-check passed; a {}-row window costs {:.2}x one row)",
+            drafting.describe,
+            setup.costs.max_width(),
+            setup.costs.get(setup.costs.max_width()).unwrap_or(0.0) / setup.costs.get(1).unwrap_or(f64::INFINITY)
+        ),
+        (None, false) => format!("drafting: {}", drafting.describe),
+    };
     let served = ServedModel {
         id: id.clone(),
         aliases: vec![path.clone()],
@@ -152,6 +176,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         if context < model_ctx { format!("model: {model_ctx}") } else { "the model's full context".into() },
         if state.model.template.is_none() { "; no chat template: use /v1/completions" } else { "" },
     );
+    eprintln!("  {draft_line}");
     let opts = ServeOptions {
         addr: SocketAddr::new(args.host, args.port),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),

@@ -2,6 +2,7 @@
 
 use crate::model_ref::ModelRef;
 use std::path::Path;
+use std::sync::Arc;
 use tf_backend_cpu::CpuBackend;
 use tf_core::{Backend, Precision};
 use tf_loader::gguf::GgufFile;
@@ -22,7 +23,7 @@ pub struct ModelDefaults {
 
 /// Everything needed to generate with one model.
 pub struct Session {
-    pub backend: Box<dyn Backend>,
+    pub backend: Arc<dyn Backend>,
     pub model: Box<dyn Model>,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
@@ -34,7 +35,7 @@ pub struct Session {
 impl Session {
     /// Loads `model` onto a CPU backend with `threads` threads in `precision` mode.
     pub fn load(model: &ModelRef, threads: usize, precision: Precision) -> Result<Session, String> {
-        let backend: Box<dyn Backend> = Box::new(CpuBackend::new(threads, precision));
+        let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new(threads, precision));
         let tokenizer = crate::load_tokenizer(model)?;
         let path = model.path().display().to_string();
         let (model, defaults) = match model {

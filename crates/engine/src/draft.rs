@@ -68,6 +68,16 @@ pub fn fallback_guess(context: &[u32]) -> u32 {
     rest.iter().rposition(|&t| t == last).map(|i| context[i + 1]).unwrap_or(last)
 }
 
+/// What turning drafting on found.
+#[derive(Clone, Debug)]
+pub struct DraftSetup {
+    /// Whether drafting is on (off when the self-check found a difference or the window is below 2).
+    pub enabled: bool,
+    /// Why it is off, when the self-check disabled it.
+    pub warning: Option<String>,
+    pub costs: CostTable,
+}
+
 /// One drawn token waiting to be emitted: the draw and its alternatives.
 struct Drawn {
     draw: Draw,
@@ -166,6 +176,31 @@ impl<'a> Generator<'a> {
             Vec::new()
         };
         Drawn { draw, top }
+    }
+
+    /// Measures window costs, runs the self-check with `max_window`-row windows on the real weights, and turns
+    /// drafting on if every row matched (off, with a warning, otherwise).
+    pub fn setup_drafting(
+        &mut self,
+        max_window: usize,
+        proposer: Option<ProposerFactory>,
+    ) -> Result<DraftSetup, EngineError> {
+        self.drafting = None;
+        if max_window < 2 {
+            return Ok(DraftSetup { enabled: false, warning: None, costs: CostTable::default() });
+        }
+        let vocab = self.model.vocab_size() as u64;
+        let n = 48.min(self.model.context_length()).min(self.pool.capacity_tokens());
+        let tokens: Vec<u32> = (0..n as u64).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+        if let Some(diff) = self.self_check(&tokens, max_window)? {
+            let warning = format!(
+                "drafting disabled: the load-time self-check found that a {max_window}-row window does not                  reproduce one-row steps ({diff}); replies stay exact, decoding is serial"
+            );
+            return Ok(DraftSetup { enabled: false, warning: Some(warning), costs: CostTable::default() });
+        }
+        let costs = self.measure_costs(max_window)?;
+        self.drafting = Some(DraftConfig { max_window, costs: costs.clone(), proposer });
+        Ok(DraftSetup { enabled: true, warning: None, costs })
     }
 
     /// Seconds of one forward by width `1..=max_window` (median of 3 after a warm-up), each over a 64-token

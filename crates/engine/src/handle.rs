@@ -64,13 +64,18 @@ impl std::fmt::Display for SubmitError {
 impl std::error::Error for SubmitError {}
 
 /// How the engine thread is set up.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EngineConfig {
     /// KV blocks in the pool and token slots per block.
     pub kv_blocks: usize,
     pub block_size: usize,
     /// Requests allowed to wait (beyond the running one) before `submit` refuses.
     pub max_waiting: usize,
+    /// Most rows per verify window; below 2, no drafting. Drafting starts only if the load-time self-check
+    /// passes.
+    pub max_window: usize,
+    /// The proposer per request (`None`: context copies).
+    pub proposer: Option<crate::ProposerFactory>,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -165,6 +170,8 @@ pub struct EngineInfo {
     pub context_length: usize,
     pub kv_blocks: usize,
     pub block_size: usize,
+    /// What turning drafting on found (measured window costs, self-check).
+    pub drafting: crate::draft::DraftSetup,
 }
 
 /// A cloneable handle to the engine thread.
@@ -184,30 +191,39 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts the engine thread; allocates the KV pool on `backend` first (an error here is returned).
     pub fn spawn(
-        backend: Box<dyn Backend>,
+        backend: Arc<dyn Backend>,
         model: Box<dyn Model>,
         cfg: EngineConfig,
     ) -> Result<EngineHandle, EngineError> {
         let kv = backend.alloc_kv(model.kv_spec(cfg.kv_blocks, cfg.block_size))?;
-        let info = EngineInfo {
-            vocab_size: model.vocab_size(),
-            context_length: model.context_length(),
-            kv_blocks: cfg.kv_blocks,
-            block_size: cfg.block_size,
-        };
+        let (vocab_size, context_length) = (model.vocab_size(), model.context_length());
         let stats = Arc::new(EngineStats::default());
         stats.kv_blocks_total.store(cfg.kv_blocks, Ordering::Relaxed);
         let live: LiveList = Arc::default();
         let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
         let thread_stats = stats.clone();
         let thread_live = live.clone();
+        let (max_window, proposer) = (cfg.max_window, cfg.proposer.clone());
         let thread = std::thread::Builder::new()
             .name("tensorfold-engine".into())
             .spawn(move || {
                 let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
-                engine_loop(&mut g, rx, &thread_stats, &thread_live);
+                let setup = g.setup_drafting(max_window, proposer);
+                let ok = setup.is_ok();
+                let _ = ready_tx.send(setup);
+                if ok {
+                    engine_loop(&mut g, rx, &thread_stats, &thread_live);
+                }
             })
             .map_err(|e| EngineError::Model(format!("cannot start the engine thread: {e}")))?;
+        let drafting = match ready_rx.recv() {
+            Ok(Ok(setup)) => setup,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(EngineError::Model("the engine thread stopped while starting".into())),
+        };
+        let info =
+            EngineInfo { vocab_size, context_length, kv_blocks: cfg.kv_blocks, block_size: cfg.block_size, drafting };
         Ok(EngineHandle {
             tx,
             stats,
@@ -397,6 +413,8 @@ fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
             stats.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
             stats.prefill_us.fetch_add(micros(out.prefill_s), Ordering::Relaxed);
             stats.decode_us.fetch_add(micros(out.decode_s), Ordering::Relaxed);
+            stats.drafted_tokens.fetch_add(out.counts.drafted as u64, Ordering::Relaxed);
+            stats.accepted_tokens.fetch_add(out.counts.accepted as u64, Ordering::Relaxed);
             let counter = match out.finish_reason {
                 crate::FinishReason::Stop => &stats.finished_stop,
                 crate::FinishReason::Length => &stats.finished_length,

@@ -4,13 +4,15 @@
 //! Depends on `tf-core` and `tf-models` only; it never names a backend or a model family.
 
 pub mod draft;
+pub mod draft_model;
 pub mod generate;
 pub mod handle;
 pub mod kv_pool;
 pub mod sampler;
 pub mod spec;
 
-pub use draft::{default_proposer, DraftConfig, DraftCounts, ProposerFactory};
+pub use draft::{default_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory};
+pub use draft_model::{model_proposer_factory, DraftModel, ModelProposer};
 pub use generate::{
     token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent, TokenLogprob,
 };

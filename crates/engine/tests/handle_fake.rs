@@ -20,9 +20,9 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn spawn(max_waiting: usize) -> EngineHandle {
     EngineHandle::spawn(
-        Box::new(FakeBackend),
+        Arc::new(FakeBackend),
         Box::new(FakeModel::new(VOCAB, 256)),
-        EngineConfig { kv_blocks: 64, block_size: 8, max_waiting },
+        EngineConfig { kv_blocks: 64, block_size: 8, max_waiting, max_window: 4, proposer: None },
     )
     .unwrap()
 }

@@ -25,7 +25,7 @@ pub struct Job {
     /// Score the prompt with this many alternatives (completions with `echo` + `logprobs`).
     pub prompt_logprobs: Option<usize>,
     pub priority: Priority,
-    /// The request's `draft` field (drafting is not built yet: every reply is serial).
+    /// The request's `draft` field: `false` decodes serially (one row per round).
     pub draft: bool,
 }
 
@@ -108,6 +108,7 @@ pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     req.stop_ids = st.model.tokenizer.stop_ids().to_vec();
     req.top_logprobs = job.top_logprobs;
     req.prompt_logprobs = job.prompt_logprobs;
+    req.draft = job.draft;
     let (tx, rx) = mpsc::unbounded_channel();
     let sink = make_sink(st.model.tokenizer.clone(), job.stops.clone(), tx);
     match st.engine.submit(req, job.priority, sink) {
@@ -191,16 +192,16 @@ pub fn finish_reason(out: &GenOutput, stop_hit: bool) -> &'static str {
     }
 }
 
-/// The `tensorfold` receipt (DESIGN.md §4). Every reply is serial for now: one row per round.
+/// The `tensorfold` receipt (DESIGN.md §4).
 pub fn receipt(out: &GenOutput) -> Value {
-    let rounds = out.tokens.len();
+    let c = &out.counts;
     json!({
         "token_sha": out.token_sha,
-        "min_rows": if rounds > 0 { 1 } else { 0 },
-        "rounds": rounds,
-        "drafted": 0,
-        "accepted": 0,
-        "drafts": false,
+        "min_rows": c.min_rows,
+        "rounds": c.rounds,
+        "drafted": c.drafted,
+        "accepted": c.accepted,
+        "drafts": c.drafts,
         "cached_tokens": 0,
         "prefill_s": round6(out.prefill_s),
         "decode_s": round6(out.decode_s),

@@ -1,0 +1,85 @@
+//! The drafting options of `run`, `serve` and `check`.
+
+use crate::model_ref::{self, ModelRef};
+use crate::session::Session;
+use clap::Args;
+use std::sync::{Arc, Mutex};
+use tf_engine::{model_proposer_factory, DraftModel, ProposerFactory};
+use tf_loader::gguf::GgufFile;
+use tf_loader::hf_config::HfConfig;
+use tf_loader::safetensors::SafetensorsModel;
+
+#[derive(Args, Debug, Clone)]
+pub struct DraftArgs {
+    /// How to draft: `auto` or `ngram` (context copies), `none` (serial), or a draft MODEL sharing the target's
+    /// vocabulary (a .gguf file or HF directory; context copies are tried first each round). Replies are the
+    /// same bytes either way; drafting only changes speed.
+    #[arg(long, default_value = "auto")]
+    pub drafter: String,
+    /// Decode serially (the same as --drafter none).
+    #[arg(long)]
+    pub no_drafts: bool,
+    /// Most rows per verify window (the pending token plus drafts); each round's width is chosen from measured
+    /// acceptance and measured cost up to this.
+    #[arg(long, default_value_t = 8)]
+    pub max_window: usize,
+}
+
+/// What the engine gets: the window bound (below 2 = serial) and the proposer, and a line describing it.
+pub struct Drafting {
+    pub max_window: usize,
+    pub proposer: Option<ProposerFactory>,
+    pub describe: String,
+}
+
+impl DraftArgs {
+    /// Resolves the options against the loaded target (a draft model is loaded onto the same backend).
+    pub fn resolve(&self, target: &Session, context: usize, block_size: usize) -> Result<Drafting, String> {
+        if self.no_drafts || self.drafter == "none" || self.max_window < 2 {
+            return Ok(Drafting { max_window: 1, proposer: None, describe: "off (serial)".into() });
+        }
+        if self.max_window > 64 {
+            return Err(format!("--max-window {}: at most 64 rows", self.max_window));
+        }
+        if self.drafter == "auto" || self.drafter == "ngram" {
+            return Ok(Drafting {
+                max_window: self.max_window,
+                proposer: None,
+                describe: format!("context copies, windows up to {} rows", self.max_window),
+            });
+        }
+        let m = model_ref::resolve(&self.drafter).map_err(|e| format!("--drafter: {e}"))?;
+        let be = target.backend.clone();
+        let draft = match &m {
+            ModelRef::Gguf(p) => {
+                let g = GgufFile::open(p).map_err(|e| e.to_string())?;
+                tf_models::load_model(be.as_ref(), &g, &g)
+            }
+            ModelRef::HfDir(d) => {
+                let cfg = HfConfig::from_dir(d).map_err(|e| e.to_string())?;
+                let st = SafetensorsModel::open_dir(d).map_err(|e| e.to_string())?;
+                tf_models::load_model(be.as_ref(), &st, &cfg)
+            }
+        }
+        .map_err(|e| format!("--drafter {}: {e}", self.drafter))?;
+        if draft.vocab_size() != target.model.vocab_size() {
+            return Err(format!(
+                "--drafter {}: its vocabulary ({} tokens) differs from the target's ({}); a draft model must share \
+                 the target's tokenizer",
+                self.drafter,
+                draft.vocab_size(),
+                target.model.vocab_size()
+            ));
+        }
+        let dm = DraftModel::new(be, draft, context, block_size).map_err(|e| format!("--drafter: {e}"))?;
+        Ok(Drafting {
+            max_window: self.max_window,
+            proposer: Some(model_proposer_factory(Arc::new(Mutex::new(dm)), true)),
+            describe: format!(
+                "draft model {} + context copies, windows up to {} rows",
+                m.path().display(),
+                self.max_window
+            ),
+        })
+    }
+}
