@@ -23,6 +23,10 @@ pub struct DraftArgs {
     /// acceptance and measured cost up to this.
     #[arg(long, default_value_t = 8)]
     pub max_window: usize,
+    /// Drafts each round verifies at least (0: a round may be a plain one-row step when drafting does not pay;
+    /// 1: every round is a real window, with a one-token guess when the proposer has none).
+    #[arg(long, default_value_t = 0)]
+    pub min_drafts: usize,
 }
 
 /// What the engine gets: the window bound (below 2 = serial) and the proposer, and a line describing it.

@@ -32,6 +32,9 @@ enum Command {
     },
     /// Serve a model behind the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, ...).
     Serve(tf_cli::serve::ServeArgs),
+    /// The exactness receipt: run a built-in suite of 30 prompts with drafts and serially, compare token ids,
+    /// print acceptance and speedup per prompt kind; exit non-zero on any difference.
+    Check(tf_cli::check::CheckArgs),
     /// Generate from a prompt: text streams to stdout, the receipt (token_sha, tok/s) goes to stderr.
     Run(tf_cli::run::RunArgs),
     /// Perplexity of a text file (teacher-forced), optionally dumping the argmax at every position.
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Info { model, json, metadata } => info(&model, json, metadata),
         Command::Serve(args) => tf_cli::serve::serve(&args),
         Command::Run(args) => tf_cli::run::run(&args),
+        Command::Check(args) => tf_cli::check::check(&args),
         Command::Perplexity(args) => tf_cli::score::perplexity(&args),
         Command::Bench(args) => tf_cli::score::bench(&args),
         Command::Tokenize { model, text, no_special, no_parse_special, pieces } => {

@@ -134,7 +134,9 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let drafting = args.drafting.resolve(&s, req.prompt.len() + args.max_tokens, BLOCK_SIZE)?;
     let mut generator =
         Generator::new(s.backend.as_ref(), s.model.as_ref(), blocks, BLOCK_SIZE).map_err(|e| e.to_string())?;
-    let setup = generator.setup_drafting(drafting.max_window, drafting.proposer).map_err(|e| e.to_string())?;
+    let setup = generator
+        .setup_drafting(drafting.max_window, drafting.proposer, args.drafting.min_drafts)
+        .map_err(|e| e.to_string())?;
     if let Some(w) = &setup.warning {
         eprintln!("warning: {w}");
     }

@@ -136,6 +136,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             max_waiting: args.max_queue,
             max_window: drafting.max_window,
             proposer: drafting.proposer,
+            min_drafts: args.drafting.min_drafts,
         },
     )
     .map_err(|e| format!("cannot start the engine: {e}"))?;

@@ -23,12 +23,16 @@ pub struct DraftConfig {
     pub costs: CostTable,
     /// The proposer for each request; `None`: context copies ([`default_proposer`]).
     pub proposer: Option<ProposerFactory>,
+    /// Drafts every round verifies at least (a one-token guess when the proposer has none). 0 lets the width
+    /// choice run a plain one-row round when drafting does not pay; 1 makes every round a real window (what
+    /// `tensorfold check` uses to exercise windows on every token).
+    pub min_drafts: usize,
 }
 
 impl DraftConfig {
     /// Context copies with windows of up to `max_window` rows.
     pub fn new(max_window: usize, costs: CostTable) -> DraftConfig {
-        DraftConfig { max_window, costs, proposer: None }
+        DraftConfig { max_window, costs, proposer: None, min_drafts: 1 }
     }
 }
 
@@ -121,9 +125,10 @@ impl<'a> Generator<'a> {
             // Drafts may run up to `remaining` deep: the table holds prompt + max_tokens slots.
             let tree = match (&config, proposer.as_mut()) {
                 (Some(c), Some(prop)) => {
-                    let k = stats.best_width(&c.costs, c.max_window - 1).clamp(1, c.max_window - 1).min(remaining);
-                    let t = prop.propose(&context, k);
-                    if t.is_empty() {
+                    let k = stats.best_width(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+                    let k = k.min(remaining);
+                    let t = if k > 0 { prop.propose(&context, k) } else { DraftTree::new() };
+                    if t.is_empty() && c.min_drafts > 0 && k > 0 {
                         DraftTree::from_chain(&[fallback_guess(&context)])
                     } else {
                         t
@@ -184,6 +189,7 @@ impl<'a> Generator<'a> {
         &mut self,
         max_window: usize,
         proposer: Option<ProposerFactory>,
+        min_drafts: usize,
     ) -> Result<DraftSetup, EngineError> {
         self.drafting = None;
         if max_window < 2 {
@@ -199,7 +205,7 @@ impl<'a> Generator<'a> {
             return Ok(DraftSetup { enabled: false, warning: Some(warning), costs: CostTable::default() });
         }
         let costs = self.measure_costs(max_window)?;
-        self.drafting = Some(DraftConfig { max_window, costs: costs.clone(), proposer });
+        self.drafting = Some(DraftConfig { max_window, costs: costs.clone(), proposer, min_drafts });
         Ok(DraftSetup { enabled: true, warning: None, costs })
     }
 

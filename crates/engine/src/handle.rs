@@ -76,6 +76,8 @@ pub struct EngineConfig {
     pub max_window: usize,
     /// The proposer per request (`None`: context copies).
     pub proposer: Option<crate::ProposerFactory>,
+    /// Drafts every drafted round verifies at least ([`crate::DraftConfig::min_drafts`]).
+    pub min_drafts: usize,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -204,12 +206,12 @@ impl EngineHandle {
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread_stats = stats.clone();
         let thread_live = live.clone();
-        let (max_window, proposer) = (cfg.max_window, cfg.proposer.clone());
+        let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
         let thread = std::thread::Builder::new()
             .name("tensorfold-engine".into())
             .spawn(move || {
                 let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
-                let setup = g.setup_drafting(max_window, proposer);
+                let setup = g.setup_drafting(max_window, proposer, min_drafts);
                 let ok = setup.is_ok();
                 let _ = ready_tx.send(setup);
                 if ok {
