@@ -104,7 +104,63 @@ impl CpuKv {
     }
 }
 
+impl CpuKv {
+    /// Copies every layer's K and V of slot `src[i]` to `dst[i]`, in order.
+    pub fn copy(&self, src: &[u32], dst: &[u32]) {
+        assert_eq!(src.len(), dst.len(), "kv_copy: {} sources for {} destinations", src.len(), dst.len());
+        let width = self.spec.kv_heads * self.spec.head_dim;
+        let total = self.slots();
+        for layer in &self.layers {
+            let mut l = layer.write().unwrap_or_else(|e| e.into_inner());
+            for (&a, &b) in src.iter().zip(dst) {
+                let (a, b) = (a as usize, b as usize);
+                assert!(a < total && b < total, "kv_copy: slot {a} or {b} outside the pool of {total}");
+                l.k.copy_within(a * width..(a + 1) * width, b * width);
+                l.v.copy_within(a * width..(a + 1) * width, b * width);
+            }
+        }
+    }
+}
+
 /// The CPU storage of `kv` (panics on a cache from another backend).
 pub fn cpu_kv(kv: &KvCache) -> &CpuKv {
     kv.storage.downcast_ref::<CpuKv>().expect("KvCache was not allocated by the CPU backend")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_moves_every_layer_bit_for_bit_in_order() {
+        let spec = KvSpec { layers: 3, blocks: 4, block_size: 4, kv_heads: 2, head_dim: 3 };
+        let kv = CpuKv::alloc(spec).unwrap();
+        let width = 6;
+        let slots: Vec<u32> = (0..16).collect();
+        for layer in 0..3 {
+            let vals = |salt: f32| -> Tensor {
+                let v = (0..16 * width)
+                    .map(|i| f32::from_bits((i as u32).wrapping_mul(2654435761) ^ salt.to_bits()))
+                    .collect();
+                Tensor::host(16, width, v)
+            };
+            kv.write(layer, &vals(layer as f32 + 1.0), &vals(-(layer as f32) - 7.0), &slots);
+        }
+        let before: Vec<(Vec<f32>, Vec<f32>)> = (0..3).map(|l| (kv.read(l).k.clone(), kv.read(l).v.clone())).collect();
+        // 9 → 2 then 2 → 5: applied in order, so slot 5 gets slot 9's values.
+        kv.copy(&[9, 2, 14], &[2, 5, 0]);
+        for (l, (k0, v0)) in before.iter().enumerate() {
+            let g = kv.read(l);
+            let row =
+                |x: &[f32], s: usize| x[s * width..(s + 1) * width].iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(row(&g.k, 2), row(k0, 9));
+            assert_eq!(row(&g.k, 5), row(k0, 9));
+            assert_eq!(row(&g.v, 0), row(v0, 14));
+            assert_eq!(row(&g.v, 9), row(v0, 9));
+            for s in [1, 3, 4, 6, 7, 8, 10, 15] {
+                assert_eq!(row(&g.k, s), row(k0, s));
+                assert_eq!(row(&g.v, s), row(v0, s));
+            }
+        }
+    }
 }

@@ -176,6 +176,10 @@ impl Backend for CpuBackend {
         kv::cpu_kv(kv).write(layer, k, v, slots)
     }
 
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
+        kv::cpu_kv(kv).copy(src, dst)
+    }
+
     fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor {
         let store = kv::cpu_kv(kv);
         let guard = store.read(layer);

@@ -4,7 +4,7 @@ use crate::model_ref::{self, ModelRef};
 use crate::session::Session;
 use clap::Args;
 use std::sync::{Arc, Mutex};
-use tf_engine::{model_proposer_factory, DraftModel, ProposerFactory};
+use tf_engine::{model_proposer_factory, ngram_proposer, DraftModel, ProposerFactory};
 use tf_loader::gguf::GgufFile;
 use tf_loader::hf_config::HfConfig;
 use tf_loader::safetensors::SafetensorsModel;
@@ -27,6 +27,9 @@ pub struct DraftArgs {
     /// 1: every round is a real window, with a one-token guess when the proposer has none).
     #[arg(long, default_value_t = 0)]
     pub min_drafts: usize,
+    /// Candidate continuations context copies may offer at once, verified as one tree window (1: chains).
+    #[arg(long, default_value_t = 1)]
+    pub draft_branches: usize,
 }
 
 /// What the engine gets: the window bound (below 2 = serial) and the proposer, and a line describing it.
@@ -46,10 +49,17 @@ impl DraftArgs {
             return Err(format!("--max-window {}: at most 64 rows", self.max_window));
         }
         if self.drafter == "auto" || self.drafter == "ngram" {
+            let branches = self.draft_branches.clamp(1, 8);
+            let proposer: Option<ProposerFactory> = (branches > 1)
+                .then(|| Arc::new(move |_: &tf_engine::GenRequest| ngram_proposer(branches)) as ProposerFactory);
             return Ok(Drafting {
                 max_window: self.max_window,
-                proposer: None,
-                describe: format!("context copies, windows up to {} rows", self.max_window),
+                proposer,
+                describe: format!(
+                    "context copies{}, windows up to {} rows",
+                    if branches > 1 { format!(" (trees of up to {branches} branches)") } else { String::new() },
+                    self.max_window
+                ),
             });
         }
         let m = model_ref::resolve(&self.drafter).map_err(|e| format!("--drafter: {e}"))?;

@@ -255,6 +255,9 @@ pub trait Backend: Send + Sync {
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError>;
     /// Writes rows of K and V (`[R, kv_heads·head_dim]`) of `layer` into `slots[r]`.
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]);
+    /// Copies the K and V of every layer from slot `src[i]` to slot `dst[i]`, bit for bit (a tree window's
+    /// accepted path moves from scratch slots into place). Pairs are applied in order.
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]);
     /// Attention of `q [R, heads·head_dim]` over the KV each row attends (`meta.rows[r]`) → `[R, heads·head_dim]`.
     fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor;
     /// `act(gate) * up`, elementwise.

@@ -10,6 +10,7 @@ use crate::sampler::{penalized, sample, top_logprobs, Draw};
 use crate::spec::{truncate_after, verify, AcceptStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
+use tf_core::RowAttn;
 
 /// Makes the proposer of one request.
 pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send + Sync>;
@@ -60,9 +61,14 @@ pub struct DraftCounts {
     pub drafts: bool,
 }
 
-/// The proposer a request gets: context copies, a single chain (tree windows need KV compaction, not built).
+/// The proposer a request gets by default: context copies, single chains.
 pub fn default_proposer() -> Box<dyn Proposer> {
-    Box::new(NgramProposer::new(NgramConfig { max_candidates: 1, ..NgramConfig::default() }))
+    ngram_proposer(1)
+}
+
+/// Context copies with up to `branches` candidate continuations merged into a tree (1: single chains).
+pub fn ngram_proposer(branches: usize) -> Box<dyn Proposer> {
+    Box::new(NgramProposer::new(NgramConfig { max_candidates: branches.max(1), ..NgramConfig::default() }))
 }
 
 /// A one-token guess when the proposer has none, so a drafted round always verifies at least one draft: the
@@ -136,9 +142,27 @@ impl<'a> Generator<'a> {
                 }
                 _ => DraftTree::new(),
             };
+            // A chain writes its rows straight into the sequence's slots; a tree's rows (several may share a
+            // position) go to scratch slots, and the accepted path is copied into place afterwards.
+            let mut scratch = None;
+            let tree = if is_chain(&tree) {
+                tree
+            } else {
+                let mut sc = BlockTable::new(&self.pool);
+                match sc.ensure(&self.pool, tree.len()) {
+                    Ok(()) => {
+                        scratch = Some(sc);
+                        tree
+                    }
+                    Err(_) => first_chain(&tree),
+                }
+            };
             let rows = tree.row_tokens(pending);
             let positions = tree.row_positions(p);
-            let all = self.forward(table, &rows, p, (0..rows.len()).collect())?;
+            let all = match &scratch {
+                None => self.forward(table, &rows, p, (0..rows.len()).collect())?,
+                Some(sc) => self.forward_tree(table, sc, &tree, &rows, p)?,
+            };
             let mut drawn: Vec<Drawn> = Vec::new();
             let verdict = verify(&tree, &mut |row, path| {
                 let mut reply = tokens.clone();
@@ -148,6 +172,12 @@ impl<'a> Generator<'a> {
                 drawn.push(d);
                 t
             });
+            if let Some(sc) = &scratch {
+                let src: Vec<u32> = verdict.accepted_nodes.iter().map(|&i| sc.slot(i)).collect();
+                let dst: Vec<u32> = (1..=src.len()).map(|d| table.slot(p + d)).collect();
+                self.be.kv_copy(&mut self.kv, &src, &dst);
+            }
+            drop(scratch);
             let verdict = truncate_after(verdict, remaining, &|t| req.stop_ids.contains(&t));
             counts.rounds += 1;
             counts.drafted += tree.len();
@@ -170,6 +200,30 @@ impl<'a> Generator<'a> {
                 }
             }
         }
+    }
+
+    /// The forward of a tree window: row 0 (the pending token at `p`) in its own slot, node `i` at position
+    /// `p + depth(i)` in scratch slot `i`, attending to the committed prefix `0..=p` and its own path.
+    fn forward_tree(
+        &mut self,
+        table: &BlockTable,
+        scratch: &BlockTable,
+        tree: &DraftTree,
+        rows: &[u32],
+        p: usize,
+    ) -> Result<Vec<f32>, EngineError> {
+        let positions: Vec<u32> = tree.row_positions(p).into_iter().map(|x| x as u32).collect();
+        let mut slots = vec![table.slot(p)];
+        slots.extend((0..tree.len()).map(|i| scratch.slot(i)));
+        let ctx = p as u32 + 1;
+        let mut attn = vec![RowAttn { pos: p as u32, seq: 0, ctx, tree: Vec::new() }];
+        for i in 0..tree.len() {
+            let mut path = tree.ancestors(i);
+            path.push(i);
+            let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, scratch.slot(a))).collect();
+            attn.push(RowAttn { pos: positions[i + 1], seq: 0, ctx, tree: pairs });
+        }
+        self.forward_rows(table, rows, positions, slots, attn, (0..rows.len()).collect())
     }
 
     /// The keyed draw of one row (and its alternatives when the request wants them).
@@ -277,8 +331,62 @@ impl<'a> Generator<'a> {
                 )));
             }
         }
+        // A tree window: a decoy branch first, then the true tokens; the true path's rows (scratch slots,
+        // attention through ancestor lists) must give the serial bits too.
+        let depth = (window - 1).min(tokens.len() - prefix - 1) / 2;
+        if depth >= 1 {
+            let truth = &tokens[prefix + 1..prefix + 1 + depth];
+            let decoy: Vec<u32> = truth.iter().map(|&t| (t + 1) % vocab as u32).collect();
+            let mut tree = DraftTree::new();
+            tree.merge_chain(&decoy);
+            tree.merge_chain(truth);
+            let mut table = BlockTable::new(&self.pool);
+            table.ensure(&self.pool, tokens.len())?;
+            let mut scratch = BlockTable::new(&self.pool);
+            scratch.ensure(&self.pool, tree.len())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            let rows = tree.row_tokens(tokens[prefix]);
+            let all = self.forward_tree(&table, &scratch, &tree, &rows, prefix)?;
+            let mut at = None;
+            for d in 0..=depth {
+                let row = match d {
+                    0 => 0,
+                    _ => {
+                        let node = tree.child_with_token(at, truth[d - 1]).expect("the true branch");
+                        at = Some(node);
+                        node + 1
+                    }
+                };
+                let got = &all[row * vocab..(row + 1) * vocab];
+                let want = &serial[d * vocab..(d + 1) * vocab];
+                if let Some(j) = (0..vocab).find(|&j| got[j].to_bits() != want[j].to_bits()) {
+                    return Ok(Some(format!(
+                        "position {}: logit {j} is {:e} one row at a time but {:e} in a tree window",
+                        prefix + d,
+                        want[j],
+                        got[j]
+                    )));
+                }
+            }
+        }
         Ok(None)
     }
+}
+
+/// Whether node `i`'s parent is node `i − 1` for every node (a single chain in order).
+fn is_chain(tree: &DraftTree) -> bool {
+    tree.nodes().iter().enumerate().all(|(i, n)| n.parent == i.checked_sub(1))
+}
+
+/// The tree's first path: the first child at every level.
+fn first_chain(tree: &DraftTree) -> DraftTree {
+    let mut chain = Vec::new();
+    let mut at = None;
+    while let Some(c) = tree.children(at).next() {
+        chain.push(tree.nodes()[c].token);
+        at = Some(c);
+    }
+    DraftTree::from_chain(&chain)
 }
 
 /// Emits one token; says why the reply ends, if it does.

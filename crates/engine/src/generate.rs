@@ -274,15 +274,28 @@ impl<'a> Generator<'a> {
         logit_rows: Vec<usize>,
     ) -> Result<Vec<f32>, EngineError> {
         let n = tokens.len();
-        let want = logit_rows.len();
         let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
+        let slots = (start..start + n).map(|p| table.slot(p)).collect();
+        let rows = positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect();
+        self.forward_rows(table, tokens, positions, slots, rows, logit_rows)
+    }
+
+    /// One forward over rows of sequence 0 with explicit positions, KV slots and attention lists; returns the
+    /// logits of `logit_rows`, row-major `[logit_rows.len(), vocab]`.
+    pub(crate) fn forward_rows(
+        &mut self,
+        table: &BlockTable,
+        tokens: &[u32],
+        positions: Vec<u32>,
+        slots: Vec<u32>,
+        rows: Vec<RowAttn>,
+        logit_rows: Vec<usize>,
+    ) -> Result<Vec<f32>, EngineError> {
+        let want = logit_rows.len();
         let batch = Batch {
             tokens: tokens.to_vec(),
-            slots: (start..start + n).map(|p| table.slot(p)).collect(),
-            attn: AttnMeta {
-                block_tables: vec![table.ids()],
-                rows: positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect(),
-            },
+            slots,
+            attn: AttnMeta { block_tables: vec![table.ids()], rows },
             positions,
             logit_rows,
         };

@@ -210,3 +210,86 @@ fn the_self_check_passes_on_a_row_exact_model() {
     let costs = g.measure_costs(4).unwrap();
     assert_eq!(costs.max_width(), 4);
 }
+
+/// Proposes a tree: a wrong branch first, then the true continuation as the second branch (and a wrong
+/// sibling under the true path's second node), so acceptance must follow the right branch.
+struct TreeScripted {
+    prompt_len: usize,
+    truth: Vec<u32>,
+}
+
+impl Proposer for TreeScripted {
+    fn name(&self) -> &'static str {
+        "tree"
+    }
+    fn propose(&mut self, context: &[u32], max_tokens: usize) -> DraftTree {
+        let start = context.len() - self.prompt_len;
+        let depth = (max_tokens / 2).max(1);
+        let truth: Vec<u32> = self.truth.iter().skip(start).take(depth).copied().collect();
+        let mut tree = DraftTree::new();
+        if truth.is_empty() {
+            return tree;
+        }
+        let wrong: Vec<u32> = truth.iter().map(|t| (t + 1) % VOCAB as u32).collect();
+        tree.merge_chain(&wrong);
+        tree.merge_chain(&truth);
+        if truth.len() >= 3 {
+            let mut fork = truth[..2].to_vec();
+            fork.push((truth[2] + 3) % VOCAB as u32);
+            tree.merge_chain(&fork);
+        }
+        tree.truncate_to(max_tokens);
+        tree
+    }
+    fn observe(&mut self, _: usize, _: usize) {}
+    fn reset(&mut self) {}
+}
+
+#[test]
+fn tree_windows_accept_along_the_right_branch_and_equal_serial() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 512));
+    let mut g = Generator::new(&be, &model, 64, 8).unwrap();
+    let prompt: Vec<u32> = (0..13u32).map(|i| (i * 5 + 4) % VOCAB as u32).collect();
+    let penalized = SamplingParams { repetition_penalty: 1.4, presence_penalty: 0.3, ..sampled(4) };
+    for params in [SamplingParams { seed: Some(6), ..SamplingParams::greedy() }, sampled(12), penalized] {
+        let req = GenRequest::new(prompt.clone(), params.clone(), 37);
+        let truth = reference(&req, params.seed.unwrap());
+        for window in [3, 5, 9] {
+            let truth2 = Arc::new(truth.clone());
+            let plen = prompt.len();
+            let mut c = DraftConfig::new(window, costs(window));
+            c.proposer = Some(Arc::new(move |_: &GenRequest| {
+                Box::new(TreeScripted { prompt_len: plen, truth: truth2.to_vec() }) as Box<dyn Proposer>
+            }));
+            g.set_drafting(Some(c));
+            let out = run(&mut g, &req);
+            assert_eq!(out.tokens, truth, "window {window}");
+            assert!(out.counts.accepted > 0, "{:?}", out.counts);
+            assert!(out.counts.rounds < truth.len() - 1, "trees saved rounds: {:?}", out.counts);
+            assert_eq!(g.pool().free_blocks(), 64, "scratch blocks are returned");
+        }
+    }
+}
+
+#[test]
+fn context_copy_trees_equal_serial() {
+    use tf_engine::spec::{NgramConfig, NgramProposer};
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 512));
+    let mut g = Generator::new(&be, &model, 64, 8).unwrap();
+    let mut c = DraftConfig::new(8, costs(8));
+    c.proposer = Some(Arc::new(|_: &GenRequest| {
+        Box::new(NgramProposer::new(NgramConfig { max_candidates: 3, min_n: 1, ..NgramConfig::default() }))
+            as Box<dyn Proposer>
+    }));
+    g.set_drafting(Some(c));
+    let mut accepted = 0;
+    for prompt in prompts() {
+        for params in [SamplingParams { seed: Some(1), ..SamplingParams::greedy() }, sampled(3)] {
+            let req = GenRequest::new(prompt.clone(), params.clone(), 40);
+            let out = run(&mut g, &req);
+            assert_eq!(out.tokens, reference(&req, params.seed.unwrap()), "{prompt:?}");
+            accepted += out.counts.accepted;
+        }
+    }
+    assert!(accepted > 0);
+}

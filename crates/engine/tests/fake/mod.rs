@@ -51,6 +51,13 @@ impl Backend for FakeBackend {
     fn kv_write(&self, _: &mut KvCache, _: usize, _: &Tensor, _: &Tensor, _: &[u32]) {
         unimplemented!("fake backend: kv_write")
     }
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
+        let slots = kv.storage.downcast_ref::<Slots>().expect("fake KV storage");
+        let mut slots = slots.lock().unwrap();
+        for (&a, &b) in src.iter().zip(dst) {
+            slots[b as usize] = slots[a as usize];
+        }
+    }
     fn attention(&self, _: &Tensor, _: &KvCache, _: usize, _: &AttnMeta, _: &AttnParams) -> Tensor {
         unimplemented!("fake backend: attention")
     }
@@ -139,12 +146,22 @@ impl Model for FakeModel {
         for &r in &batch.logit_rows {
             let row = &batch.attn.rows[r];
             assert_eq!(row.pos, batch.positions[r], "row {r}: RowAttn.pos");
-            assert_eq!(row.ctx, row.pos + 1, "row {r}: causal context");
-            assert!(row.tree.is_empty());
             let table = &batch.attn.block_tables[row.seq];
-            let history: Vec<u32> = (0..row.ctx as usize)
-                .map(|p| {
-                    let slot = table[p / bs] as usize * bs + p % bs;
+            // The committed prefix through the block table, then a tree row's (position, slot) pairs: together
+            // exactly positions 0..=pos, in order.
+            let mut visits: Vec<(usize, usize)> =
+                (0..row.ctx as usize).map(|p| (p, table[p / bs] as usize * bs + p % bs)).collect();
+            visits.extend(row.tree.iter().map(|&(p, s)| (p as usize, s as usize)));
+            if row.tree.is_empty() {
+                assert_eq!(row.ctx, row.pos + 1, "row {r}: causal context");
+            } else {
+                assert_eq!(row.tree.last().unwrap().0, row.pos, "row {r}: a tree row ends with itself");
+            }
+            let history: Vec<u32> = visits
+                .iter()
+                .enumerate()
+                .map(|(i, &(p, slot))| {
+                    assert_eq!(p, i, "row {r}: visit {i} is position {p}");
                     let (tok, pos) = slots[slot].unwrap_or_else(|| panic!("position {p}: slot {slot} never written"));
                     assert_eq!(pos as usize, p, "slot {slot} holds position {pos}, expected {p}");
                     tok

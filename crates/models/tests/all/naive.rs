@@ -130,6 +130,21 @@ impl Backend for Naive {
         Ok(KvCache { spec, storage: Arc::new(Kv { k: Mutex::new(vec![0.0; n]), v: Mutex::new(vec![0.0; n]) }) })
     }
 
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
+        let s = kv.spec;
+        let width = s.kv_heads * s.head_dim;
+        let st = kv.storage.downcast_ref::<Kv>().unwrap();
+        let (mut kk, mut vv) = (st.k.lock().unwrap(), st.v.lock().unwrap());
+        for layer in 0..s.layers {
+            let base = layer * s.blocks * s.block_size * width;
+            for (&a, &b) in src.iter().zip(dst) {
+                let (a, b) = (base + a as usize * width, base + b as usize * width);
+                kk.copy_within(a..a + width, b);
+                vv.copy_within(a..a + width, b);
+            }
+        }
+    }
+
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
         let s = kv.spec;
         let width = s.kv_heads * s.head_dim;
