@@ -115,6 +115,11 @@ impl<'a> Generator<'a> {
             None => default_proposer(),
         });
         let mut stats = AcceptStats::default();
+        // Measured seconds the proposer spends per drafted token (a draft model's forwards; ~0 for context
+        // copies), an exponential moving average: it is part of what a wider window costs.
+        // The first proposal is not measured: a draft model fills its prompt then.
+        let mut propose_cost = 0.0f64;
+        let mut proposals = 0usize;
         let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
         let mut context: Vec<u32> = prompt.clone();
 
@@ -131,9 +136,30 @@ impl<'a> Generator<'a> {
             // Drafts may run up to `remaining` deep: the table holds prompt + max_tokens slots.
             let tree = match (&config, proposer.as_mut()) {
                 (Some(c), Some(prop)) => {
-                    let k = stats.best_width(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
-                    let k = k.min(remaining);
+                    let k = if propose_cost > 0.0 {
+                        let mut costs = c.costs.clone();
+                        for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
+                            *x += (w - 1) as f64 * propose_cost;
+                        }
+                        stats.best_width(&costs, c.max_window - 1)
+                    } else {
+                        stats.best_width(&c.costs, c.max_window - 1)
+                    };
+                    let k = k.max(c.min_drafts).min(c.max_window - 1).min(remaining);
+                    let started = Instant::now();
                     let t = if k > 0 { prop.propose(&context, k) } else { DraftTree::new() };
+                    if !t.is_empty() {
+                        proposals += 1;
+                        let per_token = started.elapsed().as_secs_f64() / t.len() as f64;
+                        if proposals == 2 {
+                            propose_cost = per_token;
+                        } else if proposals > 2 {
+                            propose_cost = 0.8 * propose_cost + 0.2 * per_token;
+                        }
+                    } else {
+                        // Rounds without drafts let the estimate fade so drafting is probed again.
+                        propose_cost *= 0.95;
+                    }
                     if t.is_empty() && c.min_drafts > 0 && k > 0 {
                         DraftTree::from_chain(&[fallback_guess(&context)])
                     } else {
