@@ -71,6 +71,12 @@ pub struct ServeArgs {
     /// Never draw the live status line, even on a terminal.
     #[arg(long)]
     pub no_live_line: bool,
+    /// Size of the KV pool in GiB (running requests plus the prefix cache). Default: one full --context.
+    #[arg(long)]
+    pub kv_pool_gib: Option<f64>,
+    /// Do not keep KV blocks for later requests that start with the same tokens (the automatic prefix cache).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
@@ -114,7 +120,22 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let id = args.name.clone().unwrap_or_else(|| default_id(&model_ref));
     let path = model_ref.path().display().to_string();
     let family = s.model.family().to_string();
-    let kv_blocks = context.div_ceil(BLOCK_SIZE);
+    let mut kv_blocks = context.div_ceil(BLOCK_SIZE);
+    if let Some(gib) = args.kv_pool_gib {
+        let per_block = facts.kv_bytes_per_token.unwrap_or(0) * BLOCK_SIZE as u64;
+        if !(gib.is_finite() && gib > 0.0) || per_block == 0 {
+            return Err(format!("--kv-pool-gib {gib}: expected a positive size (and a model whose KV size is known)"));
+        }
+        let blocks = (gib * (1u64 << 30) as f64 / per_block as f64) as usize;
+        if blocks < kv_blocks {
+            return Err(format!(
+                "--kv-pool-gib {gib}: {blocks} blocks of {BLOCK_SIZE} tokens do not hold one --context of {context} \
+                 tokens ({} GiB needed)",
+                (kv_blocks as u64 * per_block) as f64 / (1u64 << 30) as f64
+            ));
+        }
+        kv_blocks = blocks;
+    }
     let kv_bytes = facts.kv_bytes_per_token.map(|b| b * (kv_blocks * BLOCK_SIZE) as u64);
     let quant = facts
         .tensor_types
@@ -137,6 +158,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             max_window: drafting.max_window,
             proposer: drafting.proposer,
             min_drafts: args.drafting.min_drafts,
+            prefix_cache: !args.no_prefix_cache,
         },
     )
     .map_err(|e| format!("cannot start the engine: {e}"))?;
@@ -169,11 +191,12 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let auth = cfg.api_key.is_some();
     let state = AppState::new(served, engine, cfg);
     eprintln!(
-        "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV {} for {context} \
-         tokens ({}), {precision} precision, {backend}{}",
+        "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV pool {} ({} \
+         tokens; one request up to {context} tokens, {}), {precision} precision, {backend}{}",
         crate::facts::human_count(facts.parameters),
         human_bytes(facts.weight_bytes),
         kv_bytes.map(human_bytes).unwrap_or_else(|| "?".into()),
+        kv_blocks * BLOCK_SIZE,
         if context < model_ctx { format!("model: {model_ctx}") } else { "the model's full context".into() },
         if state.model.template.is_none() { "; no chat template: use /v1/completions" } else { "" },
     );

@@ -6,6 +6,7 @@
 
 use crate::draft::{DraftConfig, DraftCounts};
 use crate::kv_pool::{BlockTable, KvPool, PoolError};
+use crate::prefix_cache::PrefixCache;
 use crate::sampler::{log_softmax_at, penalized, top_logprobs, SamplingError, SamplingParams};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,6 +119,8 @@ pub struct GenOutput {
     pub prompt_logprobs: Vec<Option<TokenLogprob>>,
     /// Rounds, drafted and accepted tokens, narrowest window.
     pub counts: DraftCounts,
+    /// Prompt tokens whose K/V came from the prefix cache (not filled again).
+    pub cached_tokens: usize,
 }
 
 /// Why a request was refused or failed. Everything but `Backend` and `Model` is detected before any work.
@@ -199,6 +202,8 @@ pub struct Generator<'a> {
     pub(crate) pool: KvPool,
     /// Drafting settings; `None`: every request decodes serially.
     pub(crate) drafting: Option<DraftConfig>,
+    /// Full blocks kept after their request for later requests that start the same way; `None`: off.
+    pub(crate) cache: Option<PrefixCache>,
 }
 
 impl<'a> Generator<'a> {
@@ -216,7 +221,25 @@ impl<'a> Generator<'a> {
     /// Uses an allocated KV cache; the pool follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
-        Generator { be, model, kv, pool, drafting: None }
+        Generator { be, model, kv, pool, drafting: None, cache: None }
+    }
+
+    /// Turns the automatic prefix cache on or off (off drops every cached block).
+    pub fn set_prefix_cache(&mut self, on: bool) {
+        self.cache = on.then(|| {
+            let fingerprint = format!(
+                "{}/{}/{}/{}",
+                self.model.family(),
+                self.model.vocab_size(),
+                self.be.describe(),
+                self.be.precision().name()
+            );
+            PrefixCache::new(&self.pool, &fingerprint)
+        });
+    }
+
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.cache.as_ref()
     }
 
     /// Turns drafting on (requests with `draft: true` use it) or off.
@@ -259,8 +282,13 @@ impl<'a> Generator<'a> {
             });
         }
         // KV is written for every token fed: the prompt and generated tokens, and a window's drafts may reach one
-        // slot past the last token that will be generated.
-        self.pool.check_fits(total)?;
+        // slot past the last token that will be generated. Cached blocks nobody uses count as free.
+        if total > self.pool.capacity_tokens() {
+            return Err(PoolError::TooLarge { tokens: total, capacity_tokens: self.pool.capacity_tokens() }.into());
+        }
+        if self.cache.is_none() {
+            self.pool.check_fits(total)?;
+        }
         Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
     }
 
@@ -359,8 +387,22 @@ impl<'a> Generator<'a> {
         let seed = self.admit(req)?;
         let prompt = &req.prompt;
         let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        // All blocks up front (freed when `table` drops): the request cannot run out half-way.
+        // Cached prefix blocks first (leaving the prompt's last token to feed, for its logits), then all other
+        // blocks up front (freed when `table` drops): the request cannot run out half-way.
         let mut table = BlockTable::new(&self.pool);
+        let mut cached_tokens = 0;
+        if let Some(cache) = self.cache.as_mut() {
+            if req.prompt_logprobs.is_none() {
+                let hit = cache.lookup(prompt, prompt.len() - 1);
+                cached_tokens = hit.len() * self.pool.block_size();
+                table.adopt(hit);
+            }
+            let need = self.pool.blocks_for(prompt.len() + req.max_tokens).saturating_sub(table.len());
+            let free = self.pool.free_blocks();
+            if need > free {
+                cache.evict(&self.pool, need - free);
+            }
+        }
         table.ensure(&self.pool, prompt.len() + req.max_tokens)?;
         let vocab = self.model.vocab_size();
 
@@ -370,8 +412,8 @@ impl<'a> Generator<'a> {
         if req.prompt_logprobs.is_some() {
             prompt_logprobs.push(None);
         }
-        let mut start = 0;
-        for chunk in prompt.chunks(req.prefill_chunk) {
+        let mut start = cached_tokens;
+        for chunk in prompt[cached_tokens..].chunks(req.prefill_chunk) {
             if cancelled() {
                 return Ok(self.output(
                     Vec::new(),
@@ -408,6 +450,9 @@ impl<'a> Generator<'a> {
         }
         let prefill_s = t0.elapsed().as_secs_f64();
         if req.max_tokens == 0 {
+            if let Some(cache) = self.cache.as_mut() {
+                cache.insert(prompt, &table);
+            }
             let mut out = self.output(Vec::new(), FinishReason::Length, prefill_s, 0.0, req, seed);
             out.prompt_logprobs = prompt_logprobs;
             return Ok(out);
@@ -415,10 +460,18 @@ impl<'a> Generator<'a> {
 
         let t1 = Instant::now();
         let (tokens, finish_reason, counts) = self.decode(req, &table, &logits, seed, on_token, &cancelled)?;
+        if let Some(cache) = self.cache.as_mut() {
+            // Every token but the last was fed: its K/V sits at its position (a tree's accepted path was copied
+            // into place), so those full blocks are exactly what a fresh fill would write.
+            let mut fed = prompt.clone();
+            fed.extend_from_slice(&tokens[..tokens.len().saturating_sub(1)]);
+            cache.insert(&fed, &table);
+        }
         let decode_s = t1.elapsed().as_secs_f64();
         let mut out = self.output(tokens, finish_reason, prefill_s, decode_s, req, seed);
         out.prompt_logprobs = prompt_logprobs;
         out.counts = counts;
+        out.cached_tokens = cached_tokens;
         Ok(out)
     }
 
@@ -441,6 +494,7 @@ impl<'a> Generator<'a> {
             seed,
             prompt_logprobs: Vec::new(),
             counts: DraftCounts::default(),
+            cached_tokens: 0,
         }
     }
 }

@@ -78,6 +78,8 @@ pub struct EngineConfig {
     pub proposer: Option<crate::ProposerFactory>,
     /// Drafts every drafted round verifies at least ([`crate::DraftConfig::min_drafts`]).
     pub min_drafts: usize,
+    /// Keep full KV blocks after each request for later requests that start the same way.
+    pub prefix_cache: bool,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -88,8 +90,14 @@ pub const TTFT_BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
 pub struct EngineStats {
     pub running: AtomicUsize,
     pub waiting: AtomicUsize,
+    /// Blocks held by running requests (cached prefix blocks they reuse included).
     pub kv_blocks_used: AtomicUsize,
+    /// Blocks held only by the prefix cache (reusable, evicted when a request needs room).
+    pub kv_blocks_cached: AtomicUsize,
     pub kv_blocks_total: AtomicUsize,
+    /// Prompt tokens looked up in the prefix cache, and found there.
+    pub prefix_query_tokens: AtomicU64,
+    pub prefix_hit_tokens: AtomicU64,
     /// Requests finished, by how: stop / length / cancelled / error.
     pub finished_stop: AtomicU64,
     pub finished_length: AtomicU64,
@@ -207,11 +215,13 @@ impl EngineHandle {
         let thread_stats = stats.clone();
         let thread_live = live.clone();
         let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
+        let prefix_cache = cfg.prefix_cache;
         let thread = std::thread::Builder::new()
             .name("tensorfold-engine".into())
             .spawn(move || {
                 let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
                 let setup = g.setup_drafting(max_window, proposer, min_drafts);
+                g.set_prefix_cache(prefix_cache);
                 let ok = setup.is_ok();
                 let _ = ready_tx.send(setup);
                 if ok {
@@ -407,12 +417,18 @@ fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
         );
         g.generate(&job.req, &mut on_token)
     };
-    stats.kv_blocks_used.store(total_blocks - g.pool().free_blocks(), Ordering::Relaxed);
+    let cached = g.prefix_cache().map_or(0, |c| c.len());
+    stats.kv_blocks_cached.store(cached, Ordering::Relaxed);
+    stats.kv_blocks_used.store(total_blocks.saturating_sub(g.pool().free_blocks() + cached), Ordering::Relaxed);
     stats.live_decode_milli_tps.store(0, Ordering::Relaxed);
     stats.running.fetch_sub(1, Ordering::SeqCst);
     match result {
         Ok(out) => {
             stats.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
+            if g.prefix_cache().is_some() {
+                stats.prefix_query_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
+                stats.prefix_hit_tokens.fetch_add(out.cached_tokens as u64, Ordering::Relaxed);
+            }
             stats.prefill_us.fetch_add(micros(out.prefill_s), Ordering::Relaxed);
             stats.decode_us.fetch_add(micros(out.decode_s), Ordering::Relaxed);
             stats.drafted_tokens.fetch_add(out.counts.drafted as u64, Ordering::Relaxed);

@@ -201,6 +201,25 @@ impl BlockTable {
         (b.id() as usize * self.block_size + pos % self.block_size) as u32
     }
 
+    /// Blocks held.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The `i`-th block.
+    pub fn block(&self, i: usize) -> &BlockRef {
+        &self.blocks[i]
+    }
+
+    /// Appends blocks already allocated (e.g. cached prefix blocks) to the end of the table.
+    pub fn adopt(&mut self, blocks: Vec<BlockRef>) {
+        self.blocks.extend(blocks);
+    }
+
     /// Block ids in position order (an [`tf_core::AttnMeta`] block table).
     pub fn ids(&self) -> Vec<u32> {
         self.blocks.iter().map(BlockRef::id).collect()

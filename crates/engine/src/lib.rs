@@ -8,6 +8,7 @@ pub mod draft_model;
 pub mod generate;
 pub mod handle;
 pub mod kv_pool;
+pub mod prefix_cache;
 pub mod sampler;
 pub mod spec;
 
@@ -21,5 +22,6 @@ pub use handle::{
     TTFT_BUCKETS,
 };
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
+pub use prefix_cache::PrefixCache;
 pub use sampler::{log_softmax_at, penalized, sample, top_logprobs, Draw, SamplingError, SamplingParams};
 pub use spec::CostTable;

@@ -22,7 +22,15 @@ fn spawn(max_waiting: usize) -> EngineHandle {
     EngineHandle::spawn(
         Arc::new(FakeBackend),
         Box::new(FakeModel::new(VOCAB, 256)),
-        EngineConfig { kv_blocks: 64, block_size: 8, max_waiting, max_window: 4, proposer: None, min_drafts: 1 },
+        EngineConfig {
+            kv_blocks: 64,
+            block_size: 8,
+            max_waiting,
+            max_window: 4,
+            proposer: None,
+            min_drafts: 1,
+            prefix_cache: true,
+        },
     )
     .unwrap()
 }

@@ -202,7 +202,7 @@ pub fn receipt(out: &GenOutput) -> Value {
         "drafted": c.drafted,
         "accepted": c.accepted,
         "drafts": c.drafts,
-        "cached_tokens": 0,
+        "cached_tokens": out.cached_tokens,
         "prefill_s": round6(out.prefill_s),
         "decode_s": round6(out.decode_s),
         "seed": out.seed,
@@ -219,7 +219,7 @@ pub fn usage(out: &GenOutput) -> Value {
         "prompt_tokens": out.prompt_tokens,
         "completion_tokens": out.tokens.len(),
         "total_tokens": out.prompt_tokens + out.tokens.len(),
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
     })
 }
 

@@ -33,6 +33,7 @@ pub async fn health(State(st): State<Shared>) -> Response {
         "requests_waiting": load(&s.waiting),
         "requests_finished": s.finished_total(),
         "kv_blocks_used": load(&s.kv_blocks_used),
+        "kv_blocks_cached": load(&s.kv_blocks_cached),
         "kv_blocks_total": load(&s.kv_blocks_total),
         "prompt_tokens_total": s.prompt_tokens.load(Ordering::Relaxed),
         "generation_tokens_total": s.generation_tokens.load(Ordering::Relaxed),
@@ -65,6 +66,18 @@ pub async fn metrics(State(st): State<Shared>) -> Response {
     );
     gauge("vllm:prompt_tokens_total", "Prefill tokens processed.", "counter", c(&s.prompt_tokens));
     gauge("vllm:generation_tokens_total", "Generation tokens processed.", "counter", c(&s.generation_tokens));
+    gauge(
+        "vllm:prefix_cache_queries_total",
+        "Prompt tokens looked up in the prefix cache.",
+        "counter",
+        c(&s.prefix_query_tokens),
+    );
+    gauge(
+        "vllm:prefix_cache_hits_total",
+        "Prompt tokens served from the prefix cache.",
+        "counter",
+        c(&s.prefix_hit_tokens),
+    );
     gauge("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.", "counter", c(&s.drafted_tokens));
     gauge("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter", c(&s.accepted_tokens));
     gauge("tensorfold:prefill_seconds_total", "Seconds spent filling prompts.", "counter", c(&s.prefill_us) / 1e6);

@@ -155,7 +155,7 @@ impl Meta {
         if let Some(o) = out {
             r["usage"] = json!({
                 "input_tokens": o.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": o.cached_tokens},
                 "output_tokens": o.tokens.len(),
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": o.prompt_tokens + o.tokens.len(),
