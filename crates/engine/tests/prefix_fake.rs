@@ -39,7 +39,7 @@ fn prompt(n: usize, salt: u32) -> Vec<u32> {
 }
 
 fn params(i: u64) -> SamplingParams {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         SamplingParams { seed: Some(i), ..SamplingParams::greedy() }
     } else {
         SamplingParams { temperature: 0.9, top_k: 10, seed: Some(i), repetition_penalty: 1.2, ..Default::default() }
