@@ -9,6 +9,7 @@ pub mod generate;
 pub mod handle;
 pub mod kv_pool;
 pub mod prefix_cache;
+pub mod rounds;
 pub mod sampler;
 pub mod spec;
 
@@ -23,5 +24,6 @@ pub use handle::{
 };
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
 pub use prefix_cache::PrefixCache;
+pub use rounds::{OnToken, Stream};
 pub use sampler::{log_softmax_at, penalized, sample, top_logprobs, Draw, SamplingError, SamplingParams};
 pub use spec::CostTable;

@@ -1,0 +1,214 @@
+//! Shared rounds on the fake model: 16 concurrent streams (mixed prompt lengths, greedy and sampled, drafts on
+//! and off) each equal their solo run; row budgets of 1, 16 and 512 give identical replies; the prefix cache
+//! under concurrency changes nothing; a cancelled stream ends and frees its blocks while the others go on.
+
+#[allow(dead_code)]
+mod fake;
+
+use fake::{reference_logits, FakeBackend, FakeModel};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tf_engine::{
+    sample, CostTable, DraftConfig, FinishReason, Flow, GenOutput, GenRequest, Generator, OnToken, SamplingParams,
+};
+
+const VOCAB: usize = 14;
+
+fn reference(req: &GenRequest, seed: u64) -> Vec<u32> {
+    let mut history = req.prompt.clone();
+    let mut reply = Vec::new();
+    while reply.len() < req.max_tokens {
+        let t = sample(&reference_logits(&history, VOCAB), &req.params, seed, history.len() as u64, &reply).token;
+        reply.push(t);
+        history.push(t);
+        if req.stop_ids.contains(&t) {
+            break;
+        }
+    }
+    reply
+}
+
+fn requests(n: usize) -> Vec<GenRequest> {
+    (0..n as u64)
+        .map(|i| {
+            let len = [3usize, 40, 9, 77, 1, 25][i as usize % 6] + i as usize;
+            let prompt: Vec<u32> = if i % 4 == 1 {
+                [2u32, 4, 6, 8, 10].iter().cycle().take(len).copied().collect() // repetitive: copies accept
+            } else {
+                (0..len as u32).map(|j| (j * 5 + i as u32) % VOCAB as u32).collect()
+            };
+            let params = if i % 4 == 0 {
+                SamplingParams { seed: Some(i), ..SamplingParams::greedy() }
+            } else if i % 4 == 2 {
+                SamplingParams {
+                    seed: Some(i),
+                    repetition_penalty: 1.4,
+                    frequency_penalty: 0.3,
+                    ..SamplingParams::greedy()
+                }
+            } else {
+                SamplingParams { temperature: 0.9, top_k: 8, top_p: 0.9, seed: Some(i * 3), ..Default::default() }
+            };
+            let mut r = GenRequest::new(prompt, params, 12 + (i as usize * 7) % 30);
+            r.draft = i % 3 != 2;
+            r.stop_ids = if i % 5 == 0 { vec![3] } else { vec![] };
+            r.prefill_chunk = [64, 7, 1][i as usize % 3];
+            r
+        })
+        .collect()
+}
+
+fn many(g: &mut Generator<'_>, reqs: &[GenRequest], max_rows: usize) -> Vec<GenOutput> {
+    let items: Vec<(GenRequest, OnToken<'_>)> =
+        reqs.iter().map(|r| (r.clone(), Box::new(|_| Flow::Continue) as OnToken<'_>)).collect();
+    g.generate_many(items, max_rows).into_iter().map(Result::unwrap).collect()
+}
+
+fn drafting() -> DraftConfig {
+    DraftConfig::new(5, CostTable::from_widths(&[1e-3; 5]))
+}
+
+#[test]
+fn sixteen_concurrent_streams_each_equal_their_solo_run() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    g.set_drafting(Some(drafting()));
+    let reqs = requests(16);
+    let outs = many(&mut g, &reqs, 64);
+    let mut drafted = 0;
+    for (r, o) in reqs.iter().zip(&outs) {
+        let solo = g.generate(r, &mut |_| Flow::Continue).unwrap();
+        assert_eq!(o.tokens, solo.tokens, "prompt {:?}", r.prompt);
+        assert_eq!(o.tokens, reference(r, r.params.seed.unwrap()));
+        assert_eq!(o.counts.drafts, r.draft);
+        if r.draft && o.counts.rounds > 0 {
+            assert!(o.counts.min_rows >= 2, "{:?}", o.counts);
+        }
+        drafted += o.counts.drafted;
+    }
+    assert!(drafted > 0);
+    assert!(model.widest.load(Ordering::SeqCst) > 8, "rounds packed several streams");
+    assert_eq!(g.pool().free_blocks(), 256);
+}
+
+#[test]
+fn row_budgets_of_1_16_and_512_give_identical_replies() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    g.set_drafting(Some(drafting()));
+    let reqs = requests(10);
+    let base = many(&mut g, &reqs, 512);
+    for budget in [1, 16] {
+        model.reset_counts();
+        let outs = many(&mut g, &reqs, budget);
+        for (a, b) in base.iter().zip(&outs) {
+            assert_eq!(a.tokens, b.tokens, "budget {budget}");
+        }
+        let widest = model.widest.load(Ordering::SeqCst);
+        // Every decoding stream gets its pending row even when the budget is smaller.
+        assert!(widest <= budget.max(10) + 10 * 4, "budget {budget}: widest round {widest}");
+    }
+}
+
+#[test]
+fn the_prefix_cache_under_concurrency_changes_nothing() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 400, 8).unwrap();
+    g.set_drafting(Some(drafting()));
+    g.set_prefix_cache(true);
+    let reqs = requests(12);
+    let first = many(&mut g, &reqs, 48);
+    let second = many(&mut g, &reqs, 48);
+    let mut cached = 0;
+    for ((r, a), b) in reqs.iter().zip(&first).zip(&second) {
+        assert_eq!(a.tokens, reference(r, r.params.seed.unwrap()));
+        assert_eq!(a.tokens, b.tokens);
+        cached += b.cached_tokens;
+    }
+    assert!(cached > 0);
+}
+
+#[test]
+fn a_cancelled_stream_ends_while_the_others_go_on() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    let reqs = requests(6);
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut items: Vec<(GenRequest, OnToken<'_>)> = Vec::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let mut r = r.clone();
+        r.max_tokens = 40;
+        r.stop_ids.clear();
+        if i == 2 {
+            r.cancel = Some(flag.clone());
+            let f = flag.clone();
+            // Cancel from outside the stream after its fourth token (as a disconnect would).
+            items.push((
+                r,
+                Box::new(move |ev| {
+                    if ev.index == 3 {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                    Flow::Continue
+                }),
+            ));
+        } else {
+            items.push((r, Box::new(|_| Flow::Continue)));
+        }
+    }
+    let outs: Vec<GenOutput> = g.generate_many(items, 32).into_iter().map(Result::unwrap).collect();
+    assert_eq!(outs[2].finish_reason, FinishReason::Cancelled);
+    assert_eq!(outs[2].tokens.len(), 4);
+    for (i, o) in outs.iter().enumerate().filter(|(i, _)| *i != 2) {
+        assert_eq!(o.tokens.len(), 40, "stream {i}");
+        assert_eq!(o.finish_reason, FinishReason::Length);
+    }
+    assert_eq!(g.pool().free_blocks(), 256);
+}
+
+/// Proposes the true continuation (computed from the definition), wrong at every fourth reply index: most
+/// drafts are accepted, so the penalties over the accepted path matter.
+struct Oracle {
+    prompt_len: usize,
+    truth: Vec<u32>,
+}
+
+impl tf_engine::spec::Proposer for Oracle {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+    fn propose(&mut self, context: &[u32], max_tokens: usize) -> tf_engine::spec::DraftTree {
+        let start = context.len() - self.prompt_len;
+        let chain: Vec<u32> = (start..(start + max_tokens).min(self.truth.len()))
+            .map(|i| if i % 4 == 3 { (self.truth[i] + 1) % VOCAB as u32 } else { self.truth[i] })
+            .collect();
+        tf_engine::spec::DraftTree::from_chain(&chain)
+    }
+    fn observe(&mut self, _: usize, _: usize) {}
+    fn reset(&mut self) {}
+}
+
+#[test]
+fn accepted_drafts_with_penalties_under_concurrency_equal_solo() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    let mut c = drafting();
+    c.proposer = Some(Arc::new(|req: &GenRequest| {
+        Box::new(Oracle { prompt_len: req.prompt.len(), truth: reference(req, req.params.seed.unwrap()) })
+            as Box<dyn tf_engine::spec::Proposer>
+    }));
+    g.set_drafting(Some(c));
+    let mut reqs = requests(12);
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.draft = true;
+        r.params.repetition_penalty = 1.0 + 0.1 * (i % 4) as f64;
+        r.params.presence_penalty = 0.2 * (i % 3) as f64;
+    }
+    let outs = many(&mut g, &reqs, 40);
+    let mut accepted = 0;
+    for (r, o) in reqs.iter().zip(&outs) {
+        assert_eq!(o.tokens, reference(r, r.params.seed.unwrap()), "{:?}", r.params);
+        accepted += o.counts.accepted;
+    }
+    assert!(accepted > 50, "{accepted}");
+}
