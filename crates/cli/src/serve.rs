@@ -59,7 +59,14 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
     #[arg(long, env = "TENSORFOLD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Requests that may wait while one runs; more get 429.
+    /// Requests that share each round (continuous batching: their windows and prompt chunks go into one
+    /// forward). 1 runs one request at a time (with tree windows when --draft-branches > 1).
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Most rows in one shared round (decode windows first, then prompt chunks).
+    #[arg(long, default_value_t = 256)]
+    pub max_rows: usize,
+    /// Requests that may wait while others run; more get 429.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
     /// Largest request body in MiB; larger ones get 413.
@@ -159,6 +166,8 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             proposer: drafting.proposer,
             min_drafts: args.drafting.min_drafts,
             prefix_cache: !args.no_prefix_cache,
+            parallel: args.parallel.max(1),
+            max_rows: args.max_rows.max(1),
         },
     )
     .map_err(|e| format!("cannot start the engine: {e}"))?;

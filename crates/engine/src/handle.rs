@@ -80,6 +80,10 @@ pub struct EngineConfig {
     pub min_drafts: usize,
     /// Keep full KV blocks after each request for later requests that start the same way.
     pub prefix_cache: bool,
+    /// Streams that share each round (1: one request at a time, solo decoding with tree windows).
+    pub parallel: usize,
+    /// Most rows in one shared round (windows first, then prompt chunks).
+    pub max_rows: usize,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -119,7 +123,7 @@ pub struct EngineStats {
 }
 
 impl EngineStats {
-    fn observe_ttft(&self, s: f64) {
+    pub(crate) fn observe_ttft(&self, s: f64) {
         let i = TTFT_BUCKETS.iter().position(|&b| s <= b).unwrap_or(TTFT_BUCKETS.len());
         self.ttft_buckets[i].fetch_add(1, Ordering::Relaxed);
         self.ttft_sum_us.fetch_add(micros(s), Ordering::Relaxed);
@@ -133,12 +137,12 @@ impl EngineStats {
     }
 }
 
-fn micros(s: f64) -> u64 {
+pub(crate) fn micros(s: f64) -> u64 {
     (s * 1e6).max(0.0) as u64
 }
 
 /// Cancel flags of the requests not yet finished, by id.
-type LiveList = Arc<Mutex<Vec<(u64, Arc<AtomicBool>)>>>;
+pub(crate) type LiveList = Arc<Mutex<Vec<(u64, Arc<AtomicBool>)>>>;
 
 /// A queued request: cancel it with [`Ticket::cancel`] (its sink still gets its final event).
 #[derive(Clone, Debug)]
@@ -157,16 +161,16 @@ impl Ticket {
     }
 }
 
-struct Job {
-    id: u64,
-    req: GenRequest,
-    priority: Priority,
-    sink: EventSink,
-    cancel: Arc<AtomicBool>,
-    queued_at: Instant,
+pub(crate) struct Job {
+    pub(crate) id: u64,
+    pub(crate) req: GenRequest,
+    pub(crate) priority: Priority,
+    pub(crate) sink: EventSink,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) queued_at: Instant,
 }
 
-enum Command {
+pub(crate) enum Command {
     Submit(Box<Job>),
     /// Cancel every waiting and running request (shutdown with a bound).
     CancelAll,
@@ -216,6 +220,7 @@ impl EngineHandle {
         let thread_live = live.clone();
         let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
         let prefix_cache = cfg.prefix_cache;
+        let (parallel, max_rows) = (cfg.parallel, cfg.max_rows);
         let thread = std::thread::Builder::new()
             .name("tensorfold-engine".into())
             .spawn(move || {
@@ -224,7 +229,9 @@ impl EngineHandle {
                 g.set_prefix_cache(prefix_cache);
                 let ok = setup.is_ok();
                 let _ = ready_tx.send(setup);
-                if ok {
+                if ok && parallel > 1 {
+                    crate::handle_shared::shared_loop(&mut g, rx, &thread_stats, &thread_live, parallel, max_rows);
+                } else if ok {
                     engine_loop(&mut g, rx, &thread_stats, &thread_live);
                 }
             })
@@ -315,25 +322,66 @@ impl EngineHandle {
 
 /// Waiting requests: interactive first, FIFO within a class.
 #[derive(Default)]
-struct Queue {
-    interactive: VecDeque<Box<Job>>,
-    background: VecDeque<Box<Job>>,
+pub(crate) struct Queue {
+    pub(crate) interactive: VecDeque<Box<Job>>,
+    pub(crate) background: VecDeque<Box<Job>>,
 }
 
 impl Queue {
-    fn push(&mut self, job: Box<Job>) {
+    /// Puts a job back at the head of its class (it could not be admitted yet).
+    pub(crate) fn push_front(&mut self, job: Box<Job>) {
+        match job.priority {
+            Priority::Interactive => self.interactive.push_front(job),
+            Priority::Background => self.background.push_front(job),
+        }
+    }
+
+    pub(crate) fn push(&mut self, job: Box<Job>) {
         match job.priority {
             Priority::Interactive => self.interactive.push_back(job),
             Priority::Background => self.background.push_back(job),
         }
     }
 
-    fn pop(&mut self) -> Option<Box<Job>> {
+    pub(crate) fn pop(&mut self) -> Option<Box<Job>> {
         self.interactive.pop_front().or_else(|| self.background.pop_front())
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.interactive.is_empty() && self.background.is_empty()
+    }
+}
+
+/// Takes every command waiting in `rx` into `queue` (blocking for one first when `block`); returns false when the
+/// channel is gone (every handle dropped).
+pub(crate) fn drain(rx: &mpsc::Receiver<Command>, queue: &mut Queue, shutting_down: &mut bool, block: bool) -> bool {
+    let mut first = block;
+    loop {
+        let cmd = if first {
+            first = false;
+            match rx.recv() {
+                Ok(c) => c,
+                Err(_) => return false,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(c) => c,
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    *shutting_down = true;
+                    return true;
+                }
+            }
+        };
+        match cmd {
+            Command::Submit(job) => queue.push(job),
+            Command::CancelAll => {
+                for job in queue.interactive.iter().chain(queue.background.iter()) {
+                    job.cancel.store(true, Ordering::Relaxed);
+                }
+            }
+            Command::Shutdown => *shutting_down = true,
+        }
     }
 }
 
@@ -342,31 +390,9 @@ fn engine_loop(g: &mut Generator<'_>, rx: mpsc::Receiver<Command>, stats: &Engin
     let mut shutting_down = false;
     loop {
         // Take every command that is there; block only when there is nothing to run.
-        loop {
-            let cmd = if queue.is_empty() && !shutting_down {
-                match rx.recv() {
-                    Ok(c) => c,
-                    Err(_) => return,
-                }
-            } else {
-                match rx.try_recv() {
-                    Ok(c) => c,
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        shutting_down = true;
-                        break;
-                    }
-                }
-            };
-            match cmd {
-                Command::Submit(job) => queue.push(job),
-                Command::CancelAll => {
-                    for job in queue.interactive.iter().chain(queue.background.iter()) {
-                        job.cancel.store(true, Ordering::Relaxed);
-                    }
-                }
-                Command::Shutdown => shutting_down = true,
-            }
+        let block = queue.is_empty() && !shutting_down;
+        if !drain(&rx, &mut queue, &mut shutting_down, block) {
+            return;
         }
         let Some(mut job) = queue.pop() else {
             if shutting_down {
@@ -380,7 +406,7 @@ fn engine_loop(g: &mut Generator<'_>, rx: mpsc::Receiver<Command>, stats: &Engin
     }
 }
 
-fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
+pub(crate) fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
     let queued_s = job.queued_at.elapsed().as_secs_f64();
     stats.queue_us.fetch_add(micros(queued_s), Ordering::Relaxed);
     if job.cancel.load(Ordering::Relaxed) {

@@ -7,6 +7,7 @@ pub mod draft;
 pub mod draft_model;
 pub mod generate;
 pub mod handle;
+mod handle_shared;
 pub mod kv_pool;
 pub mod prefix_cache;
 pub mod rounds;

@@ -19,6 +19,10 @@ const VOCAB: usize = 40;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn spawn(max_waiting: usize) -> EngineHandle {
+    spawn_with(max_waiting, 1)
+}
+
+fn spawn_with(max_waiting: usize, parallel: usize) -> EngineHandle {
     EngineHandle::spawn(
         Arc::new(FakeBackend),
         Box::new(FakeModel::new(VOCAB, 256)),
@@ -30,6 +34,8 @@ fn spawn(max_waiting: usize) -> EngineHandle {
             proposer: None,
             min_drafts: 1,
             prefix_cache: true,
+            parallel,
+            max_rows: 32,
         },
     )
     .unwrap()
@@ -123,6 +129,41 @@ fn replies_through_the_handle_equal_the_reference() {
     assert_eq!(s.finished_length.load(Ordering::Relaxed), 4);
     assert_eq!(s.generation_tokens.load(Ordering::Relaxed), 48);
     assert_eq!(s.kv_blocks_used.load(Ordering::Relaxed), 0);
+    h.shutdown();
+}
+
+#[test]
+fn shared_rounds_through_the_handle_equal_the_reference() {
+    let h = spawn_with(32, 4);
+    let mut waits = Vec::new();
+    let mut reqs = Vec::new();
+    for i in 0..10u32 {
+        let params = if i % 2 == 0 {
+            SamplingParams { seed: Some(u64::from(i)), ..SamplingParams::greedy() }
+        } else {
+            SamplingParams { temperature: 0.9, top_k: 20, seed: Some(u64::from(i) * 7), ..Default::default() }
+        };
+        let mut req = GenRequest::new(prompt(3 + i as usize * 4, i), params, 10 + i as usize);
+        req.prefill_chunk = 5;
+        let (tx, rx) = mpsc::channel();
+        h.submit(req.clone(), Priority::Interactive, collecting(tx)).unwrap();
+        waits.push(rx);
+        reqs.push(req);
+    }
+    for (req, rx) in reqs.iter().zip(waits) {
+        let out = rx.recv_timeout(WAIT).unwrap().unwrap();
+        assert_eq!(out.tokens, reference(req));
+    }
+    let s = h.stats();
+    assert_eq!(s.finished_length.load(Ordering::Relaxed), 10);
+    assert_eq!(s.kv_blocks_used.load(Ordering::Relaxed), 0);
+    assert_eq!(s.running.load(Ordering::SeqCst), 0);
+    // A request beyond the context is refused; the engine goes on.
+    let (tx, rx) = mpsc::channel();
+    h.submit(GenRequest::new(prompt(240, 1), SamplingParams::greedy(), 50), Priority::Interactive, collecting(tx))
+        .unwrap();
+    assert!(rx.recv_timeout(WAIT).unwrap().is_err());
+    h.cancel_all();
     h.shutdown();
 }
 
