@@ -12,6 +12,7 @@ pub mod kv_pool;
 pub mod prefix_cache;
 pub mod rounds;
 pub mod sampler;
+pub mod sched;
 pub mod spec;
 
 pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory};
