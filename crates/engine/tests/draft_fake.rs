@@ -5,26 +5,16 @@
 #[allow(dead_code)]
 mod fake;
 
-use fake::{reference_logits, FakeBackend, FakeModel};
+use fake::{FakeBackend, FakeModel};
 use std::sync::Arc;
 use tf_engine::spec::{DraftTree, Proposer};
-use tf_engine::{sample, CostTable, DraftConfig, FinishReason, Flow, GenOutput, GenRequest, Generator, SamplingParams};
+use tf_engine::{CostTable, DraftConfig, FinishReason, Flow, GenOutput, GenRequest, Generator, SamplingParams};
 
 const VOCAB: usize = 12;
 
-/// Serial generation straight from the definition (no KV, no windows).
+/// The serial reply from the definition (tests/fake).
 fn reference(req: &GenRequest, seed: u64) -> Vec<u32> {
-    let mut history = req.prompt.clone();
-    let mut reply = Vec::new();
-    while reply.len() < req.max_tokens {
-        let t = sample(&reference_logits(&history, VOCAB), &req.params, seed, history.len() as u64, &reply).token;
-        reply.push(t);
-        history.push(t);
-        if req.stop_ids.contains(&t) {
-            break;
-        }
-    }
-    reply
+    fake::reference_reply(req, seed, VOCAB)
 }
 
 fn costs(w: usize) -> CostTable {

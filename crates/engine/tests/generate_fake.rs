@@ -2,12 +2,11 @@
 
 mod fake;
 
-use fake::{reference_logits, FakeBackend, FakeModel};
+use fake::{FakeBackend, FakeModel};
 use std::sync::atomic::Ordering;
 use tf_core::{derive_seed, DEFAULT_SEED_SALT};
 use tf_engine::{
-    sample, token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, PoolError, SamplingParams,
-    TokenEvent,
+    token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, PoolError, SamplingParams, TokenEvent,
 };
 
 const VOCAB: usize = 40;
@@ -31,20 +30,9 @@ fn run(g: &mut Generator<'_>, req: &GenRequest) -> (GenOutput, Vec<TokenEvent>) 
     (out, events)
 }
 
-/// Serial generation straight from the definition: no KV, no chunks, the sampler on the reference logits.
+/// The serial reply from the definition (tests/fake).
 fn reference(req: &GenRequest, seed: u64) -> Vec<u32> {
-    let mut history = req.prompt.clone();
-    let mut reply = Vec::new();
-    while reply.len() < req.max_tokens {
-        let logits = reference_logits(&history, VOCAB);
-        let t = sample(&logits, &req.params, seed, history.len() as u64, &reply).token;
-        reply.push(t);
-        history.push(t);
-        if req.stop_ids.contains(&t) {
-            break;
-        }
-    }
-    reply
+    fake::reference_reply(req, seed, VOCAB)
 }
 
 #[test]

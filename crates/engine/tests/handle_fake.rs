@@ -5,13 +5,13 @@
 #[allow(dead_code)]
 mod fake;
 
-use fake::{reference_logits, FakeBackend, FakeModel};
+use fake::{FakeBackend, FakeModel};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tf_engine::{
-    sample, EngineConfig, EngineError, EngineEvent, EngineHandle, FinishReason, Flow, GenOutput, GenRequest, Priority,
+    EngineConfig, EngineError, EngineEvent, EngineHandle, FinishReason, Flow, GenOutput, GenRequest, Priority,
     SamplingParams, SubmitError,
 };
 
@@ -47,15 +47,7 @@ fn prompt(n: usize, salt: u32) -> Vec<u32> {
 
 /// Serial generation straight from the definition.
 fn reference(req: &GenRequest) -> Vec<u32> {
-    let seed = req.params.seed.unwrap();
-    let mut history = req.prompt.clone();
-    let mut reply = Vec::new();
-    while reply.len() < req.max_tokens {
-        let t = sample(&reference_logits(&history, VOCAB), &req.params, seed, history.len() as u64, &reply).token;
-        reply.push(t);
-        history.push(t);
-    }
-    reply
+    fake::reference_reply(req, req.params.seed.unwrap(), VOCAB)
 }
 
 /// A sink that forwards the final output (or error) to a channel.

@@ -244,23 +244,14 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                 (out, false)
             }
             Piece::Done { out: res, tail, stop_hit } => {
-                let mut last = chunk(
-                    json!([{"index": 0, "delta": if tail.is_empty() { json!({}) } else { json!({"content": tail}) },
-                                              "logprobs": null, "finish_reason": gen::finish_reason(&res, stop_hit)}]),
-                );
-                if include_usage {
-                    out.push_str(&gen::sse_data(&last));
-                    last = chunk(json!([]));
-                    last["usage"] = gen::usage(&res);
-                }
-                last["tensorfold"] = gen::receipt(&res);
-                out.push_str(&gen::sse_data(&last));
-                out.push_str("data: [DONE]\n\n");
+                let delta = if tail.is_empty() { json!({}) } else { json!({"content": tail}) };
+                let finish = chunk(json!([{"index": 0, "delta": delta, "logprobs": null,
+                                           "finish_reason": gen::finish_reason(&res, stop_hit)}]));
+                out.push_str(&gen::sse_end(finish, chunk(json!([])), include_usage, &res));
                 (out, true)
             }
             Piece::Error(e) => {
                 out.push_str(&gen::sse_error(e));
-                out.push_str("data: [DONE]\n\n");
                 (out, true)
             }
         }

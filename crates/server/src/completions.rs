@@ -205,21 +205,13 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                     push_prompt(&mut l, &tok, &prompt, &out.prompt_logprobs);
                     l.json()
                 });
-                let mut last = chunk(json!([{"index": 0, "text": text, "logprobs": lp,
-                                              "finish_reason": gen::finish_reason(&out, stop_hit)}]));
-                if include_usage {
-                    s.push_str(&gen::sse_data(&last));
-                    last = chunk(json!([]));
-                    last["usage"] = gen::usage(&out);
-                }
-                last["tensorfold"] = gen::receipt(&out);
-                s.push_str(&gen::sse_data(&last));
-                s.push_str("data: [DONE]\n\n");
+                let finish = chunk(json!([{"index": 0, "text": text, "logprobs": lp,
+                                           "finish_reason": gen::finish_reason(&out, stop_hit)}]));
+                s.push_str(&gen::sse_end(finish, chunk(json!([])), include_usage, &out));
                 (s, true)
             }
             Piece::Error(e) => {
                 s.push_str(&gen::sse_error(e));
-                s.push_str("data: [DONE]\n\n");
                 (s, true)
             }
         }

@@ -317,7 +317,26 @@ pub async fn collect(
     }
 }
 
-/// An error after a stream opened: an `error` event in the OpenAI shape.
+/// An error after a stream opened: an `error` event in the OpenAI shape, then `[DONE]`.
 pub fn sse_error(e: EngineError) -> String {
-    sse_data(&engine_error(e).body())
+    format!("{}data: [DONE]\n\n", sse_data(&engine_error(e).body()))
+}
+
+/// The end of a chat or completions stream: `finish` (the chunk with `finish_reason`), then — with
+/// `include_usage` — a chunk with no choices and `usage` (`empty` builds it); the receipt rides on the last chunk
+/// sent; then `[DONE]`.
+pub fn sse_end(mut finish: Value, empty: Value, include_usage: bool, out: &GenOutput) -> String {
+    let mut s = String::new();
+    let mut last = if include_usage {
+        s.push_str(&sse_data(&finish));
+        let mut u = empty;
+        u["usage"] = usage(out);
+        u
+    } else {
+        std::mem::take(&mut finish)
+    };
+    last["tensorfold"] = receipt(out);
+    s.push_str(&sse_data(&last));
+    s.push_str("data: [DONE]\n\n");
+    s
 }

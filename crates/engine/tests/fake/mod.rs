@@ -86,6 +86,24 @@ pub fn reference_logits(history: &[u32], vocab: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Serial generation straight from the definition — no KV, no windows, the keyed sampler on
+/// [`reference_logits`] of the true history — ending at a stop id (included) or `max_tokens`: what every engine
+/// path must reproduce token for token.
+pub fn reference_reply(req: &tf_engine::GenRequest, seed: u64, vocab: usize) -> Vec<u32> {
+    let mut history = req.prompt.clone();
+    let mut reply = Vec::new();
+    while reply.len() < req.max_tokens {
+        let logits = reference_logits(&history, vocab);
+        let t = tf_engine::sample(&logits, &req.params, seed, history.len() as u64, &reply).token;
+        reply.push(t);
+        history.push(t);
+        if req.stop_ids.contains(&t) {
+            break;
+        }
+    }
+    reply
+}
+
 pub struct FakeModel {
     pub vocab: usize,
     pub context: usize,
