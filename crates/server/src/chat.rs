@@ -154,11 +154,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         return Err(ApiError::field("top_logprobs", "needs `logprobs: true`"));
     }
     let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.get("stream_options") {
-        None => false,
-        Some(Value::Object(o)) => Fields::new(o).bool("include_usage")?.unwrap_or(false),
-        Some(v) => return Err(ApiError::field("stream_options", format!("expected an object, got {}", kind(v)))),
-    };
+    let include_usage = f.include_usage()?;
     let return_ids = f.bool("return_token_ids")?.unwrap_or(false);
     let stops = f.stops("stop")?;
     let priority = f.priority()?;

@@ -114,11 +114,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let echo = f.bool("echo")?.unwrap_or(false);
     let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.get("stream_options") {
-        None => false,
-        Some(Value::Object(o)) => Fields::new(o).bool("include_usage")?.unwrap_or(false),
-        Some(v) => return Err(ApiError::field("stream_options", format!("expected an object, got {}", kind(v)))),
-    };
+    let include_usage = f.include_usage()?;
     let return_ids = f.bool("return_token_ids")?.unwrap_or(false);
     // max_tokens 0 only makes sense to score the prompt (echo); OpenAI's default here is 16.
     let max_tokens = match f.get("max_tokens") {

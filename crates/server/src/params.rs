@@ -145,6 +145,15 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// `stream_options.include_usage` (false when absent).
+    pub fn include_usage(&self) -> Result<bool, ApiError> {
+        match self.get("stream_options") {
+            None => Ok(false),
+            Some(Value::Object(o)) => Ok(Fields::new(o).bool("include_usage")?.unwrap_or(false)),
+            Some(v) => Err(ApiError::field("stream_options", format!("expected an object, got {}", kind(v)))),
+        }
+    }
+
     /// `n` must be 1 (one choice per request).
     pub fn check_n(&self) -> Result<(), ApiError> {
         match self.int_in("n", 1, i64::MAX)? {
