@@ -219,7 +219,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             eprintln!("tensorfold: listening on http://{addr} (OpenAI API under /v1; Ctrl-C stops)");
             eprintln!(
                 "try: curl -s http://{addr}/v1/chat/completions -H 'Content-Type: application/json'{key} -d \
-                 '{{\"messages\":[{{\"role\":\"user\",\"content\":\"What is the capital of France?\"}}],\"max_tokens\":64}}'"
+                 '{{\"messages\":[{{\"role\":\"user\",\"content\":\"What is the capital of France? Answer in one sentence.\"}}],\"max_tokens\":64,\"temperature\":0}}'"
             );
         }),
     };
