@@ -406,13 +406,18 @@ fn is_chain(tree: &DraftTree) -> bool {
 
 /// The tree's first path: the first child at every level.
 fn first_chain(tree: &DraftTree) -> DraftTree {
+    DraftTree::from_chain(&first_path(tree))
+}
+
+/// The tokens of the tree's first path (a chain's tokens, unchanged).
+pub(crate) fn first_path(tree: &DraftTree) -> Vec<u32> {
     let mut chain = Vec::new();
     let mut at = None;
     while let Some(c) = tree.children(at).next() {
         chain.push(tree.nodes()[c].token);
         at = Some(c);
     }
-    DraftTree::from_chain(&chain)
+    chain
 }
 
 /// Emits one token; says why the reply ends, if it does.

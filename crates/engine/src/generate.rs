@@ -256,7 +256,7 @@ impl<'a> Generator<'a> {
     }
 
     /// Checks everything that can be checked before any work; returns the seed.
-    fn admit(&self, req: &GenRequest) -> Result<u64, EngineError> {
+    pub(crate) fn admit(&self, req: &GenRequest) -> Result<u64, EngineError> {
         let invalid = |m: String| Err(EngineError::InvalidRequest(m));
         if req.prompt.is_empty() {
             return invalid("the prompt is empty".into());
@@ -290,6 +290,30 @@ impl<'a> Generator<'a> {
             self.pool.check_fits(total)?;
         }
         Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
+    }
+
+    /// A request's blocks: cached prefix blocks first (leaving the prompt's last token to feed, for its logits;
+    /// none when the prompt is scored), then every other block it can need, up front (freed when the table
+    /// drops), evicting idle cached blocks for room: a request cannot run out half-way. Returns the table and
+    /// the prompt tokens it got from the cache.
+    pub(crate) fn reserve(&mut self, req: &GenRequest) -> Result<(BlockTable, usize), EngineError> {
+        let prompt = &req.prompt;
+        let mut table = BlockTable::new(&self.pool);
+        let mut cached_tokens = 0;
+        if let Some(cache) = self.cache.as_mut() {
+            if req.prompt_logprobs.is_none() {
+                let hit = cache.lookup(prompt, prompt.len() - 1);
+                cached_tokens = hit.len() * self.pool.block_size();
+                table.adopt(hit);
+            }
+            let need = self.pool.blocks_for(prompt.len() + req.max_tokens).saturating_sub(table.len());
+            let free = self.pool.free_blocks();
+            if need > free {
+                cache.evict(&self.pool, need - free);
+            }
+        }
+        table.ensure(&self.pool, prompt.len() + req.max_tokens)?;
+        Ok((table, cached_tokens))
     }
 
     /// One forward over `tokens` at positions `start..`, all causal rows of sequence 0; returns the logits of
@@ -387,23 +411,7 @@ impl<'a> Generator<'a> {
         let seed = self.admit(req)?;
         let prompt = &req.prompt;
         let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        // Cached prefix blocks first (leaving the prompt's last token to feed, for its logits), then all other
-        // blocks up front (freed when `table` drops): the request cannot run out half-way.
-        let mut table = BlockTable::new(&self.pool);
-        let mut cached_tokens = 0;
-        if let Some(cache) = self.cache.as_mut() {
-            if req.prompt_logprobs.is_none() {
-                let hit = cache.lookup(prompt, prompt.len() - 1);
-                cached_tokens = hit.len() * self.pool.block_size();
-                table.adopt(hit);
-            }
-            let need = self.pool.blocks_for(prompt.len() + req.max_tokens).saturating_sub(table.len());
-            let free = self.pool.free_blocks();
-            if need > free {
-                cache.evict(&self.pool, need - free);
-            }
-        }
-        table.ensure(&self.pool, prompt.len() + req.max_tokens)?;
+        let (table, cached_tokens) = self.reserve(req)?;
         let vocab = self.model.vocab_size();
 
         let t0 = Instant::now();

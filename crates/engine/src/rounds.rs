@@ -5,14 +5,14 @@
 //!
 //! Windows here are chains (a proposer's tree is cut to its first path); tree windows run in solo decoding.
 
-use crate::draft::{fallback_guess, DraftCounts};
+use crate::draft::{fallback_guess, first_path, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
 use crate::sampler::{penalized, sample, top_logprobs};
 use crate::spec::{truncate_after, verify, AcceptStats, DraftTree, Proposer};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tf_core::{derive_seed, AttnMeta, RowAttn};
+use tf_core::{AttnMeta, RowAttn};
 use tf_models::Batch;
 
 /// The token callback of one stream.
@@ -82,20 +82,8 @@ impl<'a> Generator<'a> {
         if req.prompt_logprobs.is_some() {
             return Err(EngineError::InvalidRequest("prompt logprobs run in solo generation".into()));
         }
-        let seed = self.admit_shared(&req)?;
-        let mut table = BlockTable::new(&self.pool);
-        let mut cached_tokens = 0;
-        if let Some(cache) = self.cache.as_mut() {
-            let hit = cache.lookup(&req.prompt, req.prompt.len() - 1);
-            cached_tokens = hit.len() * self.pool.block_size();
-            table.adopt(hit);
-            let need = self.pool.blocks_for(req.prompt.len() + req.max_tokens).saturating_sub(table.len());
-            let free = self.pool.free_blocks();
-            if need > free {
-                cache.evict(&self.pool, need - free);
-            }
-        }
-        table.ensure(&self.pool, req.prompt.len() + req.max_tokens)?;
+        let seed = self.admit(&req)?;
+        let (table, cached_tokens) = self.reserve(&req)?;
         let proposer = self.drafting.as_ref().filter(|c| req.draft && c.max_window >= 2).map(|c| match &c.proposer {
             Some(make) => make(&req),
             None => crate::draft::default_proposer(),
@@ -118,30 +106,6 @@ impl<'a> Generator<'a> {
             on_token,
             req,
         })
-    }
-
-    fn admit_shared(&self, req: &GenRequest) -> Result<u64, EngineError> {
-        let invalid = |m: &str| Err(EngineError::InvalidRequest(m.into()));
-        if req.prompt.is_empty() {
-            return invalid("the prompt is empty");
-        }
-        if req.max_tokens == 0 || req.prefill_chunk == 0 {
-            return invalid("max_tokens and prefill_chunk must be at least 1");
-        }
-        req.params.validate()?;
-        let vocab = self.model.vocab_size();
-        if req.prompt.iter().any(|&t| t as usize >= vocab) {
-            return invalid("a prompt token is outside the vocabulary");
-        }
-        let total = req.prompt.len().saturating_add(req.max_tokens);
-        if total > self.model.context_length() {
-            return Err(EngineError::ContextOverflow {
-                prompt_tokens: req.prompt.len(),
-                max_tokens: req.max_tokens,
-                context_length: self.model.context_length(),
-            });
-        }
-        Ok(req.params.seed.unwrap_or_else(|| derive_seed(&req.prompt, &req.seed_salt)))
     }
 
     /// One shared round over `streams` (finished ones are skipped) with at most `max_rows` rows (every decoding
@@ -360,17 +324,6 @@ impl<'a> Generator<'a> {
         }
         results.into_iter().map(|r| r.expect("every request answered")).collect()
     }
-}
-
-/// A tree's first path (chains are unchanged).
-fn first_path(tree: &DraftTree) -> Vec<u32> {
-    let mut chain = Vec::new();
-    let mut at = None;
-    while let Some(c) = tree.children(at).next() {
-        chain.push(tree.nodes()[c].token);
-        at = Some(c);
-    }
-    chain
 }
 
 /// The keyed draw of a row: (token, logprob, alternatives).
