@@ -297,22 +297,34 @@ impl<'a> Generator<'a> {
     /// drops), evicting idle cached blocks for room: a request cannot run out half-way. Returns the table and
     /// the prompt tokens it got from the cache.
     pub(crate) fn reserve(&mut self, req: &GenRequest) -> Result<(BlockTable, usize), EngineError> {
-        let prompt = &req.prompt;
+        let total = req.prompt.len() + req.max_tokens;
+        self.reserve_seq(&req.prompt, total, req.prompt_logprobs.is_none())
+    }
+
+    /// The blocks of a sequence whose first `seq.len()` tokens are to be filled and that may reach `total`
+    /// positions: the cached prefix of `seq` (when `use_cache`; its last token is always left to feed), then
+    /// fresh blocks for the rest, evicting idle cached blocks for room. Returns the table and the cached tokens.
+    pub(crate) fn reserve_seq(
+        &mut self,
+        seq: &[u32],
+        total: usize,
+        use_cache: bool,
+    ) -> Result<(BlockTable, usize), EngineError> {
         let mut table = BlockTable::new(&self.pool);
         let mut cached_tokens = 0;
         if let Some(cache) = self.cache.as_mut() {
-            if req.prompt_logprobs.is_none() {
-                let hit = cache.lookup(prompt, prompt.len() - 1);
+            if use_cache {
+                let hit = cache.lookup(seq, seq.len() - 1);
                 cached_tokens = hit.len() * self.pool.block_size();
                 table.adopt(hit);
             }
-            let need = self.pool.blocks_for(prompt.len() + req.max_tokens).saturating_sub(table.len());
+            let need = self.pool.blocks_for(total).saturating_sub(table.len());
             let free = self.pool.free_blocks();
             if need > free {
                 cache.evict(&self.pool, need - free);
             }
         }
-        table.ensure(&self.pool, prompt.len() + req.max_tokens)?;
+        table.ensure(&self.pool, total)?;
         Ok((table, cached_tokens))
     }
 

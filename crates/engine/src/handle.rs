@@ -110,6 +110,8 @@ pub struct EngineStats {
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub drafted_tokens: AtomicU64,
+    /// Background streams preempted (KV released) to make room for interactive ones.
+    pub preemptions: AtomicU64,
     pub accepted_tokens: AtomicU64,
     /// Sums of seconds spent queued, filling prompts and decoding, in microseconds.
     pub queue_us: AtomicU64,
@@ -328,14 +330,6 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// Puts a job back at the head of its class (it could not be admitted yet).
-    pub(crate) fn push_front(&mut self, job: Box<Job>) {
-        match job.priority {
-            Priority::Interactive => self.interactive.push_front(job),
-            Priority::Background => self.background.push_front(job),
-        }
-    }
-
     pub(crate) fn push(&mut self, job: Box<Job>) {
         match job.priority {
             Priority::Interactive => self.interactive.push_back(job),

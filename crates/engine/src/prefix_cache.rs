@@ -75,6 +75,28 @@ impl PrefixCache {
         self.entries.is_empty()
     }
 
+    /// Tokens [`PrefixCache::lookup`] would find for `tokens` now (whole blocks, at most `max_tokens`), without
+    /// touching anything: what the scheduler plans with.
+    pub fn peek(&self, tokens: &[u32], max_tokens: usize) -> usize {
+        let bs = self.block_size;
+        let mut parent = self.root;
+        let mut n = 0;
+        for chunk in tokens[..tokens.len().min(max_tokens)].chunks_exact(bs) {
+            let key = block_key(parent, chunk);
+            match self.entries.get(&key) {
+                Some(e) if e.parent == parent && e.tokens == chunk => n += 1,
+                _ => break,
+            }
+            parent = key;
+        }
+        n * bs
+    }
+
+    /// Blocks only the cache references (freed on demand by [`PrefixCache::evict`]).
+    pub fn idle_blocks(&self, pool: &KvPool) -> usize {
+        self.entries.values().filter(|e| pool.refcount(e.block.id()) == 1).count()
+    }
+
     /// The longest cached run of full blocks that `tokens` starts with, at most `max_tokens` tokens (callers
     /// leave the prompt's last token to be fed, for its logits). Returns the blocks (new references).
     pub fn lookup(&mut self, tokens: &[u32], max_tokens: usize) -> Vec<BlockRef> {
@@ -179,11 +201,15 @@ mod tests {
         let ids: Vec<u32> = t.ids();
         drop(t);
         assert_eq!(pool.free_blocks(), 14, "the cache keeps its two blocks");
+        assert_eq!(c.idle_blocks(&pool), 2);
+        assert_eq!(c.peek(&a, a.len() - 1), 8, "peek agrees with lookup, in tokens");
+        assert_eq!(c.peek(&a, 7), 4);
         let hit = c.lookup(&a, a.len() - 1);
         assert_eq!(hit.iter().map(BlockRef::id).collect::<Vec<_>>(), ids[..2].to_vec());
         // A prompt that differs in the second block reuses only the first.
         let mut b = a.clone();
         b[5] = 99;
+        assert_eq!(c.peek(&b, 100), 4);
         assert_eq!(c.lookup(&b, 100).len(), 1);
         // The cap: at most max_tokens tokens.
         assert_eq!(c.lookup(&a, 7).len(), 1);
@@ -205,6 +231,7 @@ mod tests {
         // In use by a request: not evictable.
         let held = c.lookup(&a, 6);
         assert_eq!(held.len(), 3);
+        assert_eq!(c.idle_blocks(&pool), 0, "blocks a request holds are not idle");
         assert_eq!(c.evict(&pool, 3), 0);
         drop(held);
         // Leaves first: after evicting one, the first two blocks still hit.

@@ -4,6 +4,8 @@
 //! tokens are exactly those of its solo, serial run, whatever shares the round.
 //!
 //! Windows here are chains (a proposer's tree is cut to its first path); tree windows run in solo decoding.
+//! What runs in a round is either the simple policy of [`Generator::round`] or a scheduler's [`Grant`]s
+//! ([`Generator::run_round`], see `sched`); a stream can be preempted (KV released) and resumed later.
 
 use crate::draft::{fallback_guess, first_path, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
@@ -18,17 +20,23 @@ use tf_models::Batch;
 /// The token callback of one stream.
 pub type OnToken<'c> = Box<dyn FnMut(TokenEvent) -> Flow + 'c>;
 
-/// One stream in shared rounds.
+/// One stream in shared rounds. Its sequence is `prompt ++ tokens`; it fills a prefix of that sequence (the
+/// prompt, or after a preemption the prompt and every token already emitted), then decodes: each round feeds
+/// the pending token (the last emitted, whose K/V is not written yet) and a chain of drafts.
 pub struct Stream<'c> {
     pub req: GenRequest,
     seed: u64,
     table: BlockTable,
     cached_tokens: usize,
-    /// Prompt positions whose K/V is written.
+    /// Positions of the sequence whose K/V is written (while filling).
     filled: usize,
     tokens: Vec<u32>,
-    /// Prompt + emitted tokens (the pending token last while decoding).
+    /// Prompt + emitted tokens fed so far, then the pending token while a window runs (the proposer's context).
     context: Vec<u32>,
+    /// Its KV was released ([`Generator::preempt`]); [`Generator::resume`] takes blocks again.
+    preempted: bool,
+    /// Refilling `prompt ++ tokens` after a preemption.
+    resuming: bool,
     proposer: Option<Box<dyn Proposer>>,
     stats: AcceptStats,
     counts: DraftCounts,
@@ -46,8 +54,75 @@ impl<'c> Stream<'c> {
         self.finish.is_some()
     }
 
+    /// Whether its KV is released (waiting to resume).
+    pub fn is_preempted(&self) -> bool {
+        self.preempted
+    }
+
+    /// Whether it has sequence positions to fill before it can decode.
+    pub fn is_filling(&self) -> bool {
+        !self.is_done() && !self.preempted && (self.tokens.is_empty() || self.resuming)
+    }
+
+    /// Whether its next rows are a decode window.
+    pub fn is_decoding(&self) -> bool {
+        !self.is_done() && !self.preempted && !self.tokens.is_empty() && !self.resuming
+    }
+
+    /// Positions filled so far (meaningful while filling).
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
+
+    /// Tokens emitted so far.
+    pub fn emitted(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Positions a fill must write: the prompt, plus every emitted token when it resumes.
+    fn fill_target(&self) -> usize {
+        self.req.prompt.len() + self.tokens.len()
+    }
+
+    /// Token at `pos` of `prompt ++ tokens`.
+    fn seq_token(&self, pos: usize) -> u32 {
+        let p = self.req.prompt.len();
+        if pos < p {
+            self.req.prompt[pos]
+        } else {
+            self.tokens[pos - p]
+        }
+    }
+
+    /// The leading tokens whose K/V is written and final: the filled prefix while filling, else the prompt and
+    /// every emitted token but the pending one.
+    fn written(&self) -> Vec<u32> {
+        let n = if self.is_filling() { self.filled } else { self.fill_target().saturating_sub(1) };
+        (0..n).map(|p| self.seq_token(p)).collect()
+    }
+
     fn cancelled(&self) -> bool {
         self.req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Ends it as cancelled if its cancel flag is set (also while preempted, when no round runs it).
+    pub fn cancel_if_flagged(&mut self) {
+        if self.cancelled() {
+            self.cancel();
+        }
+    }
+
+    /// `prompt ++ tokens`: what a resume refills (and looks up in the prefix cache).
+    pub fn sequence(&self) -> Vec<u32> {
+        (0..self.fill_target()).map(|p| self.seq_token(p)).collect()
+    }
+
+    /// Ends it now as cancelled (its blocks go when it drops).
+    pub fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Cancelled);
+            self.decode_s = self.decode_start.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        }
     }
 
     /// The finished reply.
@@ -67,9 +142,18 @@ impl<'c> Stream<'c> {
     }
 }
 
+/// What a stream may run in one round (a scheduler's decision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A decode window: the pending row and at most `max_drafts` drafts.
+    Window { max_drafts: usize },
+    /// At most `max_len` positions of its fill (also capped by the request's `prefill_chunk`).
+    Fill { max_len: usize },
+}
+
 /// What one stream contributes to a round.
 enum Part {
-    /// Prompt rows `start..start + len`.
+    /// Sequence rows `start..start + len`.
     Fill { start: usize, len: usize },
     /// The pending token and a chain of drafts.
     Window { drafts: Vec<u32> },
@@ -95,6 +179,8 @@ impl<'a> Generator<'a> {
             filled: cached_tokens,
             tokens: Vec::new(),
             context: req.prompt.clone(),
+            preempted: false,
+            resuming: false,
             counts: DraftCounts { drafts: proposer.is_some(), ..DraftCounts::default() },
             proposer,
             stats: AcceptStats::default(),
@@ -108,56 +194,106 @@ impl<'a> Generator<'a> {
         })
     }
 
-    /// One shared round over `streams` (finished ones are skipped) with at most `max_rows` rows (every decoding
-    /// stream gets at least its pending row). Returns the rows run (0 when every stream is done).
-    pub fn round(&mut self, streams: &mut [Stream<'_>], max_rows: usize) -> Result<usize, EngineError> {
-        let vocab = self.model.vocab_size();
-        let mut parts: Vec<(usize, Part)> = Vec::new();
-        let decoding: Vec<usize> =
-            (0..streams.len()).filter(|&i| !streams[i].is_done() && !streams[i].tokens.is_empty()).collect();
-        let mut budget = max_rows.max(decoding.len());
-        // Cancellations end a stream before it takes rows.
-        for s in streams.iter_mut().filter(|s| !s.is_done() && s.cancelled()) {
-            s.finish = Some(FinishReason::Cancelled);
+    /// Releases a running stream's KV: its written full blocks go to the prefix cache (if on), where a resume
+    /// finds them unless they were evicted meanwhile. Its tokens, proposer and counters stay.
+    pub fn preempt(&mut self, s: &mut Stream<'_>) {
+        if s.preempted || s.is_done() {
+            return;
         }
-        // Pending rows first, then drafts shared in turn, then prompt chunks.
-        budget -= decoding.iter().filter(|&&i| !streams[i].is_done()).count();
-        let config = self.drafting.clone();
+        if let Some(cache) = self.cache.as_mut() {
+            cache.insert(&s.written(), &s.table);
+        }
+        s.table = BlockTable::new(&self.pool);
+        s.filled = 0;
+        s.preempted = true;
+    }
+
+    /// Takes blocks again for a preempted stream: its cached prefix, then every block it can still need (all
+    /// or nothing; on refusal it stays preempted). It then refills `prompt ++ tokens`; the last row's logits
+    /// give its next token, exactly as its decode window would have.
+    pub fn resume(&mut self, s: &mut Stream<'_>) -> Result<(), EngineError> {
+        if !s.preempted {
+            return Ok(());
+        }
+        let seq = s.sequence();
+        let (table, cached) = self.reserve_seq(&seq, s.req.prompt.len() + s.req.max_tokens, true)?;
+        s.table = table;
+        s.filled = cached;
+        s.preempted = false;
+        // Preempted before its first token it simply fills its prompt again.
+        s.resuming = !s.tokens.is_empty();
+        Ok(())
+    }
+
+    /// Drafts a decoding stream would verify in its next window (0 without drafting): the width its measured
+    /// acceptance and the measured window costs favour, within `max_window` and `max_tokens`.
+    pub fn want_drafts(&self, s: &Stream<'_>) -> usize {
+        let (Some(c), Some(_)) = (&self.drafting, s.proposer.as_ref()) else { return 0 };
+        let k = s.stats.best_width(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+        k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
+    }
+
+    /// One shared round over `streams` (finished ones are skipped) with at most `max_rows` rows (every decoding
+    /// stream gets at least its pending row): drafts in stream order, then prompt chunks shortest remaining
+    /// first. Returns the rows run (0 when nothing is left to run).
+    pub fn round(&mut self, streams: &mut [Stream<'_>], max_rows: usize) -> Result<usize, EngineError> {
+        for s in streams.iter_mut() {
+            s.cancel_if_flagged();
+        }
+        let decoding: Vec<usize> = (0..streams.len()).filter(|&i| streams[i].is_decoding()).collect();
+        let mut budget = max_rows.max(decoding.len()) - decoding.len();
+        let mut grants = Vec::new();
         for &i in &decoding {
-            let s = &mut streams[i];
-            if s.is_done() {
-                continue;
+            let k = self.want_drafts(&streams[i]).min(budget);
+            budget -= k;
+            grants.push((i, Grant::Window { max_drafts: k }));
+        }
+        let mut filling: Vec<usize> = (0..streams.len()).filter(|&i| streams[i].is_filling()).collect();
+        filling.sort_by_key(|&i| streams[i].fill_target() - streams[i].filled);
+        for i in filling {
+            let len = (streams[i].fill_target() - streams[i].filled).min(streams[i].req.prefill_chunk).min(budget);
+            if len > 0 {
+                budget -= len;
+                grants.push((i, Grant::Fill { max_len: len }));
             }
-            let pending = *s.tokens.last().expect("decoding");
-            s.context.push(pending);
-            let remaining = s.req.max_tokens - s.tokens.len();
-            let mut drafts = Vec::new();
-            if let (Some(c), Some(prop)) = (&config, s.proposer.as_mut()) {
-                let k = s.stats.best_width(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
-                let k = k.min(remaining).min(budget);
-                if k > 0 {
-                    let t = prop.propose(&s.context, k);
-                    drafts = first_path(&t);
-                    if drafts.is_empty() && c.min_drafts > 0 {
-                        drafts.push(fallback_guess(&s.context));
+        }
+        self.run_round(streams, &grants)
+    }
+
+    /// Runs one round of `grants` (stream index, what it may run) as one forward; cancelled streams end first
+    /// and take no rows. Returns the rows run.
+    pub fn run_round(&mut self, streams: &mut [Stream<'_>], grants: &[(usize, Grant)]) -> Result<usize, EngineError> {
+        let vocab = self.model.vocab_size();
+        for s in streams.iter_mut() {
+            s.cancel_if_flagged();
+        }
+        let mut parts: Vec<(usize, Part)> = Vec::new();
+        let config = self.drafting.clone();
+        for &(i, grant) in grants {
+            match grant {
+                Grant::Window { max_drafts } if streams[i].is_decoding() => {
+                    let k = self.want_drafts(&streams[i]).min(max_drafts);
+                    let s = &mut streams[i];
+                    let pending = *s.tokens.last().expect("decoding");
+                    s.context.push(pending);
+                    let mut drafts = Vec::new();
+                    if let (Some(c), Some(prop), true) = (&config, s.proposer.as_mut(), k > 0) {
+                        drafts = first_path(&prop.propose(&s.context, k));
+                        if drafts.is_empty() && c.min_drafts > 0 {
+                            drafts.push(fallback_guess(&s.context));
+                        }
+                    }
+                    parts.push((i, Part::Window { drafts }));
+                }
+                Grant::Fill { max_len } if streams[i].is_filling() => {
+                    let s = &streams[i];
+                    let len = (s.fill_target() - s.filled).min(s.req.prefill_chunk).min(max_len);
+                    if len > 0 {
+                        parts.push((i, Part::Fill { start: s.filled, len }));
                     }
                 }
+                _ => {}
             }
-            budget -= drafts.len();
-            parts.push((i, Part::Window { drafts }));
-        }
-        let mut filling: Vec<usize> =
-            (0..streams.len()).filter(|&i| !streams[i].is_done() && streams[i].tokens.is_empty()).collect();
-        // Shortest remaining prompt first.
-        filling.sort_by_key(|&i| streams[i].req.prompt.len() - streams[i].filled);
-        for i in filling {
-            if budget == 0 {
-                break;
-            }
-            let s = &streams[i];
-            let len = (s.req.prompt.len() - s.filled).min(s.req.prefill_chunk).min(budget);
-            budget -= len;
-            parts.push((i, Part::Fill { start: s.filled, len }));
         }
         if parts.is_empty() {
             return Ok(0);
@@ -170,21 +306,19 @@ impl<'a> Generator<'a> {
             attn: AttnMeta { block_tables: Vec::new(), rows: Vec::new() },
             logit_rows: Vec::new(),
         };
-        let mut first_row = Vec::with_capacity(parts.len());
         for (seq, (i, part)) in parts.iter().enumerate() {
             let s = &streams[*i];
             batch.attn.block_tables.push(s.table.ids());
-            first_row.push(batch.tokens.len());
             let (toks, start): (Vec<u32>, usize) = match part {
-                Part::Fill { start, len } => (s.req.prompt[*start..start + len].to_vec(), *start),
+                Part::Fill { start, len } => ((*start..start + len).map(|p| s.seq_token(p)).collect(), *start),
                 Part::Window { drafts } => {
                     let mut t = vec![*s.tokens.last().expect("decoding")];
                     t.extend_from_slice(drafts);
-                    (t, s.req.prompt.len() + s.tokens.len() - 1)
+                    (t, s.fill_target() - 1)
                 }
             };
             let wants_logits = match part {
-                Part::Fill { start, len } => start + len == s.req.prompt.len(),
+                Part::Fill { start, len } => start + len == s.fill_target(),
                 Part::Window { .. } => true,
             };
             for (j, &t) in toks.iter().enumerate() {
@@ -213,13 +347,18 @@ impl<'a> Generator<'a> {
             match part {
                 Part::Fill { start, len } => {
                     s.filled = start + len;
-                    if s.filled == s.req.prompt.len() {
-                        s.prefill_s = s.started.elapsed().as_secs_f64();
-                        s.decode_start = Some(Instant::now());
+                    if s.filled == s.fill_target() {
                         let row = &logits[at * vocab..(at + 1) * vocab];
                         at += 1;
-                        let p = s.req.prompt.len();
-                        let d = drawn(&s.req, row, s.seed, p, &[]);
+                        let d = drawn(&s.req, row, s.seed, s.fill_target(), &s.tokens);
+                        if s.resuming {
+                            // The old pending token is fed now; the draw is the window it would have run.
+                            s.resuming = false;
+                            s.context.push(*s.tokens.last().expect("resumed after a token"));
+                        } else {
+                            s.prefill_s = s.started.elapsed().as_secs_f64();
+                            s.decode_start = Some(Instant::now());
+                        }
                         emit(s, d);
                     }
                 }
@@ -227,7 +366,7 @@ impl<'a> Generator<'a> {
                     let n = drafts.len() + 1;
                     let window = &logits[at * vocab..(at + n) * vocab];
                     at += n;
-                    let p = s.req.prompt.len() + s.tokens.len() - 1;
+                    let p = s.fill_target() - 1;
                     let tree = DraftTree::from_chain(&drafts);
                     let mut ds = Vec::new();
                     let tokens = s.tokens.clone();
@@ -265,13 +404,10 @@ impl<'a> Generator<'a> {
                     }
                 }
             }
-            if s.is_done() {
+            // A finished stream's written blocks stay for later requests that start the same way.
+            if s.is_done() && !s.tokens.is_empty() && !s.resuming {
                 if let Some(cache) = self.cache.as_mut() {
-                    let mut fed = s.req.prompt.clone();
-                    fed.extend_from_slice(&s.tokens[..s.tokens.len().saturating_sub(1)]);
-                    if s.filled == s.req.prompt.len() {
-                        cache.insert(&fed, &s.table);
-                    }
+                    cache.insert(&s.written(), &s.table);
                 }
             }
         }

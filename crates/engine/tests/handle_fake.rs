@@ -281,3 +281,73 @@ fn a_sink_that_stops_ends_the_reply_at_that_token() {
     assert_eq!(out.finish_reason, FinishReason::Cancelled);
     h.shutdown();
 }
+
+/// A background request is preempted for an interactive one that does not fit the pool beside it, resumes
+/// when room is back, and its reply equals its solo run: no token lost, repeated or changed, with its blocks
+/// kept in the prefix cache across the preemption or (cache off) refilled from scratch.
+#[test]
+fn a_preempted_background_request_resumes_and_equals_its_solo_run() {
+    for prefix_cache in [true, false] {
+        let h = EngineHandle::spawn(
+            Arc::new(FakeBackend),
+            Box::new(FakeModel::new(VOCAB, 256)),
+            EngineConfig {
+                kv_blocks: 12,
+                block_size: 8,
+                max_waiting: 8,
+                max_window: 4,
+                proposer: None,
+                min_drafts: 1,
+                prefix_cache,
+                parallel: 4,
+                max_rows: 32,
+            },
+        )
+        .unwrap();
+        // 20 + 60 tokens: 10 of the 12 blocks. One token per round, so it has run long enough to be
+        // preemptible (the scheduler protects fresh admissions for a few rounds) when it submits the other.
+        let mut bg = GenRequest::new(
+            prompt(20, 5),
+            SamplingParams { temperature: 0.8, top_k: 12, seed: Some(3), ..Default::default() },
+            60,
+        );
+        bg.draft = false;
+        let fg = GenRequest::new(prompt(10, 9), SamplingParams { seed: Some(1), ..SamplingParams::greedy() }, 20);
+        let (fg_tx, fg_rx) = mpsc::channel();
+        let (bg_tx, bg_rx) = mpsc::channel();
+        let (h2, fg2) = (h.clone(), fg.clone());
+        let mut fg_sink = Some(collecting(fg_tx));
+        let mut seen = Vec::new();
+        let sink: tf_engine::EventSink = Box::new(move |ev| {
+            match ev {
+                EngineEvent::Token(t) => {
+                    seen.push(t.index);
+                    if t.index == 20 {
+                        // 4 blocks needed, 2 free: only a preemption makes room.
+                        h2.submit(fg2.clone(), Priority::Interactive, fg_sink.take().unwrap()).unwrap();
+                    }
+                }
+                EngineEvent::Done(out) => {
+                    let _ = bg_tx.send((Ok(out), seen.clone()));
+                }
+                EngineEvent::Error(e) => {
+                    let _ = bg_tx.send((Err(e), seen.clone()));
+                }
+                _ => {}
+            }
+            Flow::Continue
+        });
+        h.submit(bg.clone(), Priority::Background, sink).unwrap();
+        let fg_out = fg_rx.recv_timeout(WAIT).unwrap().unwrap();
+        let (bg_out, seen) = bg_rx.recv_timeout(WAIT).unwrap();
+        let bg_out = bg_out.unwrap();
+        assert_eq!(fg_out.tokens, reference(&fg), "prefix_cache {prefix_cache}");
+        assert_eq!(bg_out.tokens, reference(&bg), "prefix_cache {prefix_cache}");
+        assert_eq!(seen, (0..60).collect::<Vec<_>>(), "each token sent once, in order");
+        let s = h.stats();
+        assert_eq!(s.preemptions.load(Ordering::Relaxed), 1, "prefix_cache {prefix_cache}");
+        assert_eq!(s.finished_length.load(Ordering::Relaxed), 2);
+        assert_eq!(s.kv_blocks_used.load(Ordering::Relaxed), 0);
+        h.shutdown();
+    }
+}

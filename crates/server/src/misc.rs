@@ -78,6 +78,12 @@ pub async fn metrics(State(st): State<Shared>) -> Response {
         "counter",
         c(&s.prefix_hit_tokens),
     );
+    gauge(
+        "vllm:num_preemptions_total",
+        "Background requests preempted (KV released, resumed later) for interactive ones.",
+        "counter",
+        c(&s.preemptions),
+    );
     gauge("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.", "counter", c(&s.drafted_tokens));
     gauge("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter", c(&s.accepted_tokens));
     gauge("tensorfold:prefill_seconds_total", "Seconds spent filling prompts.", "counter", c(&s.prefill_us) / 1e6);

@@ -429,6 +429,7 @@ def t_metrics():
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
         "vllm:time_to_first_token_seconds_bucket",
         "vllm:time_to_first_token_seconds_count",
         "vllm:time_to_first_token_seconds_sum",

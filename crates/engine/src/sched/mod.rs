@@ -351,6 +351,30 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Sets where a just-admitted stream's fill stands (the engine adopted `filled` positions from the prefix
+    /// cache, which may differ from the hint the plan used). Returns the new phase.
+    pub fn set_filled(&mut self, id: StreamId, filled: usize) -> Result<Phase, SchedError> {
+        let s = self.get_mut(id)?;
+        let Phase::Prefilling { .. } = s.phase else {
+            return Err(SchedError::WrongPhase(id, s.phase));
+        };
+        let filled = filled.min(s.target());
+        s.phase = if filled == s.target() { Phase::Decoding } else { Phase::Prefilling { filled } };
+        Ok(s.phase)
+    }
+
+    /// Undoes an admission the engine could not carry out (its blocks could not be taken after all): the
+    /// stream queues again as it was (a resumed stream stays preempted) and its reservation is dropped.
+    pub fn unadmit(&mut self, id: StreamId) -> Result<(), SchedError> {
+        let s = self.get_mut(id)?;
+        let Phase::Prefilling { .. } = s.phase else {
+            return Err(SchedError::WrongPhase(id, s.phase));
+        };
+        s.phase = if s.preemptions > 0 { Phase::Preempted } else { Phase::Waiting };
+        s.reserved_blocks = 0;
+        Ok(())
+    }
+
     /// Reports `n` prompt rows filled for a prefilling stream; returns its new phase (`Decoding` once its
     /// whole [`Stream::target`] has KV: the last row's logits give its next token, report it with
     /// [`Scheduler::on_decoded`]).

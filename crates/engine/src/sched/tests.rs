@@ -370,3 +370,28 @@ fn a_long_prompt_is_not_starved_by_short_ones() {
     eprintln!("long prompt: first token {wait} rounds after its arrival (bound {bound})");
     assert!(wait <= bound, "waited {wait} rounds, bound {bound}");
 }
+
+#[test]
+fn the_engine_can_correct_or_undo_an_admission() {
+    let mut s = Scheduler::new(cfg(10, 512));
+    s.try_enqueue(spec(1, I, 40, 60)).unwrap();
+    let p = s.plan(10);
+    assert_eq!((ids(&p.admitted), chunks(&p)), (vec![1], vec![(1, 0, 40)]));
+    // The engine found 32 tokens in the prefix cache after all: the fill goes on from there.
+    assert_eq!(s.set_filled(StreamId(1), 32), Ok(Phase::Prefilling { filled: 32 }));
+    assert_eq!(s.on_prefilled(StreamId(1), 8), Ok(Phase::Decoding));
+    assert!(s.set_filled(StreamId(1), 0).is_err(), "only a prefilling stream");
+    assert!(s.unadmit(StreamId(1)).is_err(), "only a prefilling stream");
+    // An admission the engine could not carry out is undone: nothing reserved, waiting again.
+    s.try_enqueue(spec(2, I, 20, 30)).unwrap();
+    let p = s.plan(10);
+    assert_eq!(ids(&p.admitted), vec![2]);
+    assert_eq!(s.reserved_blocks(), 4 + 2);
+    s.unadmit(StreamId(2)).unwrap();
+    assert_eq!((s.stream(StreamId(2)).unwrap().phase, s.reserved_blocks()), (Phase::Waiting, 4));
+    assert_eq!(s.waiting_count(), 1);
+    // A whole fill from the cache goes straight to decoding.
+    let p = s.plan(10);
+    assert_eq!(ids(&p.admitted), vec![2]);
+    assert_eq!(s.set_filled(StreamId(2), 99), Ok(Phase::Decoding));
+}
