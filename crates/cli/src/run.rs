@@ -2,7 +2,7 @@
 //! stderr.
 
 use crate::model_ref;
-use crate::session::Session;
+use crate::session::{BackendChoice, Session};
 use clap::Args;
 use std::io::Write;
 use tf_core::Precision;
@@ -67,6 +67,13 @@ pub struct ModelArgs {
     /// Worker threads (default: all cores). Any count gives the same bits.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Backend: `auto` (CUDA when built with it and a GPU is found, else CPU), `cpu` or `cuda`.
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    BackendChoice::parse(s).ok_or_else(|| format!("'{s}' is not a backend (auto, cpu, cuda)"))
 }
 
 fn parse_precision(s: &str) -> Result<Precision, String> {
@@ -80,7 +87,7 @@ impl ModelArgs {
 
     pub fn load(&self) -> Result<Session, String> {
         let m = model_ref::resolve(&self.model)?;
-        Session::load(&m, self.threads(), self.precision)
+        Session::load_on(&m, self.backend, self.threads(), self.precision)
     }
 }
 

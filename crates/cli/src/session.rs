@@ -11,6 +11,53 @@ use tf_loader::safetensors::SafetensorsModel;
 use tf_models::Model;
 use tf_text::{ChatRenderOptions, ChatTemplate, Tokenizer};
 
+/// Which backend runs the model (`--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// CUDA when this binary has it (feature `cuda`) and a device is found, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl BackendChoice {
+    pub fn parse(s: &str) -> Option<BackendChoice> {
+        match s {
+            "auto" => Some(BackendChoice::Auto),
+            "cpu" => Some(BackendChoice::Cpu),
+            "cuda" => Some(BackendChoice::Cuda),
+            _ => None,
+        }
+    }
+}
+
+/// Builds the backend `choice` names: the CPU with `threads` threads, or the first CUDA device.
+pub fn build_backend(choice: BackendChoice, threads: usize, precision: Precision) -> Result<Arc<dyn Backend>, String> {
+    let cpu = || -> Arc<dyn Backend> { Arc::new(CpuBackend::new(threads, precision)) };
+    match choice {
+        BackendChoice::Cpu => Ok(cpu()),
+        #[cfg(feature = "cuda")]
+        BackendChoice::Cuda => cuda(precision),
+        #[cfg(feature = "cuda")]
+        BackendChoice::Auto if tf_backend_cuda::available() => cuda(precision),
+        #[cfg(not(feature = "cuda"))]
+        BackendChoice::Cuda => {
+            Err("--backend cuda: this tensorfold was built without CUDA (build tf-cli with --features cuda)".into())
+        }
+        BackendChoice::Auto => Ok(cpu()),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda(precision: Precision) -> Result<Arc<dyn Backend>, String> {
+    if !tf_backend_cuda::available() {
+        return Err("--backend cuda: no CUDA device found (or the CUDA driver could not be loaded)".into());
+    }
+    let be = tf_backend_cuda::CudaBackend::new(0, precision).map_err(|e| format!("--backend cuda: {e}"))?;
+    Ok(Arc::new(be))
+}
+
 /// Sampling defaults a checkpoint asks for (`generation_config.json`), where it says.
 #[derive(Clone, Debug, Default)]
 pub struct ModelDefaults {
@@ -33,9 +80,20 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads `model` onto a CPU backend with `threads` threads in `precision` mode.
+    /// Loads `model` onto the backend `--backend auto` picks ([`BackendChoice::Auto`]), `threads` CPU threads, in
+    /// `precision` mode.
     pub fn load(model: &ModelRef, threads: usize, precision: Precision) -> Result<Session, String> {
-        let backend: Arc<dyn Backend> = Arc::new(CpuBackend::new(threads, precision));
+        Session::load_on(model, BackendChoice::Auto, threads, precision)
+    }
+
+    /// Loads `model` onto the backend `choice` names.
+    pub fn load_on(
+        model: &ModelRef,
+        choice: BackendChoice,
+        threads: usize,
+        precision: Precision,
+    ) -> Result<Session, String> {
+        let backend = build_backend(choice, threads, precision)?;
         let tokenizer = crate::load_tokenizer(model)?;
         let path = model.path().display().to_string();
         let (model, defaults) = match model {

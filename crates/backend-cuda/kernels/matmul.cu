@@ -1,0 +1,284 @@
+// Matmul kernels: y [R, N] = x [R, K] · wᵀ (+ bias) for w [N, K] in its GGUF block format, bit-equal to
+// tf_quant::reference::matmul::matmul_ref. Every output (r, n) is computed by one fixed instruction sequence
+// that reads only row r of the activations: row groups only share weight loads, never arithmetic.
+
+// Rows per group in the kernels below (accumulators held per row; a group shorter than this skips the rest).
+#define FULL_ROWS 8
+#define QUANT_ROWS 4
+
+// ---- activation quantization (reference::matmul::quantize_block / quantize_row) ------------------------------
+
+// One warp per (block b, row r): grid (K / block, R), 32 threads. x [R, K] f32 → q [R, K] i8, d [R, K / block],
+// sums [R, K / sum_group] (sum_group = 32 for 32-element blocks, 16 for 256-element blocks).
+extern "C" __global__ void quantize_rows(const float* x, int K, int block, i8* q, float* d, i16* sums) {
+    int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    int per = block / 32;  // 1 or 8 elements per lane
+    const float* xb = x + (i64)r * K + (i64)b * block;
+    float v[8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        if (t < per) {
+            v[t] = xb[lane * per + t];
+            float a = fabsf(v[t]);
+            if (a > amax) amax = a;
+        }
+    }
+    // max is exact and order-free over non-NaN values (NaN never wins a `>` comparison).
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(FULL_MASK, amax, off);
+        if (o > amax) amax = o;
+    }
+    float dd = amax / 127.0f;
+    float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    int s = 0;
+    i8* qb = q + (i64)r * K + (i64)b * block;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        if (t < per) {
+            float rr = roundf(v[t] * id);
+            int qi;
+            if (rr != rr) {
+                qi = 0;
+            } else {
+                qi = (int)fminf(fmaxf(rr, -127.0f), 127.0f);
+            }
+            qb[lane * per + t] = (i8)qi;
+            s += qi;
+        }
+    }
+    int nblocks = K / block;
+    if (lane == 0) d[(i64)r * nblocks + b] = dd;
+    if (block == 32) {
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
+        if (lane == 0) sums[(i64)r * nblocks + b] = (i16)s;
+    } else {
+        // groups of 16 = two lanes of 8
+        s += __shfl_xor_sync(FULL_MASK, s, 1);
+        if ((lane & 1) == 0) sums[(i64)r * (K / 16) + (i64)b * 16 + lane / 2] = (i16)s;
+    }
+}
+
+// ---- full precision: dot16(x[r], dequantize(w[n])) --------------------------------------------------------------
+
+// Half-warp per (column n, group of FULL_ROWS rows); lane j of the half-warp is lane accumulator j of dot16.
+// grid (ceil(N / 8), ceil(R / FULL_ROWS)), 128 threads (8 half-warps = 8 columns).
+extern "C" __global__ void matmul_full(const float* x, int R, int K, const u8* w, int dt, int N, const u8* bias,
+                                       int bias_dt, float* y) {
+    int half = threadIdx.x / 16, j = threadIdx.x % 16;
+    int n = blockIdx.x * 8 + half;
+    int r0 = blockIdx.y * FULL_ROWS;
+    int nr = min(FULL_ROWS, R - r0);
+    bool live = n < N;
+    int nn = live ? n : N - 1;  // dead half-warps shadow a real column so every lane reaches the shuffles
+    i64 row_bytes = (i64)(K / block_elems(dt)) * block_bytes(dt);
+    const u8* wr = w + (i64)nn * row_bytes;
+    float acc[FULL_ROWS];
+#pragma unroll
+    for (int t = 0; t < FULL_ROWS; t++) acc[t] = 0.0f;
+    for (int i = j; i < K; i += 16) {
+        float wv = deq_elem(dt, wr, i);
+#pragma unroll
+        for (int t = 0; t < FULL_ROWS; t++) {
+            if (t < nr) acc[t] = fmaf(x[(i64)(r0 + t) * K + i], wv, acc[t]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < FULL_ROWS; t++) {
+        float s = tree16(acc[t]);
+        if (live && j == 0 && t < nr) {
+            if (bias) s = s + deq_elem(bias_dt, bias, n);
+            y[(i64)(r0 + t) * N + n] = s;
+        }
+    }
+}
+
+// ---- checkpoint precision: per-block integer dots folded in block order -----------------------------------------
+
+// The float update of one weight block with its activation block: acc = fma(f1, s1, acc), then (when two) acc =
+// fma(f2, s2, acc) (CheckpointBlock::update of each type).
+struct Terms {
+    float f1, f2;
+    int s1, s2;
+};
+
+// Block `blk` of type `dt` against activation block qx (i8 [32 or 256]), its scale dx and group sums.
+__device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, const i16* sums) {
+    Terms t;
+    t.f2 = 0.0f;
+    t.s2 = 0;
+    switch (dt) {
+        case DT_Q4_0: {
+            int s = 0;
+            for (int i = 0; i < 32; i++) s += (nib32(blk + 2, i) - 8) * qx[i];
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = s;
+            break;
+        }
+        case DT_Q4_1: {
+            int s = 0;
+            for (int i = 0; i < 32; i++) s += nib32(blk + 4, i) * qx[i];
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = s;
+            t.f2 = ld_f16(blk + 2) * dx;
+            t.s2 = sums[0];
+            break;
+        }
+        case DT_Q5_0: {
+            u32 qh = ld_u32(blk + 2);
+            int s = 0;
+            for (int i = 0; i < 32; i++) s += (nib32(blk + 6, i) + 16 * (int)((qh >> i) & 1) - 16) * qx[i];
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = s;
+            break;
+        }
+        case DT_Q5_1: {
+            u32 qh = ld_u32(blk + 4);
+            int s = 0;
+            for (int i = 0; i < 32; i++) s += (nib32(blk + 8, i) + 16 * (int)((qh >> i) & 1)) * qx[i];
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = s;
+            t.f2 = ld_f16(blk + 2) * dx;
+            t.s2 = sums[0];
+            break;
+        }
+        case DT_Q8_0:
+        case DT_Q8_1: {
+            const i8* qs = (const i8*)(blk + (dt == DT_Q8_0 ? 2 : 4));
+            int s = 0;
+            for (int i = 0; i < 32; i++) s += qs[i] * qx[i];
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = s;
+            break;
+        }
+        case DT_Q2K: {
+            int S = 0, M = 0;
+            for (int j = 0; j < 16; j++) {
+                int sub = 0;
+                for (int i = 16 * j; i < 16 * j + 16; i++) sub += crumb(blk + 16, i) * qx[i];
+                S += (blk[j] & 15) * sub;
+                M += (blk[j] >> 4) * sums[j];
+            }
+            t.f1 = ld_f16(blk + 80) * dx;
+            t.s1 = S;
+            t.f2 = -(ld_f16(blk + 82) * dx);
+            t.s2 = M;
+            break;
+        }
+        case DT_Q3K: {
+            int S = 0;
+            for (int j = 0; j < 16; j++) {
+                int sub = 0;
+                for (int i = 16 * j; i < 16 * j + 16; i++) {
+                    int q = crumb(blk + 32, i) + 4 * ((blk[i % 32] >> (i / 32)) & 1) - 4;
+                    sub += q * qx[i];
+                }
+                S += q3k_scale(blk + 96, j) * sub;
+            }
+            t.f1 = ld_f16(blk + 108) * dx;
+            t.s1 = S;
+            break;
+        }
+        case DT_Q4K:
+        case DT_Q5K: {
+            int S = 0, M = 0;
+            const u8* qs = blk + (dt == DT_Q4K ? 16 : 48);
+            for (int j = 0; j < 8; j++) {
+                int sub = 0;
+                for (int i = 32 * j; i < 32 * j + 32; i++) {
+                    int q = nib256(qs, i);
+                    if (dt == DT_Q5K) q += 16 * ((blk[16 + i % 32] >> (i / 32)) & 1);
+                    sub += q * qx[i];
+                }
+                S += q4k_scale(blk + 4, j) * sub;
+                M += q4k_min(blk + 4, j) * ((int)sums[2 * j] + (int)sums[2 * j + 1]);
+            }
+            t.f1 = ld_f16(blk) * dx;
+            t.s1 = S;
+            t.f2 = -(ld_f16(blk + 2) * dx);
+            t.s2 = M;
+            break;
+        }
+        case DT_Q6K: {
+            int S = 0;
+            for (int j = 0; j < 16; j++) {
+                int sub = 0;
+                for (int i = 16 * j; i < 16 * j + 16; i++) sub += q6k_q(blk, i) * qx[i];
+                S += (int)(i8)blk[192 + j] * sub;
+            }
+            t.f1 = ld_f16(blk + 208) * dx;
+            t.s1 = S;
+            break;
+        }
+        default: {  // DT_Q8K
+            int s = 0;
+            for (int i = 0; i < 256; i++) s += (int)(i8)blk[4 + i] * qx[i];
+            t.f1 = __uint_as_float(ld_u32(blk)) * dx;
+            t.s1 = s;
+            break;
+        }
+    }
+    return t;
+}
+
+__device__ __forceinline__ bool two_terms(int dt) {
+    return dt == DT_Q4_1 || dt == DT_Q5_1 || dt == DT_Q2K || dt == DT_Q4K || dt == DT_Q5K;
+}
+
+// Warp per (column n, group of QUANT_ROWS rows); lane l computes the terms of block 32c + l, then every lane folds
+// the 32 blocks of the chunk in increasing order (the same values in every lane). grid (N, ceil(R / QUANT_ROWS)),
+// 32 threads. q/d/sums from quantize_rows with block = block_elems(dt).
+extern "C" __global__ void matmul_quant(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w,
+                                        int dt, int N, const u8* bias, int bias_dt, float* y) {
+    int n = blockIdx.x, lane = threadIdx.x;
+    int r0 = blockIdx.y * QUANT_ROWS;
+    int nr = min(QUANT_ROWS, R - r0);
+    int be = block_elems(dt), bb = block_bytes(dt);
+    int nblocks = K / be;
+    int groups = be == 32 ? 1 : 16;  // sums per block
+    const u8* wr = w + (i64)n * nblocks * bb;
+    bool two = two_terms(dt);
+    float acc[QUANT_ROWS];
+#pragma unroll
+    for (int t = 0; t < QUANT_ROWS; t++) acc[t] = 0.0f;
+    for (int c = 0; c < nblocks; c += 32) {
+        int b = c + lane;
+        Terms tm[QUANT_ROWS];
+#pragma unroll
+        for (int t = 0; t < QUANT_ROWS; t++) {
+            if (t < nr && b < nblocks) {
+                i64 r = r0 + t;
+                tm[t] = block_terms(dt, wr + (i64)b * bb, q + r * K + (i64)b * be, d[r * nblocks + b],
+                                    sums + (r * nblocks + b) * groups);
+            } else {
+                tm[t].f1 = 0.0f;
+                tm[t].f2 = 0.0f;
+                tm[t].s1 = 0;
+                tm[t].s2 = 0;
+            }
+        }
+        int cnt = min(32, nblocks - c);
+        for (int k = 0; k < cnt; k++) {
+#pragma unroll
+            for (int t = 0; t < QUANT_ROWS; t++) {
+                float f1 = __shfl_sync(FULL_MASK, tm[t].f1, k);
+                int s1 = __shfl_sync(FULL_MASK, tm[t].s1, k);
+                float f2 = __shfl_sync(FULL_MASK, tm[t].f2, k);
+                int s2 = __shfl_sync(FULL_MASK, tm[t].s2, k);
+                acc[t] = fmaf(f1, (float)s1, acc[t]);
+                if (two) acc[t] = fmaf(f2, (float)s2, acc[t]);
+            }
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < QUANT_ROWS; t++) {
+            if (t < nr) {
+                float s = acc[t];
+                if (bias) s = s + deq_elem(bias_dt, bias, n);
+                y[(i64)(r0 + t) * N + n] = s;
+            }
+        }
+    }
+}

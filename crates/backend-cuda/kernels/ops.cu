@@ -1,0 +1,102 @@
+// Row and elementwise ops, bit-equal to tf_quant::reference::ops: rms_norm, RoPE rotation, GLU, add, scale,
+// embedding rows, row selection, and the paged KV writes and copies.
+
+// One warp per (group g, row r): grid (cols / group, R), 32 threads. Lanes 0..15 are dot16's lane accumulators
+// of Σ x², then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / group + eps). w: `group` values of type w_dt.
+extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
+                                    float* y) {
+    int g = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    const float* xg = x + (i64)r * cols + (i64)g * group;
+    float* yg = y + (i64)r * cols + (i64)g * group;
+    float acc = 0.0f;
+    if (lane < 16) {
+        for (int i = lane; i < group; i += 16) acc = fmaf(xg[i], xg[i], acc);
+    }
+    float ss = __shfl_sync(FULL_MASK, tree16(acc), 0);
+    float inv = 1.0f / sqrtf(ss / (float)group + eps);
+    for (int i = lane; i < group; i += 32) yg[i] = (xg[i] * inv) * deq_elem(w_dt, w, i);
+}
+
+// RoPE of x [R, cols] in place: thread per (row, head, pair i). cos/sin: [R, half] table rows of each row's
+// position (computed on the host in f64, rounded once). neox: pairs (i, i + half), else (2i, 2i + 1).
+extern "C" __global__ void rope(float* x, int R, int cols, int head_dim, int half, const float* cos_t,
+                                const float* sin_t, int neox) {
+    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    int heads = cols / head_dim;
+    i64 total = (i64)R * heads * half;
+    if (idx >= total) return;
+    int i = (int)(idx % half);
+    i64 rh = idx / half;
+    int h = (int)(rh % heads);
+    int r = (int)(rh / heads);
+    float* xh = x + (i64)r * cols + (i64)h * head_dim;
+    int i0 = neox ? i : 2 * i;
+    int i1 = neox ? i + half : 2 * i + 1;
+    float c = cos_t[(i64)r * half + i], s = sin_t[(i64)r * half + i];
+    float x0 = xh[i0], x1 = xh[i1];
+    xh[i0] = x0 * c - x1 * s;
+    xh[i1] = x0 * s + x1 * c;
+}
+
+// out = act(gate) * up; act 0 = SiLU, 1 = GELU (tanh form).
+extern "C" __global__ void glu(const float* gate, const float* up, i64 n, int act, float* out) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = gate[i];
+    float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
+    out[i] = a * up[i];
+}
+
+extern "C" __global__ void add(float* a, const float* b, i64 n) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void scale(float* x, i64 n, float s) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * s;
+}
+
+// out [R, hidden] = rows ids[r] of table [vocab, hidden] (type dt), dequantized.
+extern "C" __global__ void embed(const u8* table, int dt, int hidden, const u32* ids, int R, float* out) {
+    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)R * hidden) return;
+    int r = (int)(idx / hidden), c = (int)(idx % hidden);
+    i64 row_bytes = (i64)(hidden / block_elems(dt)) * block_bytes(dt);
+    out[idx] = deq_elem(dt, table + (i64)ids[r] * row_bytes, c);
+}
+
+// out [n, cols] = rows idx[i] of x.
+extern "C" __global__ void select_rows(const float* x, int cols, const u32* idx, int n, float* out) {
+    i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (i64)n * cols) return;
+    int i = (int)(t / cols), c = (int)(t % cols);
+    out[t] = x[(i64)idx[i] * cols + c];
+}
+
+// K and V rows [R, width] into slots[r] of one layer (k_layer, v_layer: [slots, width]).
+extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float* k, const float* v, int width,
+                                    const u32* slots, int R) {
+    i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (i64)R * width) return;
+    int r = (int)(t / width), c = (int)(t % width);
+    i64 dst = (i64)slots[r] * width + c;
+    k_layer[dst] = k[t];
+    v_layer[dst] = v[t];
+}
+
+// Copies slot src[i] to dst[i] for i in order, in every layer: block (layer, K or V), the pairs one after another.
+// k, v: [layers, slots, width].
+extern "C" __global__ void kv_copy(float* k, float* v, i64 layer_len, int width, const u32* src, const u32* dst,
+                                   int n) {
+    float* base = (blockIdx.y == 0 ? k : v) + (i64)blockIdx.x * layer_len;
+    for (int i = 0; i < n; i++) {
+        float* from = base + (i64)src[i] * width;
+        float* to = base + (i64)dst[i] * width;
+        for (int c = threadIdx.x; c < width; c += blockDim.x) {
+            float val = from[c];
+            to[c] = val;
+        }
+        __syncthreads();
+    }
+}

@@ -1,0 +1,548 @@
+//! [`CudaBackend`]: every op of `tf_core::Backend` on one GPU, in the portable arithmetic (bit-equal to the
+//! scalar reference and so to the CPU backend). Host code here only checks shapes, uploads small per-call
+//! metadata (positions, slots, block tables, RoPE table rows) and launches the kernels of `kernels/`.
+
+use crate::device::{Buf, Gpu};
+use crate::geometry::{dtype_code, elementwise_grid, matmul_full_grid, matmul_quant_grid, MAX_HEAD_DIM};
+use std::sync::Arc;
+use tf_core::{
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
+    Tensor, TensorInfo, Weight,
+};
+use tf_quant::reference::matmul::{checkpoint_block, sum_group};
+use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
+
+/// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
+pub struct CudaTensor {
+    pub buf: Buf,
+}
+
+/// A weight on the device in its checkpoint format: `[out, in]` (or a vector `[n]`), raw GGUF blocks.
+pub struct CudaWeight {
+    pub dtype: DType,
+    /// The kernels' tag of `dtype`.
+    pub code: i32,
+    pub out_dim: usize,
+    pub in_dim: usize,
+    /// `[out * row_bytes]` raw little-endian bytes.
+    pub buf: Buf,
+}
+
+/// The paged KV store: K and V each `[layers, slots, kv_heads * head_dim]` f32.
+pub struct CudaKv {
+    pub spec: KvSpec,
+    pub k: Buf,
+    pub v: Buf,
+}
+
+impl CudaKv {
+    fn width(&self) -> usize {
+        self.spec.kv_heads * self.spec.head_dim
+    }
+
+    fn slots(&self) -> usize {
+        self.spec.blocks * self.spec.block_size
+    }
+
+    /// Floats per layer of K (and of V).
+    fn layer_len(&self) -> usize {
+        self.slots() * self.width()
+    }
+}
+
+/// The CUDA backend: one device, one stream, a precision mode.
+pub struct CudaBackend {
+    gpu: Gpu,
+    precision: Precision,
+}
+
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn u32_bytes(v: &[u32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn weight(w: &Weight) -> &CudaWeight {
+    w.storage.downcast_ref::<CudaWeight>().unwrap_or_else(|| panic!("weight {} was not uploaded by CUDA", w.name))
+}
+
+fn cuda_kv(kv: &KvCache) -> &CudaKv {
+    kv.storage.downcast_ref::<CudaKv>().expect("KvCache was not allocated by the CUDA backend")
+}
+
+/// Whether a CUDA device can be opened (the driver loads and reports at least one device).
+pub fn available() -> bool {
+    Gpu::device_count() > 0
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` and compiles the kernels for it (NVRTC, once per process and architecture).
+    pub fn new(ordinal: usize, precision: Precision) -> Result<CudaBackend, BackendError> {
+        Ok(CudaBackend { gpu: Gpu::open(ordinal)?, precision })
+    }
+
+    /// The device name ("NVIDIA H200").
+    pub fn device_name(&self) -> &str {
+        &self.gpu.name
+    }
+
+    /// Waits for all queued work (for timing).
+    pub fn synchronize(&self) {
+        self.gpu.sync()
+    }
+
+    fn upload_or_panic(&self, bytes: &[u8]) -> Buf {
+        self.gpu.upload(bytes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn alloc_f32(&self, n: usize) -> Buf {
+        self.gpu.zeros(4 * n).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn tensor(&self, rows: usize, cols: usize, buf: Buf) -> Tensor {
+        Tensor { rows, cols, host: Vec::new(), device: Some(Arc::new(CudaTensor { buf })) }
+    }
+
+    /// The device storage of `x`, uploading a host tensor.
+    fn input(&self, x: &Tensor) -> Storage {
+        match &x.device {
+            Some(s) => {
+                assert!(s.is::<CudaTensor>(), "{x:?} belongs to another backend");
+                s.clone()
+            }
+            None => {
+                assert_eq!(x.host.len(), x.rows * x.cols, "{x:?}: host data length");
+                Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)) })
+            }
+        }
+    }
+
+    /// `x`'s device buffer for writing in place: uploaded if on the host, copied first if shared with a clone.
+    fn make_unique<'a>(&self, x: &'a mut Tensor) -> &'a CudaTensor {
+        let n = x.rows * x.cols;
+        let fresh = match &x.device {
+            None => Some(Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)) }) as Storage),
+            Some(s) if Arc::strong_count(s) > 1 => {
+                let src = s.downcast_ref::<CudaTensor>().expect("tensor of another backend");
+                let mut buf = self.alloc_f32(n);
+                self.gpu.copy(&src.buf, &mut buf, 4 * n);
+                Some(Arc::new(CudaTensor { buf }) as Storage)
+            }
+            Some(_) => None,
+        };
+        if let Some(s) = fresh {
+            x.device = Some(s);
+            x.host = Vec::new();
+        }
+        x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).expect("tensor of another backend")
+    }
+
+    fn matmul_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
+        let cw = weight(w);
+        let (rows, k, n) = (x.rows, cw.in_dim, cw.out_dim);
+        assert_eq!(
+            x.cols, k,
+            "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k}",
+            x.cols, w.shape, w.dtype
+        );
+        let (bias_ptr, bias_code) = match bias {
+            Some(b) => {
+                let cb = weight(b);
+                assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
+                (cb.buf.ptr, cb.code)
+            }
+            None => (0, 0),
+        };
+        let out = self.alloc_f32(rows * n);
+        if rows == 0 || n == 0 {
+            return self.tensor(rows, n, out);
+        }
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
+            Some(block) => {
+                let nblocks = k / block;
+                let q = self.gpu.zeros(rows * k).unwrap_or_else(|e| panic!("{e}"));
+                let d = self.alloc_f32(rows * nblocks);
+                let sums = self.gpu.zeros(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
+                self.gpu
+                    .launch("quantize_rows")
+                    .ptr(xb)
+                    .i32(k)
+                    .i32(block)
+                    .ptr(&q)
+                    .ptr(&d)
+                    .ptr(&sums)
+                    .go((nblocks as u32, rows as u32, 1), (32, 1, 1));
+                let (grid, blk) = matmul_quant_grid(rows, n);
+                self.gpu
+                    .launch("matmul_quant")
+                    .ptr(&q)
+                    .ptr(&d)
+                    .ptr(&sums)
+                    .i32(rows)
+                    .i32(k)
+                    .ptr(&cw.buf)
+                    .int(cw.code)
+                    .i32(n)
+                    .addr(bias_ptr)
+                    .int(bias_code)
+                    .ptr(&out)
+                    .go(grid, blk);
+            }
+            None => {
+                let (grid, blk) = matmul_full_grid(rows, n);
+                self.gpu
+                    .launch("matmul_full")
+                    .ptr(xb)
+                    .i32(rows)
+                    .i32(k)
+                    .ptr(&cw.buf)
+                    .int(cw.code)
+                    .i32(n)
+                    .addr(bias_ptr)
+                    .int(bias_code)
+                    .ptr(&out)
+                    .go(grid, blk);
+            }
+        }
+        self.tensor(rows, n, out)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        format!("cuda ({}, sm_{}{}, portable)", self.gpu.name, self.gpu.cc.0, self.gpu.cc.1)
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError> {
+        let err =
+            |what: String| BackendError(format!("tensor '{}' ({} {:?}): {what}", info.name, info.dtype, info.shape));
+        let dtype = info.dtype;
+        let code = dtype_code(dtype).ok_or_else(|| err(format!("the CUDA backend has no kernels for {dtype}")))?;
+        let shape: Vec<usize> = info
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| err("dimension too large".into())))
+            .collect::<Result<_, _>>()?;
+        let in_dim = shape.last().copied().unwrap_or(1);
+        let out_dim = if shape.len() >= 2 { shape[..shape.len() - 1].iter().product() } else { 1 };
+        let bs = dtype.block_size();
+        if in_dim % bs != 0 {
+            return Err(err(format!("rows of {in_dim} elements are not whole blocks of {bs}")));
+        }
+        let total = out_dim.checked_mul(in_dim / bs * dtype.block_bytes()).ok_or_else(|| err("too large".into()))?;
+        if bytes.len() != total {
+            return Err(err(format!("expected {total} bytes, got {}", bytes.len())));
+        }
+        let buf = self.gpu.upload(bytes)?;
+        let w = CudaWeight { dtype, code, out_dim, in_dim, buf };
+        Ok(Weight { name: info.name.clone(), dtype, shape, storage: Arc::new(w) })
+    }
+
+    fn upload_f32(&self, name: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, BackendError> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n != Some(values.len()) {
+            return Err(BackendError(format!("{name}: {} values for shape {shape:?}", values.len())));
+        }
+        let info =
+            TensorInfo { name: name.to_string(), dtype: DType::F32, shape: shape.iter().map(|&d| d as u64).collect() };
+        self.upload(&info, f32_bytes(&values))
+    }
+
+    fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor {
+        let t = weight(table);
+        let hidden = t.in_dim;
+        for &id in ids {
+            assert!((id as usize) < t.out_dim, "embed: id {id} of a table with {} rows", t.out_dim);
+        }
+        let out = self.alloc_f32(ids.len() * hidden);
+        if !ids.is_empty() {
+            let idb = self.upload_or_panic(u32_bytes(ids));
+            let (g, b) = elementwise_grid(ids.len() * hidden);
+            self.gpu.launch("embed").ptr(&t.buf).int(t.code).i32(hidden).ptr(&idb).i32(ids.len()).ptr(&out).go(g, b);
+        }
+        self.tensor(ids.len(), hidden, out)
+    }
+
+    fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
+        self.matmul_impl(x, w, bias)
+    }
+
+    fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
+        let cw = weight(w);
+        assert!(group > 0 && x.cols.is_multiple_of(group), "rms_norm: cols {} not a multiple of group {group}", x.cols);
+        assert_eq!(cw.out_dim * cw.in_dim, group, "rms_norm: weight length");
+        let out = self.alloc_f32(x.rows * x.cols);
+        if x.rows > 0 && x.cols > 0 {
+            let xs = self.input(x);
+            let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            self.gpu
+                .launch("rms_norm")
+                .ptr(xb)
+                .i32(x.cols)
+                .i32(group)
+                .ptr(&cw.buf)
+                .int(cw.code)
+                .f32(eps)
+                .ptr(&out)
+                .go(((x.cols / group) as u32, x.rows as u32, 1), (32, 1, 1));
+        }
+        self.tensor(x.rows, x.cols, out)
+    }
+
+    fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
+        assert_eq!(positions.len(), x.rows, "rope: one position per row");
+        assert!(
+            head_dim > 0 && x.cols.is_multiple_of(head_dim),
+            "rope: cols {} not a multiple of head_dim {head_dim}",
+            x.cols
+        );
+        assert!(rope.rot_dims <= head_dim, "rope: rot_dims {} > head_dim {head_dim}", rope.rot_dims);
+        if x.rows == 0 {
+            return;
+        }
+        let freqs = rope_freqs(rope);
+        let half = freqs.len();
+        let (mut cos, mut sin) = (vec![0f32; x.rows * half], vec![0f32; x.rows * half]);
+        for (r, &p) in positions.iter().enumerate() {
+            rope_cos_sin(&freqs, p, &mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
+        }
+        let (cb, sb) = (self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin)));
+        let (rows, cols) = (x.rows, x.cols);
+        let xt = self.make_unique(x);
+        let (g, b) = elementwise_grid(rows * (cols / head_dim) * half);
+        self.gpu
+            .launch("rope")
+            .ptr(&xt.buf)
+            .i32(rows)
+            .i32(cols)
+            .i32(head_dim)
+            .i32(half)
+            .ptr(&cb)
+            .ptr(&sb)
+            .int(i32::from(rope.style == RopeStyle::Neox))
+            .go(g, b);
+    }
+
+    fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
+        let n = spec
+            .layers
+            .checked_mul(spec.blocks)
+            .and_then(|v| v.checked_mul(spec.block_size))
+            .and_then(|v| v.checked_mul(spec.kv_heads * spec.head_dim))
+            .and_then(|v| v.checked_mul(4))
+            .ok_or_else(|| BackendError(format!("KV cache {spec:?} is too large")))?;
+        let kv = CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)? };
+        Ok(KvCache { spec, storage: Arc::new(kv) })
+    }
+
+    fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
+        let store = cuda_kv(kv);
+        let width = store.width();
+        assert!(layer < store.spec.layers, "kv_write: layer {layer} of {}", store.spec.layers);
+        assert!(k.cols == width && v.cols == width, "kv_write: k/v cols {}/{} vs {width}", k.cols, v.cols);
+        assert!(k.rows == slots.len() && v.rows == slots.len(), "kv_write: rows vs {} slots", slots.len());
+        for &s in slots {
+            assert!((s as usize) < store.slots(), "kv_write: slot {s} outside the pool of {}", store.slots());
+        }
+        if slots.is_empty() || width == 0 {
+            return;
+        }
+        let (ks, vs) = (self.input(k), self.input(v));
+        let kb = &ks.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let sb = self.upload_or_panic(u32_bytes(slots));
+        let off = (layer * store.layer_len() * 4) as u64;
+        let (g, b) = elementwise_grid(slots.len() * width);
+        self.gpu
+            .launch("kv_write")
+            .addr(store.k.ptr + off)
+            .addr(store.v.ptr + off)
+            .ptr(kb)
+            .ptr(vb)
+            .i32(width)
+            .ptr(&sb)
+            .i32(slots.len())
+            .go(g, b);
+    }
+
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
+        let store = cuda_kv(kv);
+        assert_eq!(src.len(), dst.len(), "kv_copy: {} sources for {} destinations", src.len(), dst.len());
+        for (&a, &b) in src.iter().zip(dst) {
+            assert!((a.max(b) as usize) < store.slots(), "kv_copy: slot {a} or {b} outside the pool");
+        }
+        if src.is_empty() || store.spec.layers == 0 {
+            return;
+        }
+        let (sb, db) = (self.upload_or_panic(u32_bytes(src)), self.upload_or_panic(u32_bytes(dst)));
+        self.gpu
+            .launch("kv_copy")
+            .ptr(&store.k)
+            .ptr(&store.v)
+            .i64(store.layer_len())
+            .i32(store.width())
+            .ptr(&sb)
+            .ptr(&db)
+            .i32(src.len())
+            .go((store.spec.layers as u32, 2, 1), (256, 1, 1));
+    }
+
+    fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor {
+        let store = cuda_kv(kv);
+        let spec = store.spec;
+        assert!(
+            p.kv_heads > 0 && p.heads.is_multiple_of(p.kv_heads),
+            "attention: heads {} vs kv_heads {}",
+            p.heads,
+            p.kv_heads
+        );
+        assert_eq!(q.cols, p.heads * p.head_dim, "attention: q cols vs heads·head_dim");
+        assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
+        assert!(spec.kv_heads == p.kv_heads && spec.head_dim == p.head_dim, "attention: kv layout vs params");
+        assert!(p.head_dim <= MAX_HEAD_DIM, "attention: head_dim {} > {MAX_HEAD_DIM}", p.head_dim);
+        assert!(layer < spec.layers, "attention: layer {layer} of {}", spec.layers);
+        let out = self.alloc_f32(q.rows * q.cols);
+        if q.rows == 0 || p.heads == 0 {
+            return self.tensor(q.rows, q.cols, out);
+        }
+        // Flattened metadata: rows [R, 5] = (pos, seq, ctx, tree offset, tree length), block tables, tree pairs.
+        let mut bt: Vec<u32> = Vec::new();
+        let mut bt_off: Vec<i32> = Vec::with_capacity(meta.block_tables.len());
+        for t in &meta.block_tables {
+            bt_off.push(i32::try_from(bt.len()).expect("block tables too large"));
+            for &b in t {
+                assert!((b as usize) < spec.blocks, "attention: block {b} outside the pool of {}", spec.blocks);
+            }
+            bt.extend_from_slice(t);
+        }
+        let mut rows: Vec<i32> = Vec::with_capacity(5 * q.rows);
+        let mut tree: Vec<u32> = Vec::new();
+        for row in &meta.rows {
+            assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
+            let need = (row.ctx as usize).div_ceil(spec.block_size);
+            let have = meta.block_tables[row.seq].len();
+            assert!(need <= have, "attention: ctx {} needs {need} blocks, the block table has {have}", row.ctx);
+            let mut last = row.ctx.checked_sub(1);
+            let t0 = tree.len() / 2;
+            for &(pos, slot) in &row.tree {
+                assert!(last.is_none_or(|l| pos > l), "attention: tree positions must increase past ctx");
+                assert!((slot as usize) < store.slots(), "attention: tree slot {slot} outside the pool");
+                last = Some(pos);
+                tree.extend_from_slice(&[pos, slot]);
+            }
+            let as_i32 = |v: usize| i32::try_from(v).expect("attention metadata exceeds i32");
+            rows.extend_from_slice(&[
+                as_i32(row.pos as usize),
+                as_i32(row.seq),
+                as_i32(row.ctx as usize),
+                as_i32(t0),
+                as_i32(row.tree.len()),
+            ]);
+        }
+        let rows_b = self.upload_or_panic(bytemuck::cast_slice(&rows));
+        let bt_b = self.upload_or_panic(u32_bytes(&bt));
+        let off_b = self.upload_or_panic(bytemuck::cast_slice(&bt_off));
+        let tree_b = self.upload_or_panic(u32_bytes(&tree));
+        let qs = self.input(q);
+        let qb = &qs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let off = (layer * store.layer_len() * 4) as u64;
+        let window = p.window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX));
+        self.gpu
+            .launch("attention")
+            .ptr(qb)
+            .addr(store.k.ptr + off)
+            .addr(store.v.ptr + off)
+            .ptr(&rows_b)
+            .ptr(&bt_b)
+            .ptr(&off_b)
+            .ptr(&tree_b)
+            .i32(p.heads)
+            .i32(p.kv_heads)
+            .i32(p.head_dim)
+            .i32(spec.block_size)
+            .f32(p.scale)
+            .int(window)
+            .int(i32::from(p.softcap.is_some()))
+            .f32(p.softcap.unwrap_or(0.0))
+            .ptr(&out)
+            .go((p.heads as u32, q.rows as u32, 1), (32, 1, 1));
+        self.tensor(q.rows, q.cols, out)
+    }
+
+    fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor {
+        assert!(gate.rows == up.rows && gate.cols == up.cols, "glu: gate {gate:?} vs up {up:?}");
+        let n = gate.rows * gate.cols;
+        let out = self.alloc_f32(n);
+        if n > 0 {
+            let (gs, us) = (self.input(gate), self.input(up));
+            let gb = &gs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            let ub = &us.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            let a = match act {
+                GluAct::Silu => 0,
+                GluAct::GeluTanh => 1,
+            };
+            let (g, b) = elementwise_grid(n);
+            self.gpu.launch("glu").ptr(gb).ptr(ub).i64(n).int(a).ptr(&out).go(g, b);
+        }
+        self.tensor(gate.rows, gate.cols, out)
+    }
+
+    fn add(&self, a: &mut Tensor, b: &Tensor) {
+        assert!(a.rows == b.rows && a.cols == b.cols, "add: {a:?} += {b:?}");
+        let n = a.rows * a.cols;
+        if n == 0 {
+            return;
+        }
+        let bs = self.input(b);
+        let bb = &bs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let at = self.make_unique(a);
+        let (g, blk) = elementwise_grid(n);
+        self.gpu.launch("add").ptr(&at.buf).ptr(bb).i64(n).go(g, blk);
+    }
+
+    fn scale(&self, x: &mut Tensor, s: f32) {
+        let n = x.rows * x.cols;
+        if n == 0 {
+            return;
+        }
+        let xt = self.make_unique(x);
+        let (g, b) = elementwise_grid(n);
+        self.gpu.launch("scale").ptr(&xt.buf).i64(n).f32(s).go(g, b);
+    }
+
+    fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor {
+        for &r in rows {
+            assert!(r < x.rows, "select_rows: row {r} of {}", x.rows);
+        }
+        let out = self.alloc_f32(rows.len() * x.cols);
+        if !rows.is_empty() && x.cols > 0 {
+            let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+            let ib = self.upload_or_panic(u32_bytes(&idx));
+            let xs = self.input(x);
+            let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            let (g, b) = elementwise_grid(rows.len() * x.cols);
+            self.gpu.launch("select_rows").ptr(xb).i32(x.cols).ptr(&ib).i32(rows.len()).ptr(&out).go(g, b);
+        }
+        self.tensor(rows.len(), x.cols, out)
+    }
+
+    fn to_host(&self, x: &Tensor) -> Vec<f32> {
+        match &x.device {
+            None => x.host.clone(),
+            Some(s) => {
+                let t = s.downcast_ref::<CudaTensor>().expect("tensor of another backend");
+                let mut out = vec![0f32; x.rows * x.cols];
+                self.gpu.download(&t.buf, bytemuck::cast_slice_mut(&mut out));
+                out
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The device: one CUDA context and stream, the kernels compiled by NVRTC for the GPU present (once per process
+//! and architecture), device buffers passed to kernels as raw pointers, and launches.
+//!
+//! Every op runs on the one stream, in order, so buffers need no events: cudarc's event tracking is turned off
+//! and a kernel argument is the buffer's device address.
+
+use crate::geometry::{nvrtc_arch, program, KERNELS};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use tf_core::BackendError;
+
+/// PTX of the program per architecture flag, compiled once per process.
+static PTX: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+
+/// Compiles the kernels for `arch` (an NVRTC `--gpu-architecture=` flag) with the options the exact arithmetic
+/// needs: no fma contraction, IEEE division and square root, denormals kept. Works without a GPU (NVRTC only).
+pub fn compile(arch: &str) -> Result<String, BackendError> {
+    let cache = PTX.get_or_init(Default::default);
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(arch) {
+        return Ok(p.clone());
+    }
+    let opts = CompileOptions {
+        ftz: Some(false),
+        prec_sqrt: Some(true),
+        prec_div: Some(true),
+        fmad: Some(false),
+        use_fast_math: Some(false),
+        options: vec![arch.to_string(), "--std=c++17".into()],
+        ..Default::default()
+    };
+    let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(program(), opts))
+        .map_err(|_| BackendError("NVRTC could not be loaded (is libnvrtc on the library path?)".into()))?
+        .map_err(|e| BackendError(format!("NVRTC failed to compile the CUDA kernels: {e:?}")))?
+        .to_src();
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(arch.to_string(), ptx.clone());
+    Ok(ptx)
+}
+
+/// A device buffer of `bytes` bytes and its address.
+pub struct Buf {
+    /// Owns the allocation (freed on drop, in stream order).
+    _slice: CudaSlice<u8>,
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+/// The context, its stream and the loaded kernels.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    pub name: String,
+    pub cc: (i32, i32),
+}
+
+fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BackendError + '_ {
+    move |e| BackendError(format!("CUDA {what}: {e:?}"))
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: loads libcuda (dynamically), compiles and loads the kernels.
+    pub fn open(ordinal: usize) -> Result<Gpu, BackendError> {
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| BackendError("the CUDA driver (libcuda) could not be loaded".into()))?
+            .map_err(err("device open"))?;
+        // SAFETY: every buffer is used on the one stream below, in issue order, so no cross-stream events are
+        // needed; nothing else in the process shares these buffers.
+        unsafe { ctx.disable_event_tracking() };
+        let cc = ctx.compute_capability().map_err(err("compute capability"))?;
+        let name = ctx.name().map_err(err("device name"))?;
+        let ptx = compile(&nvrtc_arch(cc.0, cc.1))?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?;
+        let mut funcs = HashMap::new();
+        for k in KERNELS {
+            funcs.insert(k, module.load_function(k).map_err(err(k))?);
+        }
+        let stream = ctx.default_stream();
+        Ok(Gpu { ctx, stream, funcs, name, cc })
+    }
+
+    /// Number of CUDA devices, or 0 when the driver cannot be loaded.
+    pub fn device_count() -> usize {
+        std::panic::catch_unwind(CudaContext::device_count).ok().and_then(|r| r.ok()).map_or(0, |n| n.max(0) as usize)
+    }
+
+    /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
+    pub fn zeros(&self, bytes: usize) -> Result<Buf, BackendError> {
+        let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(err("alloc"))?;
+        Ok(self.wrap(slice, bytes))
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn upload(&self, data: &[u8]) -> Result<Buf, BackendError> {
+        if data.is_empty() {
+            return self.zeros(0);
+        }
+        let slice = self.stream.clone_htod(data).map_err(err("upload"))?;
+        Ok(self.wrap(slice, data.len()))
+    }
+
+    fn wrap(&self, slice: CudaSlice<u8>, bytes: usize) -> Buf {
+        let ptr = {
+            let (p, _sync) = slice.device_ptr(&self.stream);
+            p
+        };
+        Buf { _slice: slice, ptr, bytes }
+    }
+
+    /// The buffer's bytes on the host (waits for the work queued before it).
+    pub fn download(&self, buf: &Buf, out: &mut [u8]) {
+        assert!(out.len() <= buf.bytes, "download of {} bytes from a buffer of {}", out.len(), buf.bytes);
+        if out.is_empty() {
+            return;
+        }
+        self.stream.memcpy_dtoh(&buf._slice.slice(..out.len()), out).unwrap_or_else(|e| panic!("CUDA download: {e:?}"));
+        self.sync();
+    }
+
+    /// Copies `bytes` bytes from `src` to `dst` on the stream.
+    pub fn copy(&self, src: &Buf, dst: &mut Buf, bytes: usize) {
+        assert!(bytes <= src.bytes && bytes <= dst.bytes, "device copy out of bounds");
+        if bytes == 0 {
+            return;
+        }
+        let s = src._slice.slice(..bytes);
+        let mut d = dst._slice.slice_mut(..bytes);
+        self.stream.memcpy_dtod(&s, &mut d).unwrap_or_else(|e| panic!("CUDA copy: {e:?}"));
+    }
+
+    /// Waits for every queued op; panics with the CUDA error of a failed kernel.
+    pub fn sync(&self) {
+        self.stream.synchronize().unwrap_or_else(|e| panic!("CUDA error: {e:?}"));
+    }
+
+    /// Starts a launch of kernel `name`; add arguments with [`Launch::arg`], then [`Launch::go`].
+    pub fn launch(&self, name: &'static str) -> Launch<'_> {
+        let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
+        Launch { gpu: self, name, func: f, args: Vec::new() }
+    }
+}
+
+/// One kernel argument, kept alive until the launch.
+pub enum Arg {
+    U64(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// A kernel launch being built.
+pub struct Launch<'a> {
+    gpu: &'a Gpu,
+    name: &'static str,
+    func: &'a CudaFunction,
+    args: Vec<Arg>,
+}
+
+impl Launch<'_> {
+    pub fn ptr(mut self, b: &Buf) -> Self {
+        self.args.push(Arg::U64(b.ptr));
+        self
+    }
+
+    /// A device address (a buffer plus an offset).
+    pub fn addr(mut self, p: u64) -> Self {
+        self.args.push(Arg::U64(p));
+        self
+    }
+
+    /// A null pointer (an absent optional input).
+    pub fn null(mut self) -> Self {
+        self.args.push(Arg::U64(0));
+        self
+    }
+
+    pub fn i32(mut self, v: usize) -> Self {
+        self.args
+            .push(Arg::I32(i32::try_from(v).unwrap_or_else(|_| panic!("{}: argument {v} exceeds i32", self.name))));
+        self
+    }
+
+    pub fn int(mut self, v: i32) -> Self {
+        self.args.push(Arg::I32(v));
+        self
+    }
+
+    pub fn i64(mut self, v: usize) -> Self {
+        self.args.push(Arg::I64(v as i64));
+        self
+    }
+
+    pub fn f32(mut self, v: f32) -> Self {
+        self.args.push(Arg::F32(v));
+        self
+    }
+
+    /// Launches on the stream with `grid` blocks of `block` threads; panics on a launch error.
+    pub fn go(self, grid: (u32, u32, u32), block: (u32, u32, u32)) {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return;
+        }
+        let mut b = self.gpu.stream.launch_builder(self.func);
+        for a in &self.args {
+            match a {
+                Arg::U64(v) => b.arg(v),
+                Arg::I32(v) => b.arg(v),
+                Arg::I64(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: 0 };
+        // SAFETY: the argument list matches the kernel's signature (each call site mirrors the .cu declaration)
+        // and every pointer is a live buffer sized for the launch's grid (checked by the caller's shape asserts).
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("CUDA launch of {}: {e:?}", self.name));
+    }
+}

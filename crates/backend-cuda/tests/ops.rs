@@ -1,0 +1,417 @@
+//! Every op of `CudaBackend` against the CPU backend (which equals the scalar reference), bit for bit, and
+//! row-exactness on the GPU: a row computed alone equals the same row at a random index among R-1 random rows, for
+//! R in 1..=256. Needs a CUDA device: without one these tests fail (they never pass vacuously).
+//!
+//! Random data from a fresh seed per run, printed on failure; set `TF_SEED` to replay one.
+#![cfg(feature = "cuda")]
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use tf_backend_cpu::CpuBackend;
+use tf_backend_cuda::CudaBackend;
+use tf_core::{
+    AttnMeta, AttnParams, Backend, DType, GluAct, KvSpec, Precision, Rope, RopeScaling, RopeStyle, RowAttn, Tensor,
+    TensorInfo, Weight,
+};
+
+const ROW_COUNTS: [usize; 9] = [1, 2, 3, 5, 8, 16, 33, 64, 256];
+
+/// A row op under test: computes the op on the listed rows of the caller's pool, returns the host result.
+type RowOp<'a> = &'a dyn Fn(&dyn Backend, &[usize]) -> Vec<f32>;
+
+const ALL_TYPES: [DType; 15] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q8_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Q8K,
+];
+
+struct SeedGuard(u64);
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("failed with TF_SEED={} (set it to replay)", self.0);
+        }
+    }
+}
+
+fn rng() -> (StdRng, SeedGuard) {
+    let seed = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+        t.as_nanos() as u64 ^ ((std::process::id() as u64) << 40)
+    });
+    eprintln!("TF_SEED={seed}");
+    (StdRng::seed_from_u64(seed), SeedGuard(seed))
+}
+
+fn gpu(p: Precision) -> CudaBackend {
+    CudaBackend::new(0, p).unwrap_or_else(|e| panic!("no CUDA backend: {e}"))
+}
+
+fn cpu(p: Precision) -> CpuBackend {
+    CpuBackend::new(4, p)
+}
+
+/// Random values of magnitude up to `scale`, with a sprinkle of zeros, signed zeros and tiny values.
+fn values(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| match rng.gen_range(0..100) {
+            0 => 0.0,
+            1 => -0.0,
+            2 => rng.gen_range(-1e-30f32..1e-30),
+            _ => rng.gen_range(-scale..scale),
+        })
+        .collect()
+}
+
+#[track_caller]
+fn same(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        panic!("{what}: element {i} differs: {:e} ({:#x}) vs {:e} ({:#x})", a[i], a[i].to_bits(), b[i], b[i].to_bits());
+    }
+}
+
+/// Random raw bytes of a `[out, inn]` weight of `dtype` with finite, modest scales.
+fn random_weight(dtype: DType, out: usize, inn: usize, rng: &mut StdRng) -> Vec<u8> {
+    let n = out * inn;
+    match dtype {
+        DType::F32 => return values(rng, n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => {
+            return (0..n)
+                .flat_map(|_| {
+                    let h: u16 =
+                        (rng.gen_range(1u16..15) << 10) | rng.gen_range(0u16..1024) | (rng.gen::<u16>() & 0x8000);
+                    h.to_le_bytes()
+                })
+                .collect()
+        }
+        DType::BF16 => {
+            return values(rng, n, 1.0).iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect()
+        }
+        _ => {}
+    }
+    let bb = dtype.block_bytes();
+    let mut w = vec![0u8; n / dtype.block_size() * bb];
+    rng.fill(&mut w[..]);
+    let f16_fields: &[usize] = match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
+        DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q6K => &[208],
+        _ => &[],
+    };
+    for blk in w.chunks_exact_mut(bb) {
+        for &at in f16_fields {
+            let h = (rng.gen_range(8u16..15) << 10) | rng.gen_range(0u16..1024) | (rng.gen::<u16>() & 0x8000);
+            blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+        if dtype == DType::Q8K {
+            blk[0..4].copy_from_slice(&rng.gen_range(-0.01f32..0.01).to_le_bytes());
+        }
+    }
+    w
+}
+
+fn info(name: &str, dtype: DType, shape: &[usize]) -> TensorInfo {
+    TensorInfo { name: name.into(), dtype, shape: shape.iter().map(|&d| d as u64).collect() }
+}
+
+fn up(be: &dyn Backend, name: &str, dtype: DType, shape: &[usize], bytes: &[u8]) -> Weight {
+    be.upload(&info(name, dtype, shape), bytes).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Row-exactness of a row op on the GPU, and GPU == CPU on every batch: `op(be, rows)` computes the op on the
+/// given rows (indices into the caller's pool) and returns the host result `[R, cols]`.
+fn check_rows(rng: &mut StdRng, pool: usize, cols: usize, op: RowOp, g: &dyn Backend, c: &dyn Backend, what: &str) {
+    for &count in &ROW_COUNTS {
+        let target = rng.gen_range(0..pool);
+        let alone = op(g, &[target]);
+        let at = rng.gen_range(0..count);
+        let rows: Vec<usize> = (0..count).map(|i| if i == at { target } else { rng.gen_range(0..pool) }).collect();
+        let batch = op(g, &rows);
+        same(&batch[at * cols..(at + 1) * cols], &alone, &format!("{what}: row alone vs at {at} of {count}"));
+        let want = op(c, &rows);
+        same(&batch, &want, &format!("{what}: cuda vs cpu, {count} rows"));
+    }
+}
+
+fn pick(x: &[f32], cols: usize, rows: &[usize]) -> Tensor {
+    let data = rows.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied()).collect();
+    Tensor::host(rows.len(), cols, data)
+}
+
+#[test]
+fn matmul_every_type_and_precision() {
+    let (mut rng, _g) = rng();
+    for precision in [Precision::Checkpoint, Precision::Full] {
+        let (g, c) = (gpu(precision), cpu(precision));
+        for dtype in ALL_TYPES {
+            let (n, k, pool) = (75, 512, 300);
+            let w = random_weight(dtype, n, k, &mut rng);
+            let x = values(&mut rng, pool * k, 2.0);
+            let bias = values(&mut rng, n, 1.0);
+            let (wg, wc) = (up(&g, "w", dtype, &[n, k], &w), up(&c, "w", dtype, &[n, k], &w));
+            let (bg, bc) = (g.upload_f32("b", &[n], bias.clone()).unwrap(), c.upload_f32("b", &[n], bias).unwrap());
+            let with_bias = (dtype as usize).is_multiple_of(2);
+            let op = |be: &dyn Backend, rows: &[usize]| {
+                let (w, b) = if be.describe().starts_with("cuda") { (&wg, &bg) } else { (&wc, &bc) };
+                be.to_host(&be.matmul(&pick(&x, k, rows), w, if with_bias { Some(b) } else { None }))
+            };
+            check_rows(&mut rng, pool, n, &op, &g, &c, &format!("matmul {dtype} {}", precision.name()));
+        }
+    }
+}
+
+#[test]
+fn matmul_shapes_and_device_inputs() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Checkpoint), cpu(Precision::Checkpoint));
+    for (dtype, n, k) in
+        [(DType::Q4K, 1, 256), (DType::Q8_0, 33, 32 * 45), (DType::Q6K, 9, 256 * 9), (DType::F16, 17, 24)]
+    {
+        let w = random_weight(dtype, n, k, &mut rng);
+        let x = values(&mut rng, 7 * k, 3.0);
+        let (wg, wc) = (up(&g, "w", dtype, &[n, k], &w), up(&c, "w", dtype, &[n, k], &w));
+        // A device-resident input (from select_rows) gives the same bits as a host one.
+        let xt = Tensor::host(7, k, x.clone());
+        let xd = g.select_rows(&xt, &[0, 1, 2, 3, 4, 5, 6]);
+        same(
+            &g.to_host(&g.matmul(&xd, &wg, None)),
+            &c.to_host(&c.matmul(&xt, &wc, None)),
+            &format!("{dtype} [{n}, {k}]"),
+        );
+    }
+}
+
+#[test]
+fn rms_norm_rows_and_heads() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    for (cols, group, wdt) in
+        [(576, 576, DType::F32), (512, 64, DType::BF16), (1536, 128, DType::F16), (40, 40, DType::F32)]
+    {
+        let pool = 300;
+        let x = values(&mut rng, pool * cols, 4.0);
+        let w = random_weight(wdt, 1, group, &mut rng);
+        let (wg, wc) = (up(&g, "n", wdt, &[group], &w), up(&c, "n", wdt, &[group], &w));
+        let op = |be: &dyn Backend, rows: &[usize]| {
+            let w = if be.describe().starts_with("cuda") { &wg } else { &wc };
+            be.to_host(&be.rms_norm(&pick(&x, cols, rows), w, group, 1e-6))
+        };
+        check_rows(&mut rng, pool, cols, &op, &g, &c, &format!("rms_norm {cols}/{group}"));
+    }
+}
+
+#[test]
+fn rope_styles_and_scalings() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let ropes = [
+        Rope { theta: 10000.0, rot_dims: 64, style: RopeStyle::Normal, scaling: RopeScaling::None },
+        Rope { theta: 1e6, rot_dims: 128, style: RopeStyle::Neox, scaling: RopeScaling::None },
+        Rope { theta: 5e5, rot_dims: 32, style: RopeStyle::Neox, scaling: RopeScaling::Linear { factor: 4.0 } },
+        Rope {
+            theta: 5e5,
+            rot_dims: 128,
+            style: RopeStyle::Neox,
+            scaling: RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_context: 8192.0,
+            },
+        },
+    ];
+    for rope in ropes {
+        let (hd, heads, pool) = (128.max(rope.rot_dims), 3, 300);
+        let cols = hd * heads;
+        let x = values(&mut rng, pool * cols, 3.0);
+        let pos: Vec<u32> = (0..pool).map(|_| rng.gen_range(0..200_000)).collect();
+        let op = |be: &dyn Backend, rows: &[usize]| {
+            let mut t = pick(&x, cols, rows);
+            let p: Vec<u32> = rows.iter().map(|&r| pos[r]).collect();
+            be.rope(&mut t, &p, hd, &rope);
+            be.to_host(&t)
+        };
+        check_rows(&mut rng, pool, cols, &op, &g, &c, &format!("rope {rope:?}"));
+    }
+}
+
+#[test]
+fn elementwise_ops() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let (pool, cols) = (300, 333);
+    let a = values(&mut rng, pool * cols, 30.0);
+    let b = values(&mut rng, pool * cols, 30.0);
+    for act in [GluAct::Silu, GluAct::GeluTanh] {
+        let op =
+            |be: &dyn Backend, rows: &[usize]| be.to_host(&be.glu(&pick(&a, cols, rows), &pick(&b, cols, rows), act));
+        check_rows(&mut rng, pool, cols, &op, &g, &c, &format!("glu {act:?}"));
+    }
+    let op = |be: &dyn Backend, rows: &[usize]| {
+        let mut t = pick(&a, cols, rows);
+        be.add(&mut t, &pick(&b, cols, rows));
+        be.scale(&mut t, 0.37);
+        be.to_host(&t)
+    };
+    check_rows(&mut rng, pool, cols, &op, &g, &c, "add + scale");
+    // In-place ops on a shared device tensor leave the clone alone.
+    let t = g.select_rows(&Tensor::host(2, cols, a[..2 * cols].to_vec()), &[1, 0]);
+    let mut t2 = t.clone();
+    g.scale(&mut t2, 2.0);
+    same(&g.to_host(&t)[..cols], &a[cols..2 * cols], "clone untouched by scale");
+    let doubled: Vec<f32> = a[cols..2 * cols].iter().map(|v| v * 2.0).collect();
+    same(&g.to_host(&t2)[..cols], &doubled, "scaled copy");
+}
+
+#[test]
+fn embed_every_type_and_select_rows() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    for dtype in ALL_TYPES {
+        let (vocab, hidden) = (50, 512);
+        let w = random_weight(dtype, vocab, hidden, &mut rng);
+        let (tg, tc) = (up(&g, "e", dtype, &[vocab, hidden], &w), up(&c, "e", dtype, &[vocab, hidden], &w));
+        let ids: Vec<u32> = (0..37).map(|_| rng.gen_range(0..vocab as u32)).collect();
+        let (eg, ec) = (g.embed(&tg, &ids), c.embed(&tc, &ids));
+        same(&g.to_host(&eg), &c.to_host(&ec), &format!("embed {dtype}"));
+        let pick: Vec<usize> = (0..9).map(|_| rng.gen_range(0..ids.len())).collect();
+        same(&g.to_host(&g.select_rows(&eg, &pick)), &c.to_host(&c.select_rows(&ec, &pick)), "select_rows");
+    }
+}
+
+/// A KV pool filled identically on both backends, with scrambled block tables.
+struct KvCase {
+    spec: KvSpec,
+    tables: Vec<Vec<u32>>,
+}
+
+fn fill_kv(rng: &mut StdRng, be: &dyn Backend, spec: KvSpec, kvals: &[f32], vvals: &[f32]) -> tf_core::KvCache {
+    let mut kv = be.alloc_kv(spec).unwrap();
+    let width = spec.kv_heads * spec.head_dim;
+    let slots = spec.blocks * spec.block_size;
+    let all: Vec<u32> = (0..slots as u32).collect();
+    for layer in 0..spec.layers {
+        let o = layer * slots * width;
+        let k = Tensor::host(slots, width, kvals[o..o + slots * width].to_vec());
+        let v = Tensor::host(slots, width, vvals[o..o + slots * width].to_vec());
+        be.kv_write(&mut kv, layer, &k, &v, &all);
+    }
+    let _ = rng;
+    kv
+}
+
+#[test]
+fn attention_paged_gqa_windows_softcap_and_trees() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let configs = [
+        (4, 2, 64, None, None),
+        (8, 1, 128, Some(100u32), None),
+        (2, 2, 256, None, Some(30.0f32)),
+        (6, 3, 16, Some(7), Some(5.0)),
+    ];
+    for (heads, kv_heads, hd, window, softcap) in configs {
+        let spec = KvSpec { layers: 2, blocks: 96, block_size: 16, kv_heads, head_dim: hd };
+        let slots = spec.blocks * spec.block_size;
+        let width = kv_heads * hd;
+        let kvals = values(&mut rng, spec.layers * slots * width, 2.0);
+        let vvals = values(&mut rng, spec.layers * slots * width, 2.0);
+        let (kg, kc) = (fill_kv(&mut rng, &g, spec, &kvals, &vvals), fill_kv(&mut rng, &c, spec, &kvals, &vvals));
+        // Three sequences with scrambled, disjoint block tables of up to 600 positions (3 chunks of 256).
+        let mut blocks: Vec<u32> = (0..spec.blocks as u32).collect();
+        blocks.shuffle(&mut rng);
+        let case = KvCase { spec, tables: blocks.chunks(32).take(3).map(|b| b[..30].to_vec()).collect() };
+        let _ = case.spec;
+        // A pool of rows: causal rows at random positions, and tree rows with ancestors past their ctx.
+        let pool = 120;
+        let metas: Vec<RowAttn> = (0..pool)
+            .map(|i| {
+                let seq = rng.gen_range(0..3);
+                let table = &case.tables[seq];
+                if i % 3 == 0 {
+                    let ctx = rng.gen_range(1..440u32);
+                    let mut tree = Vec::new();
+                    let mut p = ctx;
+                    for _ in 0..rng.gen_range(1..5) {
+                        p += rng.gen_range(0..3);
+                        let slot = table[p as usize / 16] * 16 + p % 16;
+                        tree.push((p, slot));
+                        p += 1;
+                    }
+                    RowAttn { pos: tree.last().unwrap().0, seq, ctx, tree }
+                } else {
+                    let pos = rng.gen_range(0..470u32);
+                    RowAttn { pos, seq, ctx: pos + 1, tree: vec![] }
+                }
+            })
+            .collect();
+        let q = values(&mut rng, pool * heads * hd, 1.0);
+        let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window, softcap };
+        let layer = 1;
+        let op = |be: &dyn Backend, rows: &[usize]| {
+            let kv = if be.describe().starts_with("cuda") { &kg } else { &kc };
+            let meta =
+                AttnMeta { block_tables: case.tables.clone(), rows: rows.iter().map(|&r| metas[r].clone()).collect() };
+            be.to_host(&be.attention(&pick(&q, heads * hd, rows), kv, layer, &meta, &p))
+        };
+        check_rows(
+            &mut rng,
+            pool,
+            heads * hd,
+            &op,
+            &g,
+            &c,
+            &format!("attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?}"),
+        );
+    }
+}
+
+#[test]
+fn kv_copy_in_order_then_attention_sees_it() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let spec = KvSpec { layers: 3, blocks: 8, block_size: 4, kv_heads: 2, head_dim: 32 };
+    let slots = spec.blocks * spec.block_size;
+    let width = 64;
+    let kvals = values(&mut rng, spec.layers * slots * width, 2.0);
+    let vvals = values(&mut rng, spec.layers * slots * width, 2.0);
+    let (mut kg, mut kc) = (fill_kv(&mut rng, &g, spec, &kvals, &vvals), fill_kv(&mut rng, &c, spec, &kvals, &vvals));
+    // 9 → 2 then 2 → 5: applied in order, so slot 5 gets slot 9's values.
+    for be_kv in [(&g as &dyn Backend, &mut kg), (&c as &dyn Backend, &mut kc)] {
+        be_kv.0.kv_copy(be_kv.1, &[9, 2, 14], &[2, 5, 0]);
+    }
+    let table: Vec<u32> = (0..8).collect();
+    let q = values(&mut rng, 4 * width, 1.0);
+    let p = AttnParams { heads: 2, kv_heads: 2, head_dim: 32, scale: 0.2, window: None, softcap: None };
+    for layer in 0..3 {
+        // Each row attends exactly one slot (ctx 1 of a table that starts at that slot's block).
+        for slot in [0u32, 2, 5, 9] {
+            let meta = AttnMeta {
+                block_tables: vec![table.clone()],
+                rows: vec![RowAttn { pos: slot, seq: 0, ctx: slot + 1, tree: vec![] }],
+            };
+            let qt = Tensor::host(1, width, q[..width].to_vec());
+            let og = g.to_host(&g.attention(&qt, &kg, layer, &meta, &p));
+            let oc = c.to_host(&c.attention(&qt, &kc, layer, &meta, &p));
+            same(&og, &oc, &format!("after kv_copy, layer {layer}, ctx through slot {slot}"));
+        }
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the CUDA test binaries and the CUDA-enabled `tensorfold` here (the device machine has no Rust
+# toolchain), copies them into .device/ (git-ignored, carried to the device), and prints the `run` command that
+# executes them there with scripts/device-run.sh, which writes its logs under $OUT.
+#
+# Usage: scripts/device-tests.sh            (then call the device `run` tool with the printed command)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+grep -qx '/.device/' .git/info/exclude || echo '/.device/' >>.git/info/exclude
+rm -rf .device
+mkdir -p .device/bin
+
+# Test binaries: cargo names them <test>-<hash>; keep the test name.
+cargo test --release -p tf-backend-cuda --features cuda --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do
+    cp "$exe" ".device/bin/test-$name"
+done
+cargo build --release -p tf-cli --features cuda
+cp "$CARGO_TARGET_DIR/release/tensorfold" .device/bin/tensorfold
+strip --strip-debug .device/bin/*
+ls -la .device/bin
+du -sh .device
+cat <<'MSG'
+
+Run on the device (tool `run`, carry [".device"], timeout_s 600):
+  bash scripts/device-run.sh
+MSG
