@@ -1,31 +1,88 @@
 #!/usr/bin/env bash
-# Runs on the device machine (see scripts/device-tests.sh): every CUDA test binary in .device/bin, then the
-# benchmarks in .device/bench.sh if present. Logs go to $OUT (one file per step) and a summary to stdout.
+# Runs on the device machine what scripts/device-tests.sh built into .device/: `tests` (every CUDA test binary),
+# `cli` (tensorfold check with a draft model and token_sha CUDA vs CPU on the tiny models), `bench` (decode
+# timings of real shapes with random weights, copy bandwidth, and the transformers peer). No argument: all three.
+# Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-# NVRTC ships with the CUDA toolkit and in Python wheels; put every copy's folder on the library path.
+what=${1:-all}
+# NVRTC ships with the CUDA toolkit and in Python wheels; put every copy's folder on the library path (never a
+# stubs/ folder: its libcuda is a stub that fails every call).
 libs=$(find /usr/local /usr/lib /opt -name 'libnvrtc.so*' -not -path '*/stubs/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
 export TF_REPO_ROOT=$PWD RUST_BACKTRACE=1
+B=.device/bin
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    ldd .device/bin/tensorfold 2>&1 | head -20
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
 status=0
-for t in .device/bin/test-*; do
-    name=$(basename "$t")
-    start=$(date +%s)
-    "$t" --test-threads=2 >"$OUT/$name.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] && status=1
-    echo "$name rc=$rc $(( $(date +%s) - start ))s: $(grep -E '^test result' "$OUT/$name.log" | tail -1)"
-    [ $rc -ne 0 ] && grep -E 'panicked|differ|failed with|error' "$OUT/$name.log" | head -20
-done
-if [ -f .device/bench.sh ]; then
-    bash .device/bench.sh 2>&1 | tee "$OUT/bench.log"
+
+if [ "$what" = all ] || [ "$what" = tests ]; then
+    for t in $B/test-*; do
+        name=$(basename "$t")
+        start=$(date +%s)
+        "$t" --test-threads=4 --nocapture >"$OUT/$name.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && status=1
+        echo "$name rc=$rc $(($(date +%s) - start))s: $(grep -E '^test result' "$OUT/$name.log" | tail -1)"
+        [ $rc -ne 0 ] && grep -E 'panicked|differ|failed with|error' "$OUT/$name.log" | head -20
+    done
+fi
+
+if [ "$what" = all ] || [ "$what" = cli ]; then
+    {
+        for be in cuda cpu; do
+            for prec in checkpoint full; do
+                $B/tensorfold run .device/tiny-llama --backend $be --precision $prec -p "The quick brown fox" \
+                    --max-tokens 64 --temperature 0.8 --seed 7 2>&1 >/dev/null | grep token_sha |
+                    sed "s/^/run $be $prec: /"
+            done
+        done
+        $B/tensorfold check .device/tiny-llama --backend cuda --drafter .device/tiny-llama3 --seeds 2 \
+            --max-tokens 48 --json >"$OUT/check-cuda.json" 2>"$OUT/check-cuda.err"
+        echo "check cuda rc=$?: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["cases"]; print(len(c), "cases,", r["mismatches"], "mismatches,", sum(x["drafted"] for x in c), "drafted,", sum(x["accepted"] for x in c), "accepted")' "$OUT/check-cuda.json" 2>&1)"
+        tail -3 "$OUT/check-cuda.err"
+    } 2>&1 | tee "$OUT/cli.log"
+fi
+
+if [ "$what" = all ] || [ "$what" = bench ]; then
+    {
+        python3 - <<'PY'
+import torch
+x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10): y.copy_(x)
+e.record(); e.synchronize()
+ms = s.elapsed_time(e) / 10
+print(f"copy bandwidth (read + write): {2 * x.numel() / ms / 1e6:.0f} GB/s")
+PY
+        for cfg in "qwen2.5-1.5b bf16 full" "qwen2.5-1.5b q4_k checkpoint" "qwen2.5-1.5b q8_0 checkpoint" \
+            "qwen2.5-7b bf16 full"; do
+            timeout 150 $B/bench $cfg || echo "bench $cfg failed or timed out"
+        done
+        timeout 150 python3 - <<'PY' || echo "transformers peer failed"
+import time, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+cfg = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768,
+                  rope_theta=1e6)
+with torch.device("cuda"):
+    m = Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+ids = torch.randint(0, 150000, (1, 64), device="cuda")
+kw = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+with torch.no_grad():
+    m.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)
+    torch.cuda.synchronize(); t = time.time()
+    m.generate(ids, max_new_tokens=64, min_new_tokens=64, **kw)
+    torch.cuda.synchronize(); dt = time.time() - t
+print(f"transformers {torch.__version__} qwen2.5-1.5b-shaped bf16 greedy decode: {64 / dt:.1f} tok/s")
+PY
+    } 2>&1 | tee "$OUT/bench.log"
 fi
 exit $status

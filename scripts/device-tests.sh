@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the CUDA test binaries and the CUDA-enabled `tensorfold` here (the device machine has no Rust
-# toolchain), copies them into .device/ (git-ignored, carried to the device), and prints the `run` command that
-# executes them there with scripts/device-run.sh, which writes its logs under $OUT.
+# Builds the CUDA test binaries, the CUDA-enabled `tensorfold` and the bench example here (the device machine has
+# no Rust toolchain), copies them with two tiny model directories into .device/ (git-ignored, carried to the
+# device), and prints the `run` command that executes scripts/device-run.sh there (logs under $OUT).
 #
 # Usage: scripts/device-tests.sh            (then call the device `run` tool with the printed command)
 set -euo pipefail
@@ -22,13 +22,25 @@ for line in sys.stdin:
 ' | while read -r name exe; do
     cp "$exe" ".device/bin/test-$name"
 done
+cargo build --release -p tf-backend-cuda --features cuda --examples
+cp "$CARGO_TARGET_DIR/release/examples/bench" .device/bin/bench
 cargo build --release -p tf-cli --features cuda
 cp "$CARGO_TARGET_DIR/release/tensorfold" .device/bin/tensorfold
 strip --strip-debug .device/bin/*
+
+# Tiny target and draft model directories (random 2-layer checkpoints, byte-level tokenizer, context 2048), as
+# crates/cli/tests/cli_check.rs builds them.
+for m in llama llama3; do
+    mkdir -p ".device/tiny-$m"
+    cp "fixtures/tiny/$m/model.safetensors" ".device/tiny-$m/"
+    cp fixtures/tiny/byte-tokenizer.json ".device/tiny-$m/tokenizer.json"
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["max_position_embeddings"]=2048; print(json.dumps(c))' \
+        "fixtures/tiny/$m/config.json" >".device/tiny-$m/config.json"
+done
 ls -la .device/bin
 du -sh .device
 cat <<'MSG'
 
 Run on the device (tool `run`, carry [".device"], timeout_s 600):
-  bash scripts/device-run.sh
+  bash scripts/device-run.sh            # tests, CLI checks, benchmarks; or one of: tests | cli | bench
 MSG

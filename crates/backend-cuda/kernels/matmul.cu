@@ -94,6 +94,81 @@ extern "C" __global__ void matmul_full(const float* x, int R, int K, const u8* w
     }
 }
 
+// Float weights (F32, F16, BF16): the arithmetic of matmul_full with the weight type fixed at compile time and
+// FLOAT_UNROLL weight loads issued ahead of each lane's fma chain (the chain itself stays element by element in
+// increasing order). Each block loops over up to FLOAT_ROWS rows in groups of FULL_ROWS, so a weight row comes
+// from DRAM once per block and later groups read it from cache. grid (ceil(N / 8), ceil(R / FLOAT_ROWS)), 128 threads.
+#define FLOAT_UNROLL 8
+#define FLOAT_ROWS 64
+
+template <int DT>
+__device__ __forceinline__ float ld_w(const u8* row, int i) {
+    if (DT == DT_F32) return __uint_as_float(ld_u32(row + 4 * i));
+    if (DT == DT_F16) return f16_bits_to_f32(ld_u16(row + 2 * i));
+    return bf16_bits_to_f32(ld_u16(row + 2 * i));
+}
+
+template <int DT>
+__device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
+                             float* y) {
+    int half = threadIdx.x / 16, j = threadIdx.x % 16;
+    int n = blockIdx.x * 8 + half;
+    bool live = n < N;
+    int nn = live ? n : N - 1;
+    const u8* wr = w + (i64)nn * K * (DT == DT_F32 ? 4 : 2);
+    int rend = min(R, (int)(blockIdx.y + 1) * FLOAT_ROWS);
+    for (int r0 = blockIdx.y * FLOAT_ROWS; r0 < rend; r0 += FULL_ROWS) {
+        int nr = min(FULL_ROWS, rend - r0);
+        const float* xr = x + (i64)r0 * K;
+        float acc[FULL_ROWS];
+#pragma unroll
+        for (int t = 0; t < FULL_ROWS; t++) acc[t] = 0.0f;
+        int i = j;
+        for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
+            float wv[FLOAT_UNROLL];
+#pragma unroll
+            for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
+#pragma unroll
+            for (int u = 0; u < FLOAT_UNROLL; u++) {
+#pragma unroll
+                for (int t = 0; t < FULL_ROWS; t++) {
+                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * u], wv[u], acc[t]);
+                }
+            }
+        }
+        for (; i < K; i += 16) {
+            float wv = ld_w<DT>(wr, i);
+#pragma unroll
+            for (int t = 0; t < FULL_ROWS; t++) {
+                if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i], wv, acc[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < FULL_ROWS; t++) {
+            float s = tree16(acc[t]);
+            if (live && j == 0 && t < nr) {
+                if (bias) s = s + deq_elem(bias_dt, bias, n);
+                y[(i64)(r0 + t) * N + n] = s;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void matmul_f32w(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                       float* y) {
+    matmul_float<DT_F32>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_f16w(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                       float* y) {
+    matmul_float<DT_F16>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                        int bias_dt, float* y) {
+    matmul_float<DT_BF16>(x, R, K, w, N, bias, bias_dt, y);
+}
+
 // ---- checkpoint precision: per-block integer dots folded in block order -----------------------------------------
 
 // The float update of one weight block with its activation block: acc = fma(f1, s1, acc), then (when two) acc =
@@ -103,8 +178,10 @@ struct Terms {
     int s1, s2;
 };
 
-// Block `blk` of type `dt` against activation block qx (i8 [32 or 256]), its scale dx and group sums.
-__device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, const i16* sums) {
+// Block `blk` of type `dt` against activation block qx (i8 [32 or 256]), its scale dx and group sums. For the
+// 256-element types only elements [e0, e1) (whole 32-element slices) enter the integer sums s1, s2: the sums of the
+// slices add up to the reference's integers exactly. 32-element types always take the whole block.
+__device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, const i16* sums, int e0, int e1) {
     Terms t;
     t.f2 = 0.0f;
     t.s2 = 0;
@@ -154,7 +231,7 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         }
         case DT_Q2K: {
             int S = 0, M = 0;
-            for (int j = 0; j < 16; j++) {
+            for (int j = e0 / 16; j < e1 / 16; j++) {
                 int sub = 0;
                 for (int i = 16 * j; i < 16 * j + 16; i++) sub += crumb(blk + 16, i) * qx[i];
                 S += (blk[j] & 15) * sub;
@@ -168,7 +245,7 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         }
         case DT_Q3K: {
             int S = 0;
-            for (int j = 0; j < 16; j++) {
+            for (int j = e0 / 16; j < e1 / 16; j++) {
                 int sub = 0;
                 for (int i = 16 * j; i < 16 * j + 16; i++) {
                     int q = crumb(blk + 32, i) + 4 * ((blk[i % 32] >> (i / 32)) & 1) - 4;
@@ -184,7 +261,7 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         case DT_Q5K: {
             int S = 0, M = 0;
             const u8* qs = blk + (dt == DT_Q4K ? 16 : 48);
-            for (int j = 0; j < 8; j++) {
+            for (int j = e0 / 32; j < e1 / 32; j++) {
                 int sub = 0;
                 for (int i = 32 * j; i < 32 * j + 32; i++) {
                     int q = nib256(qs, i);
@@ -202,7 +279,7 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         }
         case DT_Q6K: {
             int S = 0;
-            for (int j = 0; j < 16; j++) {
+            for (int j = e0 / 16; j < e1 / 16; j++) {
                 int sub = 0;
                 for (int i = 16 * j; i < 16 * j + 16; i++) sub += q6k_q(blk, i) * qx[i];
                 S += (int)(i8)blk[192 + j] * sub;
@@ -213,7 +290,7 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         }
         default: {  // DT_Q8K
             int s = 0;
-            for (int i = 0; i < 256; i++) s += (int)(i8)blk[4 + i] * qx[i];
+            for (int i = e0; i < e1; i++) s += (int)(i8)blk[4 + i] * qx[i];
             t.f1 = __uint_as_float(ld_u32(blk)) * dx;
             t.s1 = s;
             break;
@@ -226,9 +303,11 @@ __device__ __forceinline__ bool two_terms(int dt) {
     return dt == DT_Q4_1 || dt == DT_Q5_1 || dt == DT_Q2K || dt == DT_Q4K || dt == DT_Q5K;
 }
 
-// Warp per (column n, group of QUANT_ROWS rows); lane l computes the terms of block 32c + l, then every lane folds
-// the 32 blocks of the chunk in increasing order (the same values in every lane). grid (N, ceil(R / QUANT_ROWS)),
-// 32 threads. q/d/sums from quantize_rows with block = block_elems(dt).
+// Warp per (column n, group of QUANT_ROWS rows). 32-element blocks: lane l computes the terms of block 32c + l.
+// 256-element blocks: the 8 lanes of group g share block 4c + g, each summing one 32-element slice, and their
+// integer sums are added across the group (exact). Then every lane folds the chunk's blocks in increasing order
+// (the same values in every lane). grid (N, ceil(R / QUANT_ROWS)), 32 threads. q/d/sums from quantize_rows with
+// block = block_elems(dt).
 extern "C" __global__ void matmul_quant(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w,
                                         int dt, int N, const u8* bias, int bias_dt, float* y) {
     int n = blockIdx.x, lane = threadIdx.x;
@@ -236,36 +315,49 @@ extern "C" __global__ void matmul_quant(const i8* q, const float* d, const i16* 
     int nr = min(QUANT_ROWS, R - r0);
     int be = block_elems(dt), bb = block_bytes(dt);
     int nblocks = K / be;
-    int groups = be == 32 ? 1 : 16;  // sums per block
+    bool big = be == 256;
+    int per = big ? 4 : 32;              // blocks per chunk
+    int mine = big ? lane / 8 : lane;    // this lane's block within the chunk
+    int e0 = big ? 32 * (lane % 8) : 0;  // and its slice
+    int e1 = big ? e0 + 32 : 32;
+    int src = big ? 8 : 1;               // lane stride between the chunk's blocks
+    int groups = big ? 16 : 1;           // sums per block
     const u8* wr = w + (i64)n * nblocks * bb;
     bool two = two_terms(dt);
     float acc[QUANT_ROWS];
 #pragma unroll
     for (int t = 0; t < QUANT_ROWS; t++) acc[t] = 0.0f;
-    for (int c = 0; c < nblocks; c += 32) {
-        int b = c + lane;
+    for (int c = 0; c < nblocks; c += per) {
+        int b = c + mine;
         Terms tm[QUANT_ROWS];
 #pragma unroll
         for (int t = 0; t < QUANT_ROWS; t++) {
             if (t < nr && b < nblocks) {
                 i64 r = r0 + t;
                 tm[t] = block_terms(dt, wr + (i64)b * bb, q + r * K + (i64)b * be, d[r * nblocks + b],
-                                    sums + (r * nblocks + b) * groups);
+                                    sums + (r * nblocks + b) * groups, e0, e1);
             } else {
                 tm[t].f1 = 0.0f;
                 tm[t].f2 = 0.0f;
                 tm[t].s1 = 0;
                 tm[t].s2 = 0;
             }
+            if (big) {
+#pragma unroll
+                for (int off = 1; off < 8; off <<= 1) {
+                    tm[t].s1 += __shfl_xor_sync(FULL_MASK, tm[t].s1, off);
+                    tm[t].s2 += __shfl_xor_sync(FULL_MASK, tm[t].s2, off);
+                }
+            }
         }
-        int cnt = min(32, nblocks - c);
+        int cnt = min(per, nblocks - c);
         for (int k = 0; k < cnt; k++) {
 #pragma unroll
             for (int t = 0; t < QUANT_ROWS; t++) {
-                float f1 = __shfl_sync(FULL_MASK, tm[t].f1, k);
-                int s1 = __shfl_sync(FULL_MASK, tm[t].s1, k);
-                float f2 = __shfl_sync(FULL_MASK, tm[t].f2, k);
-                int s2 = __shfl_sync(FULL_MASK, tm[t].s2, k);
+                float f1 = __shfl_sync(FULL_MASK, tm[t].f1, k * src);
+                int s1 = __shfl_sync(FULL_MASK, tm[t].s1, k * src);
+                float f2 = __shfl_sync(FULL_MASK, tm[t].f2, k * src);
+                int s2 = __shfl_sync(FULL_MASK, tm[t].s2, k * src);
                 acc[t] = fmaf(f1, (float)s1, acc[t]);
                 if (two) acc[t] = fmaf(f2, (float)s2, acc[t]);
             }

@@ -3,8 +3,10 @@
 //! metadata (positions, slots, block tables, RoPE table rows) and launches the kernels of `kernels/`.
 
 use crate::device::{Buf, Gpu};
-use crate::geometry::{dtype_code, elementwise_grid, matmul_full_grid, matmul_quant_grid, MAX_HEAD_DIM};
-use std::sync::Arc;
+use crate::geometry::{
+    dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, MAX_HEAD_DIM,
+};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
     Tensor, TensorInfo, Weight,
@@ -54,6 +56,34 @@ impl CudaKv {
 pub struct CudaBackend {
     gpu: Gpu,
     precision: Precision,
+    uploads: Mutex<Uploads>,
+}
+
+/// The last per-call metadata uploaded, reused while the next call asks for the same (every layer of a forward
+/// passes the same positions, slots and attention metadata).
+#[derive(Default)]
+struct Uploads {
+    /// positions, RoPE parameters → cos and sin table rows `[R, rot_dims / 2]`.
+    rope: Option<(Vec<u32>, Rope, Arc<RopeTables>)>,
+    /// KV slots of a kv_write `[R]`.
+    slots: Option<(Vec<u32>, Arc<Buf>)>,
+    /// Attention metadata → its flattened buffers.
+    attn: Option<(AttnMeta, KvSpec, Arc<AttnBufs>)>,
+}
+
+/// cos and sin table rows `[R, rot_dims / 2]` of one call's positions.
+type RopeTables = (Buf, Buf);
+
+/// Flattened attention metadata on the device.
+struct AttnBufs {
+    /// `[R, 5]` i32: position, sequence, ctx, tree offset, tree length.
+    rows: Buf,
+    /// `[Σ table lengths]` u32: every block table, concatenated.
+    bt: Buf,
+    /// `[sequences]` i32: start of each block table in `bt`.
+    bt_off: Buf,
+    /// `[Σ tree lengths, 2]` u32: (position, slot) pairs.
+    tree: Buf,
 }
 
 fn f32_bytes(v: &[f32]) -> &[u8] {
@@ -80,7 +110,7 @@ pub fn available() -> bool {
 impl CudaBackend {
     /// Opens device `ordinal` and compiles the kernels for it (NVRTC, once per process and architecture).
     pub fn new(ordinal: usize, precision: Precision) -> Result<CudaBackend, BackendError> {
-        Ok(CudaBackend { gpu: Gpu::open(ordinal)?, precision })
+        Ok(CudaBackend { gpu: Gpu::open(ordinal)?, precision, uploads: Mutex::new(Uploads::default()) })
     }
 
     /// The device name ("NVIDIA H200").
@@ -93,12 +123,17 @@ impl CudaBackend {
         self.gpu.sync()
     }
 
+    fn uploads(&self) -> MutexGuard<'_, Uploads> {
+        self.uploads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn upload_or_panic(&self, bytes: &[u8]) -> Buf {
         self.gpu.upload(bytes).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// An output of `n` floats (uninitialized: every kernel writes all of its output).
     fn alloc_f32(&self, n: usize) -> Buf {
-        self.gpu.zeros(4 * n).unwrap_or_else(|e| panic!("{e}"))
+        self.gpu.uninit(4 * n).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn tensor(&self, rows: usize, cols: usize, buf: Buf) -> Tensor {
@@ -139,6 +174,53 @@ impl CudaBackend {
         x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).expect("tensor of another backend")
     }
 
+    /// Checks attention metadata against the KV shape and flattens it onto the device.
+    fn attn_bufs(&self, meta: &AttnMeta, spec: KvSpec) -> AttnBufs {
+        // Flattened metadata: rows [R, 5] = (pos, seq, ctx, tree offset, tree length), block tables, tree pairs.
+        let mut bt: Vec<u32> = Vec::new();
+        let mut bt_off: Vec<i32> = Vec::with_capacity(meta.block_tables.len());
+        for t in &meta.block_tables {
+            bt_off.push(i32::try_from(bt.len()).expect("block tables too large"));
+            for &b in t {
+                assert!((b as usize) < spec.blocks, "attention: block {b} outside the pool of {}", spec.blocks);
+            }
+            bt.extend_from_slice(t);
+        }
+        let mut rows: Vec<i32> = Vec::with_capacity(5 * meta.rows.len());
+        let mut tree: Vec<u32> = Vec::new();
+        for row in &meta.rows {
+            assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
+            let need = (row.ctx as usize).div_ceil(spec.block_size);
+            let have = meta.block_tables[row.seq].len();
+            assert!(need <= have, "attention: ctx {} needs {need} blocks, the block table has {have}", row.ctx);
+            let mut last = row.ctx.checked_sub(1);
+            let t0 = tree.len() / 2;
+            for &(pos, slot) in &row.tree {
+                assert!(last.is_none_or(|l| pos > l), "attention: tree positions must increase past ctx");
+                assert!(
+                    (slot as usize) < spec.blocks * spec.block_size,
+                    "attention: tree slot {slot} outside the pool"
+                );
+                last = Some(pos);
+                tree.extend_from_slice(&[pos, slot]);
+            }
+            let as_i32 = |v: usize| i32::try_from(v).expect("attention metadata exceeds i32");
+            rows.extend_from_slice(&[
+                as_i32(row.pos as usize),
+                as_i32(row.seq),
+                as_i32(row.ctx as usize),
+                as_i32(t0),
+                as_i32(row.tree.len()),
+            ]);
+        }
+        AttnBufs {
+            rows: self.upload_or_panic(bytemuck::cast_slice(&rows)),
+            bt: self.upload_or_panic(u32_bytes(&bt)),
+            bt_off: self.upload_or_panic(bytemuck::cast_slice(&bt_off)),
+            tree: self.upload_or_panic(u32_bytes(&tree)),
+        }
+    }
+
     fn matmul_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
         let cw = weight(w);
         let (rows, k, n) = (x.rows, cw.in_dim, cw.out_dim);
@@ -164,9 +246,9 @@ impl CudaBackend {
         match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
             Some(block) => {
                 let nblocks = k / block;
-                let q = self.gpu.zeros(rows * k).unwrap_or_else(|e| panic!("{e}"));
+                let q = self.gpu.uninit(rows * k).unwrap_or_else(|e| panic!("{e}"));
                 let d = self.alloc_f32(rows * nblocks);
-                let sums = self.gpu.zeros(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
+                let sums = self.gpu.uninit(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
                 self.gpu
                     .launch("quantize_rows")
                     .ptr(xb)
@@ -186,6 +268,25 @@ impl CudaBackend {
                     .i32(k)
                     .ptr(&cw.buf)
                     .int(cw.code)
+                    .i32(n)
+                    .addr(bias_ptr)
+                    .int(bias_code)
+                    .ptr(&out)
+                    .go(grid, blk);
+            }
+            None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
+                let kernel = match cw.dtype {
+                    DType::F32 => "matmul_f32w",
+                    DType::F16 => "matmul_f16w",
+                    _ => "matmul_bf16w",
+                };
+                let (grid, blk) = matmul_float_grid(rows, n);
+                self.gpu
+                    .launch(kernel)
+                    .ptr(xb)
+                    .i32(rows)
+                    .i32(k)
+                    .ptr(&cw.buf)
                     .i32(n)
                     .addr(bias_ptr)
                     .int(bias_code)
@@ -308,13 +409,25 @@ impl Backend for CudaBackend {
         if x.rows == 0 {
             return;
         }
-        let freqs = rope_freqs(rope);
-        let half = freqs.len();
-        let (mut cos, mut sin) = (vec![0f32; x.rows * half], vec![0f32; x.rows * half]);
-        for (r, &p) in positions.iter().enumerate() {
-            rope_cos_sin(&freqs, p, &mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
-        }
-        let (cb, sb) = (self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin)));
+        let half = rope.rot_dims / 2;
+        let tables = {
+            let mut up = self.uploads();
+            match &up.rope {
+                Some((p, r, t)) if p == positions && r == rope => t.clone(),
+                _ => {
+                    let freqs = rope_freqs(rope);
+                    let (mut cos, mut sin) = (vec![0f32; x.rows * half], vec![0f32; x.rows * half]);
+                    for (r, &p) in positions.iter().enumerate() {
+                        let (c, s) = (&mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
+                        rope_cos_sin(&freqs, p, c, s);
+                    }
+                    let t = Arc::new((self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin))));
+                    up.rope = Some((positions.to_vec(), *rope, t.clone()));
+                    t
+                }
+            }
+        };
+        let (cb, sb) = (&tables.0, &tables.1);
         let (rows, cols) = (x.rows, x.cols);
         let xt = self.make_unique(x);
         let (g, b) = elementwise_grid(rows * (cols / head_dim) * half);
@@ -325,8 +438,8 @@ impl Backend for CudaBackend {
             .i32(cols)
             .i32(head_dim)
             .i32(half)
-            .ptr(&cb)
-            .ptr(&sb)
+            .ptr(cb)
+            .ptr(sb)
             .int(i32::from(rope.style == RopeStyle::Neox))
             .go(g, b);
     }
@@ -358,7 +471,17 @@ impl Backend for CudaBackend {
         let (ks, vs) = (self.input(k), self.input(v));
         let kb = &ks.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let sb = self.upload_or_panic(u32_bytes(slots));
+        let sb = {
+            let mut up = self.uploads();
+            match &up.slots {
+                Some((s, b)) if s == slots => b.clone(),
+                _ => {
+                    let b = Arc::new(self.upload_or_panic(u32_bytes(slots)));
+                    up.slots = Some((slots.to_vec(), b.clone()));
+                    b
+                }
+            }
+        };
         let off = (layer * store.layer_len() * 4) as u64;
         let (g, b) = elementwise_grid(slots.len() * width);
         self.gpu
@@ -413,44 +536,17 @@ impl Backend for CudaBackend {
         if q.rows == 0 || p.heads == 0 {
             return self.tensor(q.rows, q.cols, out);
         }
-        // Flattened metadata: rows [R, 5] = (pos, seq, ctx, tree offset, tree length), block tables, tree pairs.
-        let mut bt: Vec<u32> = Vec::new();
-        let mut bt_off: Vec<i32> = Vec::with_capacity(meta.block_tables.len());
-        for t in &meta.block_tables {
-            bt_off.push(i32::try_from(bt.len()).expect("block tables too large"));
-            for &b in t {
-                assert!((b as usize) < spec.blocks, "attention: block {b} outside the pool of {}", spec.blocks);
+        let bufs = {
+            let mut up = self.uploads();
+            match &up.attn {
+                Some((m, sp, b)) if m == meta && *sp == spec => b.clone(),
+                _ => {
+                    let b = Arc::new(self.attn_bufs(meta, spec));
+                    up.attn = Some((meta.clone(), spec, b.clone()));
+                    b
+                }
             }
-            bt.extend_from_slice(t);
-        }
-        let mut rows: Vec<i32> = Vec::with_capacity(5 * q.rows);
-        let mut tree: Vec<u32> = Vec::new();
-        for row in &meta.rows {
-            assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
-            let need = (row.ctx as usize).div_ceil(spec.block_size);
-            let have = meta.block_tables[row.seq].len();
-            assert!(need <= have, "attention: ctx {} needs {need} blocks, the block table has {have}", row.ctx);
-            let mut last = row.ctx.checked_sub(1);
-            let t0 = tree.len() / 2;
-            for &(pos, slot) in &row.tree {
-                assert!(last.is_none_or(|l| pos > l), "attention: tree positions must increase past ctx");
-                assert!((slot as usize) < store.slots(), "attention: tree slot {slot} outside the pool");
-                last = Some(pos);
-                tree.extend_from_slice(&[pos, slot]);
-            }
-            let as_i32 = |v: usize| i32::try_from(v).expect("attention metadata exceeds i32");
-            rows.extend_from_slice(&[
-                as_i32(row.pos as usize),
-                as_i32(row.seq),
-                as_i32(row.ctx as usize),
-                as_i32(t0),
-                as_i32(row.tree.len()),
-            ]);
-        }
-        let rows_b = self.upload_or_panic(bytemuck::cast_slice(&rows));
-        let bt_b = self.upload_or_panic(u32_bytes(&bt));
-        let off_b = self.upload_or_panic(bytemuck::cast_slice(&bt_off));
-        let tree_b = self.upload_or_panic(u32_bytes(&tree));
+        };
         let qs = self.input(q);
         let qb = &qs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let off = (layer * store.layer_len() * 4) as u64;
@@ -460,10 +556,10 @@ impl Backend for CudaBackend {
             .ptr(qb)
             .addr(store.k.ptr + off)
             .addr(store.v.ptr + off)
-            .ptr(&rows_b)
-            .ptr(&bt_b)
-            .ptr(&off_b)
-            .ptr(&tree_b)
+            .ptr(&bufs.rows)
+            .ptr(&bufs.bt)
+            .ptr(&bufs.bt_off)
+            .ptr(&bufs.tree)
             .i32(p.heads)
             .i32(p.kv_heads)
             .i32(p.head_dim)

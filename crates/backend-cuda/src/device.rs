@@ -38,6 +38,33 @@ pub fn compile(arch: &str) -> Result<String, BackendError> {
     Ok(ptx)
 }
 
+/// Lets the device's default memory pool keep freed memory instead of returning it to the driver at each
+/// synchronization (every op allocates its output stream-ordered; the pool's default threshold of 0 would
+/// re-map that memory after every `to_host`).
+fn keep_pool_memory(ctx: &CudaContext) -> Result<(), BackendError> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: plain driver calls on this context's device with valid out-pointers.
+    let r = unsafe {
+        ctx.bind_to_thread().map_err(err("bind"))?;
+        let r = sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device());
+        if r == sys::CUresult::CUDA_SUCCESS {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut std::ffi::c_void,
+            )
+        } else {
+            r
+        }
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(BackendError(format!("CUDA memory pool setup: {r:?}")));
+    }
+    Ok(())
+}
+
 /// A device buffer of `bytes` bytes and its address.
 pub struct Buf {
     /// Owns the allocation (freed on drop, in stream order).
@@ -77,6 +104,7 @@ impl Gpu {
             funcs.insert(k, module.load_function(k).map_err(err(k))?);
         }
         let stream = ctx.default_stream();
+        keep_pool_memory(&ctx)?;
         Ok(Gpu { ctx, stream, funcs, name, cc })
     }
 
@@ -88,6 +116,14 @@ impl Gpu {
     /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
     pub fn zeros(&self, bytes: usize) -> Result<Buf, BackendError> {
         let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(err("alloc"))?;
+        Ok(self.wrap(slice, bytes))
+    }
+
+    /// A buffer of `bytes` bytes left uninitialized, for outputs a kernel writes entirely.
+    pub fn uninit(&self, bytes: usize) -> Result<Buf, BackendError> {
+        // SAFETY: u8 has no invalid bit patterns; callers only hand it to kernels that write every byte before
+        // anything reads it.
+        let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(err("alloc"))?;
         Ok(self.wrap(slice, bytes))
     }
 

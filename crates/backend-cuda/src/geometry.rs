@@ -13,9 +13,12 @@ pub const SOURCES: [(&str, &str); 4] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 13] = [
+pub const KERNELS: [&str; 16] = [
     "quantize_rows",
     "matmul_full",
+    "matmul_f32w",
+    "matmul_f16w",
+    "matmul_bf16w",
     "matmul_quant",
     "rms_norm",
     "rope",
@@ -65,6 +68,8 @@ pub fn dtype_code(dtype: DType) -> Option<i32> {
 /// Rows per group of `matmul_full` (`FULL_ROWS` in kernels/matmul.cu) and of `matmul_quant` (`QUANT_ROWS`).
 pub const FULL_ROWS: u32 = 8;
 pub const QUANT_ROWS: u32 = 4;
+/// Rows per block of the float-weight kernels (`FLOAT_ROWS`), looped inside the block in groups of `FULL_ROWS`.
+pub const FLOAT_ROWS: u32 = 64;
 /// Output columns per block of `matmul_full` (one per half-warp of its 128 threads).
 pub const FULL_COLS: u32 = 8;
 /// Largest head_dim the attention kernel holds (`MAX_HEAD_DIM`).
@@ -75,6 +80,11 @@ pub const ELEMWISE_THREADS: u32 = 256;
 /// `(grid, block)` of `matmul_full` for `rows × n` outputs.
 pub fn matmul_full_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(FULL_COLS as usize) as u32, rows.div_ceil(FULL_ROWS as usize) as u32, 1), (128, 1, 1))
+}
+
+/// `(grid, block)` of the float-weight kernels (`matmul_f32w`, `matmul_f16w`, `matmul_bf16w`).
+pub fn matmul_float_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.div_ceil(FULL_COLS as usize) as u32, rows.div_ceil(FLOAT_ROWS as usize) as u32, 1), (128, 1, 1))
 }
 
 /// `(grid, block)` of `matmul_quant` for `rows × n` outputs.
@@ -138,6 +148,7 @@ mod tests {
         let m = SOURCES[1].1;
         assert!(m.contains(&format!("#define FULL_ROWS {FULL_ROWS}\n")));
         assert!(m.contains(&format!("#define QUANT_ROWS {QUANT_ROWS}\n")));
+        assert!(m.contains(&format!("#define FLOAT_ROWS {FLOAT_ROWS}\n")));
         assert!(SOURCES[3].1.contains(&format!("#define MAX_HEAD_DIM {MAX_HEAD_DIM}\n")));
     }
 
@@ -147,6 +158,8 @@ mod tests {
             let (g, b) = matmul_full_grid(rows, n);
             assert!(g.0 as usize * FULL_COLS as usize >= n && g.1 as usize * FULL_ROWS as usize >= rows);
             assert_eq!(b.0, 16 * FULL_COLS);
+            let (g, _) = matmul_float_grid(rows, n);
+            assert!(g.0 as usize * FULL_COLS as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);
             let (g, _) = matmul_quant_grid(rows, n);
             assert!(g.0 as usize == n && g.1 as usize * QUANT_ROWS as usize >= rows);
         }
