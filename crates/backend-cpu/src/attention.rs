@@ -11,7 +11,6 @@
 
 use crate::isa::Isa;
 use crate::{math, simd};
-use rayon::prelude::*;
 use std::ops::Range;
 use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
 use tf_quant::reference::math::exp;
@@ -52,7 +51,7 @@ fn check_rows(kv: &KvLayer, meta: &AttnMeta) {
 
 /// `q [R, heads·head_dim]` over `kv` → `[R, heads·head_dim]` (docs/arithmetic.md "Attention").
 pub(crate) fn attention(
-    pool: &rayon::ThreadPool,
+    pool: &crate::Pool,
     isa: Isa,
     q: &Tensor,
     kv: &KvLayer,
@@ -70,7 +69,7 @@ pub(crate) fn attention(
     // Units: kv head × row tile × head split. Split a kv head's query heads only when there are too few units
     // to keep the threads busy (decode steps).
     let tiles = q.rows.div_ceil(TILE_ROWS);
-    let want = 2 * pool.current_num_threads();
+    let want = 2 * pool.threads();
     let splits = if p.kv_heads * tiles >= want { 1 } else { want.div_ceil(p.kv_heads * tiles).min(group) };
     let mut units = Vec::with_capacity(p.kv_heads * tiles * splits);
     for kvh in 0..p.kv_heads {
@@ -86,10 +85,10 @@ pub(crate) fn attention(
     }
     let run = |u: &Unit| unit(isa, q, kv, meta, p, u);
     let work: usize = meta.rows.iter().map(|r| r.ctx as usize + r.tree.len()).sum::<usize>() * p.heads * hd;
-    let results: Vec<Vec<f32>> = if work < PAR_WORK || pool.current_num_threads() == 1 {
+    let results: Vec<Vec<f32>> = if work < PAR_WORK || pool.threads() == 1 {
         units.iter().map(run).collect()
     } else {
-        pool.install(|| units.par_iter().map(run).collect())
+        pool.map(units.len(), |i| run(&units[i]))
     };
     // Scatter: unit output `[rows, heads, head_dim]` into `out [R, heads·head_dim]`.
     for (u, res) in units.iter().zip(&results) {

@@ -1,5 +1,5 @@
 //! The CPU backend: [`CpuBackend`] implements `tf_core::Backend` with row-exact kernels, AVX2 where the CPU has
-//! it and the scalar reference (`tf_quant::reference`) otherwise, threaded by a rayon pool. Every op gives the
+//! it and the scalar reference (`tf_quant::reference`) otherwise, threaded by a persistent [`Pool`]. Every op gives the
 //! reference's bits whatever the ISA, the thread count or the number of rows in the call
 //! (docs/arithmetic.md, DESIGN.md §2): threads split rows, (row, head) pairs or output columns, never a
 //! reduction, and no kernel is chosen by row count.
@@ -13,10 +13,10 @@ mod kv;
 mod math;
 pub mod matmul;
 mod norm;
+pub mod pool;
 mod rope;
 mod simd;
 
-use rayon::prelude::*;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -28,28 +28,33 @@ use tf_core::{
 pub use isa::Isa;
 pub use kv::CpuKv;
 pub use matmul::CpuWeight;
+pub use pool::Pool;
 
 /// Below this many elements an op runs on the calling thread (waking the pool costs more than the work).
 const PAR_MIN: usize = 1 << 14;
 
 /// Runs `f(r, row)` over the rows (`cols` wide) of `data`, on the pool when there is enough work.
-pub(crate) fn for_rows(pool: &rayon::ThreadPool, data: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+pub(crate) fn for_rows(pool: &Pool, data: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if cols == 0 || data.is_empty() {
         return;
     }
-    if data.len() < PAR_MIN || pool.current_num_threads() == 1 {
+    if data.len() < PAR_MIN || pool.threads() == 1 {
         data.chunks_mut(cols).enumerate().for_each(|(r, row)| f(r, row));
     } else {
-        pool.install(|| data.par_chunks_mut(cols).enumerate().for_each(|(r, row)| f(r, row)));
+        // About four tasks per thread, whole rows each.
+        let per = data.len().div_ceil(cols).div_ceil(4 * pool.threads());
+        pool.for_chunks_mut(data, per * cols, |i, rows| {
+            rows.chunks_mut(cols).enumerate().for_each(|(j, row)| f(i * per + j, row))
+        });
     }
 }
 
 /// Runs `f(offset, chunk)` over fixed chunks of `data` (for elementwise ops, where any split gives the same bits).
-fn for_chunks(pool: &rayon::ThreadPool, data: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync) {
-    if data.len() < PAR_MIN || pool.current_num_threads() == 1 {
+fn for_chunks(pool: &Pool, data: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync) {
+    if data.len() < PAR_MIN || pool.threads() == 1 {
         f(0, data);
     } else {
-        pool.install(|| data.par_chunks_mut(PAR_MIN).enumerate().for_each(|(i, c)| f(i * PAR_MIN, c)));
+        pool.for_chunks_mut(data, PAR_MIN, |i, c| f(i * PAR_MIN, c));
     }
 }
 
@@ -87,9 +92,9 @@ impl VectorCache {
     }
 }
 
-/// The CPU backend: an ISA level, a precision mode and a rayon pool of `threads` threads.
+/// The CPU backend: an ISA level, a precision mode and a pool of `threads` threads (the caller's included).
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    pool: Pool,
     threads: usize,
     isa: Isa,
     precision: Precision,
@@ -107,11 +112,7 @@ impl CpuBackend {
     pub fn with_isa(threads: usize, precision: Precision, isa: Isa) -> CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU cannot run {}", isa.name());
         let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("tf-cpu-{i}"))
-            .build()
-            .expect("cannot start the CPU backend's threads");
+        let pool = Pool::new(threads);
         CpuBackend { pool, threads, isa, precision, rope: Default::default(), vectors: Default::default() }
     }
 

@@ -15,7 +15,7 @@ pub(crate) fn exp_sub_inplace(isa: Isa, xs: &mut [f32], sub: f32) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` is Avx2 only when the CPU has AVX2 and FMA (module docs).
-        Isa::Avx2 => unsafe { avx2::exp_sub_inplace(xs, sub) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::exp_sub_inplace(xs, sub) },
         _ => xs.iter_mut().for_each(|x| *x = m::exp(*x - sub)),
     }
 }
@@ -25,7 +25,7 @@ pub(crate) fn softcap_inplace(isa: Isa, xs: &mut [f32], cap: f32) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `exp_sub_inplace`.
-        Isa::Avx2 => unsafe { avx2::softcap_inplace(xs, cap) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::softcap_inplace(xs, cap) },
         _ => xs.iter_mut().for_each(|x| *x = cap * m::tanh(*x / cap)),
     }
 }
@@ -36,7 +36,7 @@ pub(crate) fn glu(isa: Isa, gate: &[f32], up: &[f32], act: GluAct, out: &mut [f3
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `exp_sub_inplace`.
-        Isa::Avx2 => unsafe { avx2::glu(gate, up, act, out) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::glu(gate, up, act, out) },
         _ => tf_quant::reference::ops::glu(gate, up, act, out),
     }
 }

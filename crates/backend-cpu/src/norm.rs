@@ -6,7 +6,7 @@ use crate::{for_rows, simd};
 use tf_core::Tensor;
 
 /// `x [R, cols]`, `w [group]` → `[R, cols]`, each `group` columns normalized on their own.
-pub(crate) fn rms_norm(pool: &rayon::ThreadPool, isa: Isa, x: &Tensor, w: &[f32], group: usize, eps: f32) -> Tensor {
+pub(crate) fn rms_norm(pool: &crate::Pool, isa: Isa, x: &Tensor, w: &[f32], group: usize, eps: f32) -> Tensor {
     assert!(group > 0 && x.cols.is_multiple_of(group), "rms_norm: cols {} not a multiple of group {group}", x.cols);
     assert_eq!(w.len(), group, "rms_norm: weight has {} values for groups of {group}", w.len());
     let mut out = Tensor::zeros(x.rows, x.cols);

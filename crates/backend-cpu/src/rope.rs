@@ -46,7 +46,7 @@ pub(crate) struct RopeCache {
 
 impl RopeCache {
     /// The frequencies and a table covering `max_pos` when it is below [`TABLE_MAX`].
-    fn get(&self, pool: &rayon::ThreadPool, rope: &Rope, max_pos: usize) -> (Arc<Vec<f64>>, Arc<Table>) {
+    fn get(&self, pool: &crate::Pool, rope: &Rope, max_pos: usize) -> (Arc<Vec<f64>>, Arc<Table>) {
         let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         let entry = tables.entry(key(rope)).or_insert_with(|| {
             (Arc::new(rope_freqs(rope)), Arc::new(Table { len: 0, cos: Vec::new(), sin: Vec::new() }))
@@ -75,7 +75,7 @@ impl RopeCache {
 
 /// Rotates every `head_dim` group of every row of `x [R, heads·head_dim]` in place, row `r` at `positions[r]`.
 pub(crate) fn rope(
-    pool: &rayon::ThreadPool,
+    pool: &crate::Pool,
     cache: &RopeCache,
     x: &mut Tensor,
     positions: &[u32],

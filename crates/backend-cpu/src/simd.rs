@@ -15,7 +15,7 @@ pub(crate) fn dot16(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` is Avx2 only when the CPU has AVX2 and FMA (module docs).
-        Isa::Avx2 => unsafe { avx2::dot16(a, b) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::dot16(a, b) },
         _ => rm::dot16(a, b),
     }
 }
@@ -26,7 +26,7 @@ pub(crate) fn dot16_x4(isa: Isa, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::dot16_x4(a, b) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::dot16_x4(a, b) },
         _ => b.map(|b| rm::dot16(a, b)),
     }
 }
@@ -39,7 +39,7 @@ pub(crate) fn fma_acc_rows(isa: Isa, o: &mut [f32], e: &[f32], v: &[&[f32]]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::fma_acc_rows(o, e, v) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::fma_acc_rows(o, e, v) },
         _ => {
             for (&e, v) in e.iter().zip(v) {
                 o.iter_mut().zip(*v).for_each(|(o, &v)| *o = e.mul_add(v, *o));
@@ -54,7 +54,7 @@ pub(crate) fn merge(isa: Isa, o: &mut [f32], a: f32, oc: &[f32], b: f32) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::merge(o, a, oc, b) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::merge(o, a, oc, b) },
         _ => o.iter_mut().zip(oc).for_each(|(o, &c)| *o = *o * a + c * b),
     }
 }
@@ -66,7 +66,7 @@ pub(crate) fn mul_scalar_mul(isa: Isa, x: &[f32], s: f32, w: &[f32], y: &mut [f3
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::mul_scalar_mul(x, s, w, y) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::mul_scalar_mul(x, s, w, y) },
         _ => y.iter_mut().zip(x).zip(w).for_each(|((y, &x), &w)| *y = (x * s) * w),
     }
 }
@@ -78,7 +78,7 @@ pub(crate) fn div_scalar(isa: Isa, x: &[f32], l: f32, y: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::div_scalar(x, l, y) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::div_scalar(x, l, y) },
         _ => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x / l),
     }
 }
@@ -89,7 +89,7 @@ pub(crate) fn add(isa: Isa, a: &mut [f32], b: &[f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::add(a, b) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::add(a, b) },
         _ => tf_quant::reference::ops::add(a, b),
     }
 }
@@ -100,7 +100,7 @@ pub(crate) fn scale(isa: Isa, x: &mut [f32], s: f32) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
-        Isa::Avx2 => unsafe { avx2::scale(x, s) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2::scale(x, s) },
         _ => tf_quant::reference::ops::scale(x, s),
     }
 }

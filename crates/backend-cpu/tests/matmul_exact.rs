@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tf_backend_cpu::isa::Isa;
 use tf_backend_cpu::matmul::{matmul, CpuWeight};
+use tf_backend_cpu::Pool;
 use tf_core::{DType, Precision, Tensor, TensorInfo};
 use tf_quant::reference::matmul::{checkpoint_block, matmul_ref, quantize_row};
 
@@ -43,8 +44,8 @@ fn seed() -> u64 {
     seed
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+fn pool(threads: usize) -> Pool {
+    Pool::new(threads)
 }
 
 /// An f16 bit pattern of a finite value of magnitude 2^(e-15) · (1 + m/1024), `e` in `lo..hi`, random sign.
@@ -110,7 +111,7 @@ impl Case {
         self.bias.as_ref().map(|b| CpuWeight::from_f32(&[self.out], b.clone()))
     }
 
-    fn run(&self, pool: &rayon::ThreadPool, isa: Isa, p: Precision, x: &Tensor) -> Vec<f32> {
+    fn run(&self, pool: &Pool, isa: Isa, p: Precision, x: &Tensor) -> Vec<f32> {
         let y = matmul(pool, isa, p, x, &self.w, self.bias_weight().as_ref());
         assert_eq!((y.rows, y.cols), (x.rows, self.out));
         y.host
@@ -261,7 +262,7 @@ fn thread_count_does_not_matter() {
                         case.name(),
                         p.name(),
                         isa.name(),
-                        pool.current_num_threads(),
+                        pool.threads(),
                         first_diff(&many, &one)
                     );
                 }

@@ -73,7 +73,7 @@ fn quantize(isa: Isa, x: &[f32], q: &mut [i8]) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only selected when the CPU has AVX2 and FMA.
-        Isa::Avx2 => unsafe { super::avx2::quantize_block(x, q) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { super::avx2::quantize_block(x, q) },
         _ => quantize_block(x, q),
     }
 }

@@ -17,7 +17,7 @@ use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_epi32, p
 use super::QuantKernel;
 
 /// A legacy block layout.
-trait Legacy {
+pub(super) trait Legacy {
     /// Bytes per block.
     const BYTES: usize;
     /// Whether the block has an offset `m` (f16 right after `d`, i.e. in the high half of the gathered word).
@@ -36,7 +36,7 @@ trait Legacy {
 /// 16 bytes of nibbles → 32 bytes: elements 0..16 are the low nibbles, 16..32 the high nibbles.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn nibbles(qs: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(qs: *const u8) -> __m256i {
     let q = _mm_loadu_si128(qs as *const __m128i);
     let m4 = _mm_set1_epi8(0x0f);
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(q), m4), _mm_and_si128(q, m4))
@@ -55,12 +55,12 @@ unsafe fn high_bits(qh: *const u8) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
-struct Q4_0;
-struct Q4_1;
-struct Q5_0;
-struct Q5_1;
-struct Q8_0;
-struct Q8_1;
+pub(super) struct Q4_0;
+pub(super) struct Q4_1;
+pub(super) struct Q5_0;
+pub(super) struct Q5_1;
+pub(super) struct Q8_0;
+pub(super) struct Q8_1;
 
 impl Legacy for Q4_0 {
     const BYTES: usize = 18;

@@ -2,7 +2,9 @@
 //! in both precision modes, bit-equal to `tf_quant::reference::matmul::matmul_ref` (docs/arithmetic.md).
 //!
 //! Work layout (none of it changes a bit of any output row):
-//! - threads (the rayon pool) take fixed chunks of [`CHUNK_COLS`] output columns; a reduction is never split;
+//! - threads (the [`Pool`]) take chunks of whole tiles of output columns, about four chunks per thread (at most
+//!   [`CHUNK_COLS`] columns each for wide weights), and write their columns of `y` in place; a reduction is
+//!   never split;
 //! - inside a chunk, tiles of [`TILE_COLS`] weight rows; for each tile the R activation rows are walked in groups
 //!   of `RT` rows (8, 4, 2 or 1, the largest that fits what is left), each group computing a `C × RT` block of
 //!   outputs (`C·RT` = 8 lanes in checkpoint mode, 4 pairs of registers in full mode) while the weight tile stays
@@ -21,18 +23,21 @@ mod avx2_full;
 mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
+#[cfg(target_arch = "x86_64")]
+mod avx512_legacy;
 mod scalar;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 
-use rayon::prelude::*;
 use tf_core::{BackendError, DType, Precision, Tensor, TensorInfo};
 use tf_quant::reference::matmul::checkpoint_block;
 
 use crate::isa::Isa;
+use crate::pool::{Pool, SendPtr};
 use act::ActQ;
 
-/// Output columns per thread task. Fixed: a chunk is a unit of work, never a unit of arithmetic.
+/// Most output columns per thread task on wide weights. A chunk is a unit of work, never a unit of arithmetic.
 pub const CHUNK_COLS: usize = 64;
 /// Weight rows (output columns) per cache tile inside a chunk.
 pub const TILE_COLS: usize = 8;
@@ -182,7 +187,7 @@ fn row_group(left: usize, max: usize) -> usize {
 /// on its input row, the weights, `precision` (and never on `R`, the pool's thread count or `isa`).
 /// Panics when the shapes disagree (a programming error in the model).
 pub fn matmul(
-    pool: &rayon::ThreadPool,
+    pool: &Pool,
     isa: Isa,
     precision: Precision,
     x: &Tensor,
@@ -197,9 +202,14 @@ pub fn matmul(
     );
     assert_eq!(x.host.len(), rows * k, "matmul: x has no host data of [{rows}, {k}]");
     assert!(isa <= Isa::detect(), "matmul: {} kernels on a CPU without them", isa.name());
-    let bias_values = bias.map(|b| {
+    // `[n]` bias values, borrowed when the bias is stored as f32.
+    let bias_values: Option<Cow<[f32]>> = bias.map(|b| {
         assert_eq!(b.out_dim * b.in_dim, n, "matmul: bias {:?} for a weight with {n} outputs", b.shape);
-        b.as_f32_vec()
+        if b.dtype == DType::F32 {
+            Cow::Borrowed(&b.f32s[..])
+        } else {
+            Cow::Owned(b.as_f32_vec())
+        }
     });
     if rows == 0 || n == 0 {
         return Tensor::zeros(rows, n);
@@ -210,43 +220,66 @@ pub fn matmul(
         }
         _ => Job::Full { x: &x.host },
     };
-    let chunks: Vec<Vec<f32>> = pool.install(|| {
-        (0..n.div_ceil(CHUNK_COLS))
-            .into_par_iter()
-            .map(|ci| {
-                let (c0, c1) = (ci * CHUNK_COLS, ((ci + 1) * CHUNK_COLS).min(n));
-                // `[rows][c1 - c0]`: this chunk's outputs.
-                let mut out = vec![0f32; rows * (c1 - c0)];
-                match &job {
-                    Job::Full { x } => chunk_full(isa, w, x, rows, c0, c1, &mut out),
-                    Job::Quant { act } => chunk_quant(isa, w, act, c0, c1, &mut out),
-                }
-                out
-            })
-            .collect()
-    });
-    // `[rows][n]`.
+    // `[rows][n]`, written in place by the chunks (disjoint column ranges).
     let mut y = vec![0f32; rows * n];
-    for (ci, out) in chunks.iter().enumerate() {
-        let (c0, cw) = (ci * CHUNK_COLS, out.len() / rows);
-        for r in 0..rows {
-            y[r * n + c0..r * n + c0 + cw].copy_from_slice(&out[r * cw..(r + 1) * cw]);
+    let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
+    let tiles = n.div_ceil(TILE_COLS);
+    let tasks = if pool.threads() == 1 {
+        1
+    } else {
+        (4 * pool.threads()).max(tiles.div_ceil(CHUNK_COLS / TILE_COLS)).min(tiles)
+    };
+    pool.run(tasks, &|t| {
+        let (c0, c1) = (t * tiles / tasks * TILE_COLS, ((t + 1) * tiles / tasks * TILE_COLS).min(n));
+        match &job {
+            Job::Full { x } => chunk_full(isa, w, x, c0, c1, &out),
+            Job::Quant { act } => chunk_quant(isa, w, act, c0, c1, &out),
         }
-    }
-    if let Some(b) = bias_values {
-        for row in y.chunks_exact_mut(n) {
-            for (y, &b) in row.iter_mut().zip(&b) {
-                *y += b;
+        if let Some(b) = &bias_values {
+            for r in 0..rows {
+                for c in c0..c1 {
+                    // SAFETY: this task owns columns `c0..c1` of every row.
+                    unsafe { out.add(r, c, b[c]) };
+                }
             }
         }
-    }
+    });
     Tensor::host(rows, n, y)
 }
 
-/// Full mode over output columns `c0..c1`: `out [rows][c1 - c0]`.
-fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], rows: usize, c0: usize, c1: usize, out: &mut [f32]) {
+/// The output `[rows][stride]` of one matmul, shared by its tasks; each task writes only its own columns.
+struct Out {
+    ptr: SendPtr<f32>,
+    rows: usize,
+    stride: usize,
+}
+
+impl Out {
+    /// `y[r][c] = v`.
+    ///
+    /// # Safety
+    /// No other thread accesses `y[r][c]` during the call (tasks own disjoint columns).
+    #[inline]
+    unsafe fn set(&self, r: usize, c: usize, v: f32) {
+        assert!(r < self.rows && c < self.stride, "matmul output ({r}, {c}) out of range");
+        *self.ptr.get().add(r * self.stride + c) = v;
+    }
+
+    /// `y[r][c] += v`.
+    ///
+    /// # Safety
+    /// As [`Out::set`].
+    #[inline]
+    unsafe fn add(&self, r: usize, c: usize, v: f32) {
+        assert!(r < self.rows && c < self.stride, "matmul output ({r}, {c}) out of range");
+        *self.ptr.get().add(r * self.stride + c) += v;
+    }
+}
+
+/// Full mode over output columns `c0..c1` of `out`.
+fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], c0: usize, c1: usize, out: &Out) {
     let k = w.in_dim;
-    let cw = c1 - c0;
+    let rows = out.rows;
     // `[rows]` activation rows.
     let xrows: Vec<&[f32]> = x.chunks_exact(k).collect();
     SCRATCH.with(|scratch| {
@@ -276,7 +309,8 @@ fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], rows: usize, c0: usize, c1: us
                     let res = dot16_tile(isa, c, rt, &cols, &xs);
                     for ci in 0..c.min(t1 - t0 - s0) {
                         for ri in 0..rt {
-                            out[(r0 + ri) * cw + t0 - c0 + s0 + ci] = res[ci * rt + ri];
+                            // SAFETY: this task owns columns `c0..c1`.
+                            unsafe { out.set(r0 + ri, t0 + s0 + ci, res[ci * rt + ri]) };
                         }
                     }
                 }
@@ -290,7 +324,7 @@ fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], rows: usize, c0: usize, c1: us
 fn dequant_row(isa: Isa, dtype: DType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA.
-    if isa == Isa::Avx2 && unsafe { avx2_dequant::dequant_row(dtype, bytes, out) } {
+    if isa >= Isa::Avx2 && unsafe { avx2_dequant::dequant_row(dtype, bytes, out) } {
         return;
     }
     let _ = isa;
@@ -302,15 +336,14 @@ fn dot16_tile(isa: Isa, c: usize, rt: usize, w: &[&[f32]; 4], x: &[&[f32]; 4]) -
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA; all rows are `[k]`.
-        Isa::Avx2 => unsafe { avx2_full::dot16_tile(c, rt, w, x) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { avx2_full::dot16_tile(c, rt, w, x) },
         _ => scalar::dot16_tile(c, rt, w, x),
     }
 }
 
-/// Checkpoint mode over output columns `c0..c1`: `out [rows][c1 - c0]`.
-fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &mut [f32]) {
+/// Checkpoint mode over output columns `c0..c1` of `out`.
+fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     let rows = act.rows;
-    let cw = c1 - c0;
     let kernel = pick_quant_kernel(isa, w.dtype);
     for t0 in (c0..c1).step_by(TILE_COLS) {
         let t1 = (t0 + TILE_COLS).min(c1);
@@ -324,7 +357,8 @@ fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &
                 let res = kernel(&cols, act, r0, rt);
                 for ci in 0..c.min(t1 - s0) {
                     for ri in 0..rt {
-                        out[(r0 + ri) * cw + s0 - c0 + ci] = res[ci * rt + ri];
+                        // SAFETY: this task owns columns `c0..c1`.
+                        unsafe { out.set(r0 + ri, s0 + ci, res[ci * rt + ri]) };
                     }
                 }
             }
@@ -339,7 +373,13 @@ pub(crate) type QuantKernel = fn(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: u
 
 fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa == Isa::Avx512 {
+        if let Some(k) = avx512_legacy::kernel(dtype) {
+            return k;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
         if let Some(k) = avx2_legacy::kernel(dtype).or_else(|| avx2_kquant::kernel(dtype)) {
             return k;
         }
@@ -381,7 +421,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "expects 4 input columns")]
     fn shape_mismatch_panics() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let pool = Pool::new(1);
         let w = CpuWeight::from_f32(&[2, 4], vec![0.0; 8]);
         matmul(&pool, Isa::Scalar, Precision::Full, &Tensor::zeros(1, 3), &w, None);
     }

@@ -1,0 +1,107 @@
+//! Matmul kernel throughput (speed lives here, never in tests): weight GB/s and GFLOP/s of one `[N, K]` weight
+//! type at 1, 4, 16 and 64 rows, for the weights resident in L2 (`l2`, 512 × 1536) and streamed from
+//! memory (`dram`, a rotation of weights totalling ~512 MiB, each used once per round).
+//!
+//! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
+//! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0).
+
+use std::time::Instant;
+
+use tf_backend_cpu::matmul::{matmul, CpuWeight};
+use tf_backend_cpu::{Isa, Pool};
+use tf_core::{DType, Precision, Tensor, TensorInfo};
+
+/// A deterministic xorshift stream (no dependency on `rand` outside tests).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random bytes of an `[out, inn]` weight with finite, modest f16 scales.
+fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
+    let bb = dtype.block_bytes();
+    // `[out * inn / block * bb]` raw GGUF bytes.
+    let mut w: Vec<u8> = (0..out * inn / dtype.block_size() * bb).map(|_| rng.next() as u8).collect();
+    let f16_fields: &[usize] = match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
+        DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q6K => &[208],
+        _ => &[],
+    };
+    for blk in w.chunks_exact_mut(bb) {
+        for &at in f16_fields {
+            let h = ((4 + rng.next() % 8) << 10) as u16 | (rng.next() % 1024) as u16;
+            blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
+    CpuWeight::from_bytes(&info, &w).expect("valid weight")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let threads: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let isa = match args.get(1).map(String::as_str) {
+        Some("scalar") => Isa::Scalar,
+        Some("avx2") => Isa::Avx2,
+        Some("avx512") => Isa::Avx512,
+        _ => Isa::detect(),
+    };
+    let types: Vec<DType> = if args.len() > 2 {
+        args[2..]
+            .iter()
+            .map(|t| *DType::ALL.iter().find(|d| d.name() == t).unwrap_or_else(|| panic!("unknown type {t}")))
+            .collect()
+    } else {
+        vec![DType::Q4K, DType::Q6K, DType::Q4_1, DType::Q5_0, DType::Q8_0]
+    };
+    let pool = Pool::new(threads);
+    let k = 1536;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    println!("threads {}, isa {}, K = {k}", pool.threads(), isa.name());
+    println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");
+    for dtype in types {
+        for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0)] {
+            let row_bytes = k / dtype.block_size() * dtype.block_bytes();
+            // Enough distinct weights to total ~512 MiB for the DRAM set.
+            let count = if count == 0 { (512 << 20) / (n * row_bytes) } else { count };
+            // `count` weights of `[n, k]`.
+            let ws: Vec<CpuWeight> = (0..count).map(|_| weight(&mut rng, dtype, n, k)).collect();
+            for rows in [1, 4, 16, 64] {
+                // `[rows, k]` activations.
+                let x =
+                    Tensor::host(rows, k, (0..rows * k).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect());
+                let reps = (((64 << 20) / (n * row_bytes * rows.min(16))).max(count)).min(20000);
+                let run = |reps: usize| {
+                    for i in 0..reps {
+                        std::hint::black_box(matmul(&pool, isa, Precision::Checkpoint, &x, &ws[i % count], None));
+                    }
+                };
+                run(count.min(reps));
+                let t = Instant::now();
+                run(reps);
+                let s = t.elapsed().as_secs_f64() / reps as f64;
+                let gbs = (n * row_bytes) as f64 / s / 1e9;
+                let gflops = 2.0 * (n * k * rows) as f64 / s / 1e9;
+                println!(
+                    "{:6} {:6} {:>5} {:>10.1} {:>9.1} {:>9.1}",
+                    dtype.to_string(),
+                    set,
+                    rows,
+                    s * 1e6,
+                    gbs,
+                    gflops
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! Q8_1): the integer dot of a weight block with its activation block by `vpdpbusd`, two weight rows per 512-bit
+//! register, then exactly the float steps of the AVX2 kernel (`avx2_legacy`) and of the reference.
+//!
+//! Exactness: `vpdpbusd` sums four u8 × s8 products into each i32 lane without saturation, so every lane's sum
+//! is the exact integer the reference forms (any grouping of an exact integer sum gives the same integer). The
+//! unsigned types (quants `0..=31`) go in as the u8 operand, the activations (`-127..=127`) as the s8 one. The
+//! signed Q8 types use `Σ x·w = Σ (x + 128)·w − Σ 128·w`: `x + 128` (`x ^ 0x80`, in `1..=255`) is the u8
+//! operand and `Σ 128·w` is a second `vpdpbusd` of the constant 128 with the same weights (both exact, |sum| <
+//! 2^17 per lane). The eight lanes' vectors are then reduced ([`reduce8`]) and updated in floats exactly as in
+//! `avx2_legacy`: `acc = fma(dw * dx, S, acc)` (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types).
+//!
+//! Unpacking two rows at once: Q4/Q5 nibbles of rows `c` and `c + 1` are loaded into one 256-bit register,
+//! spread to `[qs_c, qs_c, qs_c1, qs_c1]` (128-bit quarters), shifted by 0 / 4 per quarter and masked, which is
+//! each row's 32 quants in element order; the Q5 fifth bits come from one 64-bit mask (`qh_c | qh_c1 << 32`)
+//! and a masked byte add of 16.
+
+use std::arch::x86_64::*;
+
+use tf_core::DType;
+
+use super::act::ActQ;
+use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words};
+use super::avx2_legacy::{Legacy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
+use super::QuantKernel;
+
+/// Two rows' blocks at once.
+trait Pair: Legacy {
+    /// The quants of the blocks at `b0` (bytes 0..32) and `b1` (bytes 32..64), each in element order.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `b0` and `b1` point at whole blocks.
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i;
+}
+
+/// 16 bytes of nibbles at `q0` and at `q1` → 64 bytes: per row, elements 0..16 the low nibbles, 16..32 the high.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn nibbles2(q0: *const u8, q1: *const u8) -> __m512i {
+    let t = _mm256_inserti128_si256::<1>(
+        _mm256_castsi128_si256(_mm_loadu_si128(q0 as *const __m128i)),
+        _mm_loadu_si128(q1 as *const __m128i),
+    );
+    // Quarters [qs_c, qs_c, qs_c1, qs_c1], then shifts 0, 4, 0, 4 (per 16-bit lane) and the nibble mask.
+    let z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(t));
+    let s4 = 0x0004_0004_0004_0004;
+    let z = _mm512_srlv_epi16(z, _mm512_setr_epi64(0, 0, s4, s4, 0, 0, s4, s4));
+    _mm512_and_si512(z, _mm512_set1_epi8(0x0f))
+}
+
+/// Adds 16 to byte `i` of `w` where bit `i` of `qh_c | qh_c1 << 32` is set (the little-endian u32s at `h0`, `h1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn fifth_bits2(w: __m512i, h0: *const u8, h1: *const u8) -> __m512i {
+    let m = (h0 as *const u32).read_unaligned() as u64 | ((h1 as *const u32).read_unaligned() as u64) << 32;
+    _mm512_mask_add_epi8(w, m, w, _mm512_set1_epi8(16))
+}
+
+/// 32 bytes at `p0` and at `p1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn bytes2(p0: *const u8, p1: *const u8) -> __m512i {
+    _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_loadu_si256(p0 as *const __m256i)),
+        _mm256_loadu_si256(p1 as *const __m256i),
+    )
+}
+
+impl Pair for Q4_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        nibbles2(b0.add(2), b1.add(2))
+    }
+}
+
+impl Pair for Q4_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        nibbles2(b0.add(4), b1.add(4))
+    }
+}
+
+impl Pair for Q5_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        fifth_bits2(nibbles2(b0.add(6), b1.add(6)), b0.add(2), b1.add(2))
+    }
+}
+
+impl Pair for Q5_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        fifth_bits2(nibbles2(b0.add(8), b1.add(8)), b0.add(4), b1.add(4))
+    }
+}
+
+impl Pair for Q8_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        bytes2(b0.add(2), b1.add(2))
+    }
+}
+
+impl Pair for Q8_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        bytes2(b0.add(4), b1.add(4))
+    }
+}
+
+/// The AVX-512 kernel of a legacy `dtype`, if there is one.
+pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
+    Some(match dtype {
+        DType::Q4_0 => entry::<Q4_0>,
+        DType::Q4_1 => entry::<Q4_1>,
+        DType::Q5_0 => entry::<Q5_0>,
+        DType::Q5_1 => entry::<Q5_1>,
+        DType::Q8_0 => entry::<Q8_0>,
+        DType::Q8_1 => entry::<Q8_1>,
+        _ => return None,
+    })
+}
+
+fn entry<T: Pair>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
+    assert!(act.block == 32 && r0 + rt <= act.rows, "legacy tile: activation rows");
+    assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "legacy tile: weight rows");
+    // SAFETY: this kernel is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; the asserts
+    // above bound every pointer the kernel forms.
+    unsafe { by_rows!(rt, tile::<T>(cols, act, r0)) }
+}
+
+/// `C` weight rows × `RT` activation rows → 8 lanes, lane `c · RT + r` (as `avx2_legacy::tile`).
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
+    let (k, rows) = (act.k, act.rows);
+    let offsets = lane_offsets::<RT>(cols);
+    // The same block of the row one tile (8 rows) further (see `avx2_legacy`).
+    let ahead = 8 * cols[0].len();
+    let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
+    let flip = _mm512_set1_epi8(-128);
+    let zero = _mm512_setzero_si512();
+    // `[RT]` rows of `[k]` quantized activations.
+    let xq: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k));
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..act.nb {
+        let mut p = [_mm256_setzero_si256(); 8];
+        // `[RT]` activation blocks, in both 256-bit halves (`x + 128` as u8 for the signed types).
+        let xx: [__m512i; RT] = std::array::from_fn(|r| {
+            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(xq[r].add(32 * b) as *const __m256i));
+            if T::SIGNED {
+                _mm512_xor_si512(v, flip)
+            } else {
+                v
+            }
+        });
+        if C == 1 {
+            let blk = cols[0].as_ptr().add(b * T::BYTES);
+            _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead) as *const i8);
+            let w = T::unpack(blk);
+            let z = _mm256_setzero_si256();
+            let off = if T::SIGNED { _mm256_dpbusd_epi32(z, _mm512_castsi512_si256(flip), w) } else { z };
+            for r in 0..RT {
+                let x = _mm512_castsi512_si256(xx[r]);
+                p[r] = if T::SIGNED {
+                    _mm256_sub_epi32(_mm256_dpbusd_epi32(z, x, w), off)
+                } else {
+                    _mm256_dpbusd_epi32(z, w, x)
+                };
+            }
+        } else {
+            for cp in 0..C / 2 {
+                let b0 = cols[2 * cp].as_ptr().add(b * T::BYTES);
+                let b1 = cols[2 * cp + 1].as_ptr().add(b * T::BYTES);
+                // Blocks are under 64 bytes: one line each (never dereferenced; changes no value).
+                _mm_prefetch::<_MM_HINT_T1>(b0.wrapping_add(ahead) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(b1.wrapping_add(ahead) as *const i8);
+                let w = T::unpack2(b0, b1);
+                let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
+                for r in 0..RT {
+                    let d = if T::SIGNED {
+                        _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xx[r], w), off)
+                    } else {
+                        _mm512_dpbusd_epi32(zero, w, xx[r])
+                    };
+                    p[2 * cp * RT + r] = _mm512_castsi512_si256(d);
+                    p[(2 * cp + 1) * RT + r] = _mm512_extracti64x4_epi64::<1>(d);
+                }
+            }
+        }
+        // From here on, the float steps of `avx2_legacy` (and of the reference), lane by lane.
+        let mut s = reduce8(&p);
+        let at = b * rows + r0;
+        let sx = pattern_epi32::<RT>(act.s_t.as_ptr().add(at));
+        if T::OFFSET_LOG2 != 0 {
+            s = _mm256_sub_epi32(s, _mm256_sll_epi32(sx, shift));
+        }
+        let g = words::<C>(cols, b * T::BYTES, offsets);
+        let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(at));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lo(g), dx), _mm256_cvtepi32_ps(s), acc);
+        if T::HAS_MIN {
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_hi(g), dx), _mm256_cvtepi32_ps(sx), acc);
+        }
+    }
+    lanes(acc)
+}
