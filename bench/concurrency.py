@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Shared rounds and the prefix cache, measured through the HTTP API of `tensorfold serve`.
 
-usage: python3 bench/concurrency.py MODEL.gguf [--bin target/release/tensorfold] [--streams 1,2,4,8,16]
-                                   [--max-tokens 64] [--parallel 16] [--threads 2] [--json OUT]
+usage: python3 bench/concurrency.py MODEL.gguf [--engine tensorfold|llama-server] [--bin BINARY]
+                                   [--streams 1,2,4,8,16] [--max-tokens 64] [--parallel 16] [--threads 2]
+                                   [--json OUT]
 
-Starts the server (port 0, --parallel P), then:
+Starts the server (`tensorfold serve`, or llama.cpp's `llama-server` built by bench/build-llama-server.sh, on
+the same GGUF with --parallel P slots), then:
   A. N concurrent chat requests (distinct prompts, greedy, max_tokens) for each N: aggregate generated tok/s
      (all completion tokens / wall time from first send to last reply) and the median per-stream decode tok/s
-     ((completion tokens - 1) / tensorfold.decode_s);
+     ((completion tokens - 1) / tensorfold.decode_s; llama-server: its own timings.predicted_per_second);
   B. time to first token of a short request sent while a ~2k-token prompt is filling (streamed; the short
      request is sent when the long one has been accepted), against the same short request alone;
   C. a ~4k-token prompt sent twice (max_tokens 1): time to first token cold vs served from the prefix cache.
@@ -32,9 +34,16 @@ def filler(n_words, salt):
 
 
 def start_server(args):
-    cmd = [args.bin, "serve", args.model, "--port", "0", "--threads", str(args.threads), "--parallel",
-           str(args.parallel), "--no-live-line", "--context", "8192"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    if args.engine == "llama-server":
+        # One slot per stream, each with the whole context (the KV is not shared across slots otherwise).
+        cmd = [args.bin, "-m", args.model, "--port", str(args.port), "--host", "127.0.0.1", "-t", str(args.threads),
+               "-tb", str(args.threads), "-np", str(args.parallel), "-c", str(8192 * args.parallel), "--no-webui"]
+        ready = re.compile(r"server is listening on http://127\.0\.0\.1:(\d+)")
+    else:
+        cmd = [args.bin, "serve", args.model, "--port", "0", "--threads", str(args.threads), "--parallel",
+               str(args.parallel), "--no-live-line", "--context", "8192"]
+        ready = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
     lines = []
     while time.time() < deadline:
@@ -42,10 +51,11 @@ def start_server(args):
         if not line:
             raise SystemExit("server exited:\n" + "".join(lines))
         lines.append(line)
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        m = ready.search(line)
         if m:
             threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-            return proc, int(m.group(1)), "".join(lines)
+            banner = "".join(lines) if args.engine == "tensorfold" else " ".join(cmd) + "\n"
+            return proc, int(m.group(1)), banner
     raise SystemExit("server did not start")
 
 
@@ -69,7 +79,7 @@ def chat(port, content, max_tokens, stream=False):
         chunk = json.loads(line[6:])
         if ttft is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
             ttft = time.time() - t0
-        if "tensorfold" in chunk:
+        if "tensorfold" in chunk or "usage" in chunk and chunk["usage"]:
             last = chunk
     return last, ttft, time.time() - t0
 
@@ -89,9 +99,15 @@ def workload_a(port, n, max_tokens):
         t.join()
     wall = time.time() - t0
     tokens = sum(r["usage"]["completion_tokens"] for r in results)
-    per = [(r["usage"]["completion_tokens"] - 1) / max(r["tensorfold"]["decode_s"], 1e-9) for r in results]
+    per = [per_stream_tps(r) for r in results]
     return {"streams": n, "tokens": tokens, "wall_s": wall, "aggregate_tps": tokens / wall,
             "per_stream_tps_median": statistics.median(per)}
+
+
+def per_stream_tps(r):
+    if "tensorfold" in r:
+        return (r["usage"]["completion_tokens"] - 1) / max(r["tensorfold"]["decode_s"], 1e-9)
+    return r["timings"]["predicted_per_second"]
 
 
 def workload_b(port):
@@ -113,22 +129,27 @@ def workload_c(port):
     cold = chat(port, prompt, 1, stream=True)
     warm = chat(port, prompt, 1, stream=True)
     return {"prompt_tokens": cold[0]["usage"]["prompt_tokens"], "cold_ttft_s": cold[1] or cold[2],
-            "cached_ttft_s": warm[1] or warm[2], "cached_tokens": warm[0]["usage"]["prompt_tokens_details"]["cached_tokens"]}
+            "cached_ttft_s": warm[1] or warm[2],
+            "cached_tokens": (warm[0]["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--bin", default="target/release/tensorfold")
+    ap.add_argument("--engine", choices=["tensorfold", "llama-server"], default="tensorfold")
+    ap.add_argument("--bin", help="default: target/release/tensorfold or .llama/bin/llama-server")
+    ap.add_argument("--port", type=int, default=18080, help="llama-server's port (tensorfold picks a free one)")
     ap.add_argument("--streams", default="1,2,4,8,16")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.bin is None:
+        args.bin = ".llama/bin/llama-server" if args.engine == "llama-server" else "target/release/tensorfold"
     proc, port, banner = start_server(args)
     print(banner, end="")
-    out = {"model": args.model, "parallel": args.parallel, "a": [], "b": None, "c": None}
+    out = {"engine": args.engine, "model": args.model, "parallel": args.parallel, "a": [], "b": None, "c": None}
     try:
         chat(port, "warm up", 4)
         print("| streams | tokens | wall s | aggregate tok/s | per-stream decode tok/s (median) |")

@@ -78,7 +78,8 @@ pub struct ServeArgs {
     /// Never draw the live status line, even on a terminal.
     #[arg(long)]
     pub no_live_line: bool,
-    /// Size of the KV pool in GiB (running requests plus the prefix cache). Default: one full --context.
+    /// Size of the KV pool in GiB (running requests plus the prefix cache). Default: room for --parallel full
+    /// contexts, capped at a quarter of the available memory, and never less than one --context.
     #[arg(long)]
     pub kv_pool_gib: Option<f64>,
     /// Do not keep KV blocks for later requests that start with the same tokens (the automatic prefix cache).
@@ -127,18 +128,19 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let id = args.name.clone().unwrap_or_else(|| default_id(&model_ref));
     let path = model_ref.path().display().to_string();
     let family = s.model.family().to_string();
-    let mut kv_blocks = context.div_ceil(BLOCK_SIZE);
+    let mut kv_blocks =
+        default_pool_tokens(context, args.parallel, facts.kv_bytes_per_token, mem_available()).div_ceil(BLOCK_SIZE);
     if let Some(gib) = args.kv_pool_gib {
         let per_block = facts.kv_bytes_per_token.unwrap_or(0) * BLOCK_SIZE as u64;
         if !(gib.is_finite() && gib > 0.0) || per_block == 0 {
             return Err(format!("--kv-pool-gib {gib}: expected a positive size (and a model whose KV size is known)"));
         }
         let blocks = (gib * (1u64 << 30) as f64 / per_block as f64) as usize;
-        if blocks < kv_blocks {
+        if blocks < context.div_ceil(BLOCK_SIZE) {
             return Err(format!(
                 "--kv-pool-gib {gib}: {blocks} blocks of {BLOCK_SIZE} tokens do not hold one --context of {context} \
                  tokens ({} GiB needed)",
-                (kv_blocks as u64 * per_block) as f64 / (1u64 << 30) as f64
+                (context.div_ceil(BLOCK_SIZE) as u64 * per_block) as f64 / (1u64 << 30) as f64
             ));
         }
         kv_blocks = blocks;
@@ -236,4 +238,45 @@ fn default_id(m: &ModelRef) -> String {
         ModelRef::HfDir(_) => p.file_name(),
     };
     name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+}
+
+/// The KV pool's default size in tokens: `parallel` full contexts, capped at a quarter of the memory available
+/// now (`avail_bytes`, when known), never below one context (a request of the full context must fit).
+fn default_pool_tokens(
+    context: usize,
+    parallel: usize,
+    bytes_per_token: Option<u64>,
+    avail_bytes: Option<u64>,
+) -> usize {
+    let want = context.saturating_mul(parallel.max(1));
+    let cap = match (bytes_per_token, avail_bytes) {
+        (Some(b), Some(avail)) if b > 0 => usize::try_from(avail / 4 / b).unwrap_or(usize::MAX),
+        _ => want,
+    };
+    want.min(cap).max(context)
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes (None where there is no such file).
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::default_pool_tokens;
+
+    #[test]
+    fn the_default_pool_holds_parallel_contexts_within_a_quarter_of_memory() {
+        // Plenty of memory: one full context per parallel stream.
+        assert_eq!(default_pool_tokens(8192, 4, Some(50_000), Some(64 << 30)), 4 * 8192);
+        // Little memory: a quarter of it, in tokens.
+        assert_eq!(default_pool_tokens(1024, 16, Some(1 << 20), Some(8 << 30)), 2048);
+        // Never below one context, whatever the memory says; unknown sizes fall back to parallel contexts.
+        assert_eq!(default_pool_tokens(8192, 4, Some(1 << 20), Some(1 << 20)), 8192);
+        assert_eq!(default_pool_tokens(100, 3, None, Some(1 << 30)), 300);
+        assert_eq!(default_pool_tokens(100, 0, Some(10), None), 100);
+    }
 }
