@@ -351,3 +351,51 @@ fn a_preempted_background_request_resumes_and_equals_its_solo_run() {
         h.shutdown();
     }
 }
+
+/// The scheduler's plans with row budgets of 1, 16 and 512 (drafts split or not, prompts in chunks of one
+/// row or whole) and mixed priorities give every request its solo reply.
+#[test]
+fn scheduled_rounds_with_any_row_budget_equal_the_reference() {
+    for max_rows in [1, 16, 512] {
+        let h = EngineHandle::spawn(
+            Arc::new(FakeBackend),
+            Box::new(FakeModel::new(VOCAB, 256)),
+            EngineConfig {
+                kv_blocks: 40,
+                block_size: 8,
+                max_waiting: 32,
+                max_window: 5,
+                proposer: None,
+                min_drafts: 1,
+                prefix_cache: true,
+                parallel: 6,
+                max_rows,
+            },
+        )
+        .unwrap();
+        let mut waits = Vec::new();
+        for i in 0..12u32 {
+            let params = if i % 3 == 0 {
+                SamplingParams { seed: Some(u64::from(i)), ..SamplingParams::greedy() }
+            } else {
+                SamplingParams { temperature: 0.7, top_k: 10, seed: Some(u64::from(i) + 40), ..Default::default() }
+            };
+            // Repetitive prompts so context copies propose and get accepted.
+            let p: Vec<u32> = (0..(4 + i as usize * 7)).map(|j| [1u32, 2, 3, 4][j % 4] + i % 3).collect();
+            let req = GenRequest::new(p, params, 8 + i as usize * 3);
+            let priority = if i % 4 == 3 { Priority::Background } else { Priority::Interactive };
+            let (tx, rx) = mpsc::channel();
+            h.submit(req.clone(), priority, collecting(tx)).unwrap();
+            waits.push((req, rx));
+        }
+        for (req, rx) in waits {
+            let out = rx.recv_timeout(WAIT).unwrap().unwrap();
+            assert_eq!(out.tokens, reference(&req), "max_rows {max_rows}");
+        }
+        assert_eq!(h.stats().kv_blocks_used.load(Ordering::Relaxed), 0);
+        if max_rows > 1 {
+            assert!(h.stats().accepted_tokens.load(Ordering::Relaxed) > 0, "drafts ran (max_rows {max_rows})");
+        }
+        h.shutdown();
+    }
+}
