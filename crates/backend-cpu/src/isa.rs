@@ -6,7 +6,7 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA (x86_64).
     Avx2,
-    /// AVX2 + FMA plus AVX-512 F/BW/VL/VNNI (x86_64): the int8 dot products of the legacy-type matmul kernels in
+    /// AVX2 + FMA + F16C plus AVX-512 F/BW/VL/VNNI (x86_64): the int8 dot products of the legacy-type matmul kernels in
     /// 512-bit registers with `vpdpbusd`; every other kernel as at `Avx2`.
     Avx512,
 }
@@ -17,7 +17,8 @@ impl Isa {
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                let avx512 = std::is_x86_feature_detected!("avx512f")
+                let avx512 = std::is_x86_feature_detected!("f16c")
+                    && std::is_x86_feature_detected!("avx512f")
                     && std::is_x86_feature_detected!("avx512bw")
                     && std::is_x86_feature_detected!("avx512vl")
                     && std::is_x86_feature_detected!("avx512vnni");

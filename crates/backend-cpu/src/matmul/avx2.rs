@@ -161,6 +161,46 @@ pub(super) unsafe fn lanes(v: __m256) -> [f32; 8] {
     out
 }
 
+/// Prefetches the tile after the current one (the next 8 weight rows, contiguous after `cols[0]`) line by line in
+/// address order, a share of it per block iteration, so the next tile streams in while this one is computed.
+/// A prefetch is never dereferenced and changes no value; addresses past the weight's end are harmless.
+pub(super) struct NextTile {
+    /// The next tile's first byte.
+    base: *const u8,
+    /// Its 64-byte lines.
+    lines: usize,
+    /// Block iterations of the current tile.
+    nb: usize,
+    /// Into L1 when the tile fits comfortably there, else into L2.
+    l1: bool,
+}
+
+impl NextTile {
+    pub(super) fn new(cols: &[&[u8]; 8], nb: usize) -> NextTile {
+        let span = 8 * cols[0].len();
+        NextTile {
+            base: cols[0].as_ptr().wrapping_add(span),
+            lines: span.div_ceil(64),
+            nb: nb.max(1),
+            l1: span <= 16 << 10,
+        }
+    }
+
+    /// The share of block iteration `b`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn at(&self, b: usize) {
+        for l in b * self.lines / self.nb..(b + 1) * self.lines / self.nb {
+            let p = self.base.wrapping_add(64 * l) as *const i8;
+            if self.l1 {
+                _mm_prefetch::<_MM_HINT_T0>(p);
+            } else {
+                _mm_prefetch::<_MM_HINT_T1>(p);
+            }
+        }
+    }
+}
+
 /// Dispatches a tile kernel generic over `<.., C, RT>` on the row-group size `rt` (8, 4, 2 or 1).
 macro_rules! by_rows {
     ($rt:expr, $f:ident :: <$($t:ty),*> ($($arg:expr),*)) => {

@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 use tf_core::DType;
 
 use super::act::ActQ;
-use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words};
+use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words, NextTile};
 use super::QuantKernel;
 
 /// A legacy block layout.
@@ -160,21 +160,17 @@ fn entry<T: Legacy>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32
 unsafe fn tile<T: Legacy, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
     let (k, rows) = (act.k, act.rows);
     let offsets = lane_offsets::<RT>(cols);
-    // The same block of the row one tile (8 rows) further: the rows of a tile are contiguous, so this streams the
-    // next tile into L2 while this one is computed.
-    let ahead = 8 * cols[0].len();
+    let next = NextTile::new(cols, act.nb);
     let ones = _mm256_set1_epi16(1);
     let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
     // `[RT]` rows of `[k]` quantized activations.
     let xq: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k));
     let mut acc = _mm256_setzero_ps();
     for b in 0..act.nb {
+        next.at(b);
         let mut p = [_mm256_setzero_si256(); 8];
         for c in 0..C {
             let blk = cols[c].as_ptr().add(b * T::BYTES);
-            // Blocks are under 64 bytes, so one line per block covers the stream (`wrapping_add`: the address may
-            // lie past the row; a prefetch is never dereferenced and changes no value).
-            _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead) as *const i8);
             let wv = T::unpack(blk);
             let wa = if T::SIGNED { _mm256_sign_epi8(wv, wv) } else { wv };
             for r in 0..RT {

@@ -10,6 +10,10 @@
 //! 2^17 per lane). The eight lanes' vectors are then reduced ([`reduce8`]) and updated in floats exactly as in
 //! `avx2_legacy`: `acc = fma(dw * dx, S, acc)` (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types).
 //!
+//! The f16 scales gathered from the blocks are converted by `vcvtph2ps` ([`f16_lanes`]): exact for every value
+//! but a signaling NaN, which comes out quiet — as the multiplication by the activation scale that always
+//! follows would make it anyway, so the products carry the reference's bits (tested for all 65,536 values).
+//!
 //! Unpacking two rows at once: Q4/Q5 nibbles of rows `c` and `c + 1` are loaded into one 256-bit register,
 //! spread to `[qs_c, qs_c, qs_c1, qs_c1]` (128-bit quarters), shifted by 0 / 4 per quarter and masked, which is
 //! each row's 32 quants in element order; the Q5 fifth bits come from one 64-bit mask (`qh_c | qh_c1 << 32`)
@@ -20,7 +24,7 @@ use std::arch::x86_64::*;
 use tf_core::DType;
 
 use super::act::ActQ;
-use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words};
+use super::avx2::{by_rows, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words, NextTile};
 use super::avx2_legacy::{Legacy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
 use super::QuantKernel;
 
@@ -35,7 +39,7 @@ trait Pair: Legacy {
 
 /// 16 bytes of nibbles at `q0` and at `q1` → 64 bytes: per row, elements 0..16 the low nibbles, 16..32 the high.
 #[inline]
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn nibbles2(q0: *const u8, q1: *const u8) -> __m512i {
     let t = _mm256_inserti128_si256::<1>(
         _mm256_castsi128_si256(_mm_loadu_si128(q0 as *const __m128i)),
@@ -50,15 +54,23 @@ unsafe fn nibbles2(q0: *const u8, q1: *const u8) -> __m512i {
 
 /// Adds 16 to byte `i` of `w` where bit `i` of `qh_c | qh_c1 << 32` is set (the little-endian u32s at `h0`, `h1`).
 #[inline]
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn fifth_bits2(w: __m512i, h0: *const u8, h1: *const u8) -> __m512i {
     let m = (h0 as *const u32).read_unaligned() as u64 | ((h1 as *const u32).read_unaligned() as u64) << 32;
     _mm512_mask_add_epi8(w, m, w, _mm512_set1_epi8(16))
 }
 
+/// The f16 in the low (`HI = false`) or high 16 bits of each 32-bit lane, as f32 (`vpmovdw` + `vcvtph2ps`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn f16_lanes<const HI: bool>(g: __m256i) -> __m256 {
+    let g = if HI { _mm256_srli_epi32::<16>(g) } else { g };
+    _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g))
+}
+
 /// 32 bytes at `p0` and at `p1`.
 #[inline]
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn bytes2(p0: *const u8, p1: *const u8) -> __m512i {
     _mm512_inserti64x4::<1>(
         _mm512_castsi256_si512(_mm256_loadu_si256(p0 as *const __m256i)),
@@ -68,7 +80,7 @@ unsafe fn bytes2(p0: *const u8, p1: *const u8) -> __m512i {
 
 impl Pair for Q4_0 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         nibbles2(b0.add(2), b1.add(2))
     }
@@ -76,7 +88,7 @@ impl Pair for Q4_0 {
 
 impl Pair for Q4_1 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         nibbles2(b0.add(4), b1.add(4))
     }
@@ -84,7 +96,7 @@ impl Pair for Q4_1 {
 
 impl Pair for Q5_0 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         fifth_bits2(nibbles2(b0.add(6), b1.add(6)), b0.add(2), b1.add(2))
     }
@@ -92,7 +104,7 @@ impl Pair for Q5_0 {
 
 impl Pair for Q5_1 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         fifth_bits2(nibbles2(b0.add(8), b1.add(8)), b0.add(4), b1.add(4))
     }
@@ -100,7 +112,7 @@ impl Pair for Q5_1 {
 
 impl Pair for Q8_0 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         bytes2(b0.add(2), b1.add(2))
     }
@@ -108,7 +120,7 @@ impl Pair for Q8_0 {
 
 impl Pair for Q8_1 {
     #[inline]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
         bytes2(b0.add(4), b1.add(4))
     }
@@ -136,12 +148,11 @@ fn entry<T: Pair>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 
 }
 
 /// `C` weight rows × `RT` activation rows → 8 lanes, lane `c · RT + r` (as `avx2_legacy::tile`).
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
     let (k, rows) = (act.k, act.rows);
     let offsets = lane_offsets::<RT>(cols);
-    // The same block of the row one tile (8 rows) further (see `avx2_legacy`).
-    let ahead = 8 * cols[0].len();
+    let next = NextTile::new(cols, act.nb);
     let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
     let flip = _mm512_set1_epi8(-128);
     let zero = _mm512_setzero_si512();
@@ -149,6 +160,7 @@ unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act:
     let xq: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k));
     let mut acc = _mm256_setzero_ps();
     for b in 0..act.nb {
+        next.at(b);
         let mut p = [_mm256_setzero_si256(); 8];
         // `[RT]` activation blocks, in both 256-bit halves (`x + 128` as u8 for the signed types).
         let xx: [__m512i; RT] = std::array::from_fn(|r| {
@@ -161,7 +173,6 @@ unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act:
         });
         if C == 1 {
             let blk = cols[0].as_ptr().add(b * T::BYTES);
-            _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead) as *const i8);
             let w = T::unpack(blk);
             let z = _mm256_setzero_si256();
             let off = if T::SIGNED { _mm256_dpbusd_epi32(z, _mm512_castsi512_si256(flip), w) } else { z };
@@ -177,9 +188,6 @@ unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act:
             for cp in 0..C / 2 {
                 let b0 = cols[2 * cp].as_ptr().add(b * T::BYTES);
                 let b1 = cols[2 * cp + 1].as_ptr().add(b * T::BYTES);
-                // Blocks are under 64 bytes: one line each (never dereferenced; changes no value).
-                _mm_prefetch::<_MM_HINT_T1>(b0.wrapping_add(ahead) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(b1.wrapping_add(ahead) as *const i8);
                 let w = T::unpack2(b0, b1);
                 let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
                 for r in 0..RT {
@@ -202,10 +210,43 @@ unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act:
         }
         let g = words::<C>(cols, b * T::BYTES, offsets);
         let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(at));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lo(g), dx), _mm256_cvtepi32_ps(s), acc);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes::<false>(g), dx), _mm256_cvtepi32_ps(s), acc);
         if T::HAS_MIN {
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_hi(g), dx), _mm256_cvtepi32_ps(sx), acc);
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes::<true>(g), dx), _mm256_cvtepi32_ps(sx), acc);
         }
     }
     lanes(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Isa;
+
+    /// `f16_lanes(h) * dx` has the bits of `f16_bits_to_f32(h) * dx` for every f16 `h`, NaNs included.
+    #[test]
+    fn scale_products_match_the_exact_conversion_for_every_f16() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        for dx in [1.0f32, -3.5e-3, 0.0, 7.0e-5, f32::INFINITY] {
+            for start in (0..=u16::MAX as u32).step_by(8) {
+                let h: [i32; 8] = std::array::from_fn(|i| ((start + i as u32) | 0x5a5a_0000) as i32);
+                let swapped: [i32; 8] = std::array::from_fn(|i| (((start + i as u32) << 16) | 0x1234) as i32);
+                // SAFETY: AVX-512 checked above.
+                let (lo, hi) = unsafe {
+                    let d = _mm256_set1_ps(dx);
+                    let v = _mm256_loadu_si256(h.as_ptr() as *const __m256i);
+                    let w = _mm256_loadu_si256(swapped.as_ptr() as *const __m256i);
+                    (lanes(_mm256_mul_ps(f16_lanes::<false>(v), d)), lanes(_mm256_mul_ps(f16_lanes::<true>(w), d)))
+                };
+                for i in 0..8 {
+                    let want = std::hint::black_box(tf_quant::f16_bits_to_f32((start + i as u32) as u16)) * dx;
+                    let bits = start + i as u32;
+                    assert_eq!(lo[i].to_bits(), want.to_bits(), "{bits:#06x} * {dx}");
+                    assert_eq!(hi[i].to_bits(), want.to_bits(), "{bits:#06x} * {dx} (high half)");
+                }
+            }
+        }
+    }
 }
