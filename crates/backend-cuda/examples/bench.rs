@@ -6,9 +6,14 @@
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Instant;
 use tf_backend_cuda::CudaBackend;
-use tf_core::{AttnMeta, Backend, DType, KvCache, Precision, RowAttn, TensorInfo, WeightSource, WeightsError};
+use tf_core::{
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RowAttn, Tensor,
+    TensorInfo, Weight, WeightSource, WeightsError,
+};
 use tf_loader::hf_config::HfConfig;
 use tf_models::{load_model, Batch, Model};
 
@@ -182,6 +187,82 @@ fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positi
     t.elapsed().as_secs_f64()
 }
 
+/// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel.
+struct Timed<'a> {
+    be: &'a CudaBackend,
+    /// op → (calls, seconds)
+    times: Mutex<BTreeMap<&'static str, (usize, f64)>>,
+}
+
+impl Timed<'_> {
+    fn time<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        self.be.synchronize();
+        let t = Instant::now();
+        let r = f();
+        self.be.synchronize();
+        let mut m = self.times.lock().unwrap();
+        let e = m.entry(op).or_default();
+        e.0 += 1;
+        e.1 += t.elapsed().as_secs_f64();
+        r
+    }
+}
+
+impl Backend for Timed<'_> {
+    fn describe(&self) -> String {
+        self.be.describe()
+    }
+    fn precision(&self) -> Precision {
+        self.be.precision()
+    }
+    fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError> {
+        self.be.upload(info, bytes)
+    }
+    fn upload_f32(&self, name: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, BackendError> {
+        self.be.upload_f32(name, shape, values)
+    }
+    fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor {
+        self.time("embed", || self.be.embed(table, ids))
+    }
+    fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
+        let op = if w.out_dim() > 100_000 { "matmul lm_head" } else { "matmul layers" };
+        self.time(op, || self.be.matmul(x, w, bias))
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
+        self.time("rms_norm", || self.be.rms_norm(x, w, group, eps))
+    }
+    fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
+        self.time("rope", || self.be.rope(x, positions, head_dim, rope))
+    }
+    fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
+        self.be.alloc_kv(spec)
+    }
+    fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
+        self.time("kv_write", || self.be.kv_write(kv, layer, k, v, slots))
+    }
+    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
+        self.time("kv_copy", || self.be.kv_copy(kv, src, dst))
+    }
+    fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor {
+        self.time("attention", || self.be.attention(q, kv, layer, meta, p))
+    }
+    fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor {
+        self.time("glu", || self.be.glu(gate, up, act))
+    }
+    fn add(&self, a: &mut Tensor, b: &Tensor) {
+        self.time("add", || self.be.add(a, b))
+    }
+    fn scale(&self, x: &mut Tensor, s: f32) {
+        self.time("scale", || self.be.scale(x, s))
+    }
+    fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor {
+        self.time("select_rows", || self.be.select_rows(x, rows))
+    }
+    fn to_host(&self, x: &Tensor) -> Vec<f32> {
+        self.time("to_host", || self.be.to_host(x))
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -237,6 +318,22 @@ fn main() {
         }
     }
     let (m1, m16) = (median(one), median(window));
+    // One more set of steps with every op timed on its own (1 row, then 16 rows).
+    for rows in [1, 16] {
+        let timed = Timed { be: &be, times: Mutex::new(BTreeMap::new()) };
+        let steps = 5;
+        for _ in 0..steps {
+            step(&timed, model.as_ref(), &mut kv, &table, pos..pos + rows);
+            pos += rows;
+        }
+        let times = timed.times.into_inner().unwrap();
+        let total: f64 = times.values().map(|v| v.1).sum::<f64>() / steps as f64;
+        let parts: Vec<String> = times
+            .iter()
+            .map(|(op, (n, t))| format!("{op} {:.2} ms ({}×)", t / steps as f64 * 1e3, n / steps))
+            .collect();
+        println!("  per op, {rows} row(s), each op synchronized: {:.2} ms = {}", total * 1e3, parts.join(", "));
+    }
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
          ({:.0} GB/s of weights) | 16-row window {:.2} ms = {:.2}x one row",

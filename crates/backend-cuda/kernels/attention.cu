@@ -1,21 +1,33 @@
 // Attention over the paged KV cache, bit-equal to reference::ops::attention_head: per chunk of 256 absolute
 // positions, scores s = dot16(q, k) * scale (softcap: cap * tanh(s / cap)), m_c = max s, e = exp(s - m_c),
 // l_c = Σ e in visit order, o_c[d] = fma(e, v[d], o_c[d]) in visit order; chunks merged in increasing order.
+//
+// Chunks are fixed by absolute position, so they are computed in parallel (`attention_chunk`, one block per
+// (head, row, chunk)) and merged in order by `attention_merge`: the same operations as one sequential pass.
 
 #define ATTN_CHUNK 256
 #define MAX_HEAD_DIM 256
+#define ATTN_THREADS 128
+#define ATTN_VSTAGE 32
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
-// tree: (position, slot) pairs. window < 0: no sliding window. has_cap: soft-capping by softcap.
-// One warp per (query head h, row r): grid (heads, R), 32 threads. k, v: this layer's [slots, kv_heads, hd].
-extern "C" __global__ void attention(const float* q, const float* k, const float* v, const i32* rows,
-                                     const u32* bt, const i32* bt_off, const u32* tree, int heads, int kv_heads,
-                                     int hd, int block_size, float scale_, int window, int has_cap, float softcap,
-                                     float* out) {
+// tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
+// the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
+// [slots, kv_heads, hd]. part [R, heads, cmax, hd + 2]: per chunk m_c, l_c, o_c[hd].
+// grid (heads, R, cmax), ATTN_THREADS threads. Thread t scores the chunk's visits t, t + 128 (each score one
+// thread: its 16 lane accumulators in registers, then the fixed tree), and owns output dimensions t, t + 128.
+extern "C" __global__ void attention_chunk(const float* q, const float* k, const float* v, const i32* rows,
+                                           const u32* bt, const i32* bt_off, const u32* tree, const i32* chunks,
+                                           int cmax, int heads, int kv_heads, int hd, int block_size, float scale_,
+                                           int window, int has_cap, float softcap, float* part) {
     __shared__ float qs[MAX_HEAD_DIM];
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ float sc[ATTN_CHUNK];
-    int h = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    __shared__ float red[ATTN_THREADS / 32];
+    __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
+    int h = blockIdx.x, r = blockIdx.y, c = blockIdx.z, tid = threadIdx.x;
+    i64 cid = chunks[(i64)r * cmax + c];
+    if (cid < 0) return;
     int kvh = h / (heads / kv_heads);
     const i32* row = rows + 5 * r;
     i64 pos = row[0];
@@ -25,109 +37,138 @@ extern "C" __global__ void attention(const float* q, const float* k, const float
     int tlen = row[4];
     const u32* table = bt + bt_off[seq];
     const float* qh = q + ((i64)r * heads + h) * hd;
-    for (int i = lane; i < hd; i += 32) qs[i] = qh[i];
+    for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     // Prefix positions p >= lo are inside the window ((pos - p) < window).
     i64 lo = 0;
     if (window >= 0) {
         i64 l = pos - (i64)window + 1;
         lo = l > 0 ? l : 0;
     }
-    i64 next_p = lo;  // next prefix position to visit
-    int ti = 0;       // next tree entry
-    bool have = false;
-    float m = 0.0f, l = 0.0f;
-    float o[MAX_HEAD_DIM / 32];
-    float oc[MAX_HEAD_DIM / 32];
-#pragma unroll
-    for (int t = 0; t < MAX_HEAD_DIM / 32; t++) o[t] = 0.0f;
+    i64 cbeg = cid * ATTN_CHUNK, cend = cbeg + ATTN_CHUNK;
+    // The chunk's visits: its prefix positions, then its tree entries inside the window.
+    i64 pbeg = lo > cbeg ? lo : cbeg;
+    i64 pend = ctx < cend ? ctx : cend;
+    int np = pbeg < pend ? (int)(pend - pbeg) : 0;
+    for (int i = tid; i < np; i += ATTN_THREADS) {
+        i64 p = pbeg + i;
+        slots[i] = table[p / block_size] * (u32)block_size + (u32)(p % block_size);
+    }
+    int n = np;
+    for (int ti = 0; ti < tlen; ti++) {
+        i64 p = tr[2 * ti];
+        if (p >= cbeg && p < cend && (window < 0 || (pos - p) < (i64)window)) {
+            if (tid == 0) slots[n] = tr[2 * ti + 1];
+            n++;
+        }
+    }
     i64 stride_slot = (i64)kv_heads * hd;
+    const float* kh = k + (i64)kvh * hd;
+    const float* vh = v + (i64)kvh * hd;
     __syncthreads();
-    while (true) {
-        // The first visit still to come fixes the chunk.
-        while (ti < tlen && window >= 0 && !((pos - (i64)tr[2 * ti]) < (i64)window)) ti++;
-        i64 first;
-        if (next_p < ctx) {
-            first = next_p;
-        } else if (ti < tlen) {
-            first = tr[2 * ti];
-        } else {
-            break;
-        }
-        i64 cend = (first / ATTN_CHUNK + 1) * ATTN_CHUNK;
-        // Prefix part of the chunk, then its tree entries.
-        i64 pend = ctx < cend ? ctx : cend;
-        int np = next_p < pend ? (int)(pend - next_p) : 0;
-        for (int i = lane; i < np; i += 32) {
-            i64 p = next_p + i;
-            slots[i] = table[p / block_size] * (u32)block_size + (u32)(p % block_size);
-        }
-        if (np > 0) next_p = pend;
-        int n = np;
-        while (ti < tlen && (i64)tr[2 * ti] < cend) {
-            i64 p = tr[2 * ti];
-            if (window < 0 || (pos - p) < (i64)window) {
-                if (lane == 0) slots[n] = tr[2 * ti + 1];
-                n++;
-            }
-            ti++;
-        }
-        __syncthreads();
-        // Scores: half-warp per position, lane j of the half is dot16's lane accumulator j.
-        int half = lane / 16, j = lane % 16;
-        for (int base = 0; base < n; base += 2) {
-            int vi = base + half;
-            float acc = 0.0f;
-            if (vi < n) {
-                const float* kr = k + (i64)slots[vi] * stride_slot + (i64)kvh * hd;
-                for (int i = j; i < hd; i += 16) acc = fmaf(qs[i], kr[i], acc);
-            }
-            float s = tree16(acc);
-            if (j == 0 && vi < n) {
-                s = s * scale_;
-                if (has_cap) s = softcap * tf_tanh(s / softcap);
-                sc[vi] = s;
-            }
-        }
-        __syncthreads();
-        float mc = __uint_as_float(0xff800000u);
-        for (int i = 0; i < n; i++) mc = fmaxf(mc, sc[i]);
-        __syncthreads();
-        for (int i = lane; i < n; i += 32) sc[i] = tf_exp(sc[i] - mc);
-        __syncthreads();
-        float lc = 0.0f;
-        for (int i = 0; i < n; i++) lc += sc[i];
+    // Scores: one thread per visit; acc[j] is dot16's lane j (elements i ≡ j mod 16, increasing).
+    for (int vi = tid; vi < n; vi += ATTN_THREADS) {
+        const float* kr = kh + (i64)slots[vi] * stride_slot;
+        float acc[16];
 #pragma unroll
-        for (int t = 0; t < MAX_HEAD_DIM / 32; t++) oc[t] = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = sc[i];
-            const float* vr = v + (i64)slots[i] * stride_slot + (i64)kvh * hd;
+        for (int j = 0; j < 16; j++) acc[j] = 0.0f;
+#pragma unroll 4
+        for (int i = 0; i < hd; i += 16) {
 #pragma unroll
-            for (int t = 0; t < MAX_HEAD_DIM / 32; t++) {
-                int dd = lane + 32 * t;
+            for (int j = 0; j < 16; j += 4) {
+                float4 kk = *(const float4*)(kr + i + j);
+                acc[j] = fmaf(qs[i + j], kk.x, acc[j]);
+                acc[j + 1] = fmaf(qs[i + j + 1], kk.y, acc[j + 1]);
+                acc[j + 2] = fmaf(qs[i + j + 2], kk.z, acc[j + 2]);
+                acc[j + 3] = fmaf(qs[i + j + 3], kk.w, acc[j + 3]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] = acc[j] + acc[j + 8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[j] = acc[j] + acc[j + 4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) acc[j] = acc[j] + acc[j + 2];
+        float s = (acc[0] + acc[1]) * scale_;
+        if (has_cap) s = softcap * tf_tanh(s / softcap);
+        sc[vi] = s;
+    }
+    __syncthreads();
+    // m_c: max over the chunk (exact in any order; NaN never wins).
+    float mc = __uint_as_float(0xff800000u);
+    for (int i = tid; i < n; i += ATTN_THREADS) mc = fmaxf(mc, sc[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mc = fmaxf(mc, __shfl_xor_sync(FULL_MASK, mc, off));
+    if ((tid & 31) == 0) red[tid / 32] = mc;
+    __syncthreads();
+    mc = red[0];
+#pragma unroll
+    for (int w = 1; w < ATTN_THREADS / 32; w++) mc = fmaxf(mc, red[w]);
+    for (int i = tid; i < n; i += ATTN_THREADS) sc[i] = tf_exp(sc[i] - mc);
+    __syncthreads();
+    // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
+    // threads loading with float4).
+    float oc[MAX_HEAD_DIM / ATTN_THREADS];
+#pragma unroll
+    for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) oc[t] = 0.0f;
+    int stage = ATTN_VSTAGE * MAX_HEAD_DIM / hd;
+    int per_row = hd / 4;
+    for (int base = 0; base < n; base += stage) {
+        int cnt = min(stage, n - base);
+        for (int f = tid; f < cnt * per_row; f += ATTN_THREADS) {
+            int pi = f / per_row, cc = f % per_row;
+            vs[pi * per_row + cc] = *(const float4*)(vh + (i64)slots[base + pi] * stride_slot + 4 * cc);
+        }
+        __syncthreads();
+        for (int i = 0; i < cnt; i++) {
+            float e = sc[base + i];
+            const float* vr = (const float*)(vs + i * per_row);
+#pragma unroll
+            for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
+                int dd = tid + ATTN_THREADS * t;
                 if (dd < hd) oc[t] = fmaf(e, vr[dd], oc[t]);
             }
         }
-        if (!have) {
-            m = mc;
-            l = lc;
+        __syncthreads();
+    }
+    float* pp = part + (((i64)r * heads + h) * cmax + c) * (hd + 2);
+    if (tid == 0) {
+        // l_c in visit order.
+        float lc = 0.0f;
+        for (int i = 0; i < n; i++) lc += sc[i];
+        pp[0] = mc;
+        pp[1] = lc;
+    }
 #pragma unroll
-            for (int t = 0; t < MAX_HEAD_DIM / 32; t++) o[t] = oc[t];
-            have = true;
-        } else {
+    for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
+        int dd = tid + ATTN_THREADS * t;
+        if (dd < hd) pp[2 + dd] = oc[t];
+    }
+}
+
+// Merges each (row, head)'s chunk partials in increasing chunk order: m' = max(m, m_c), a = exp(m - m'),
+// b = exp(m_c - m'), l = l * a + l_c * b, o = o * a + o_c * b; output o / l (zeros for a row without visits).
+// grid (heads, R), ATTN_THREADS threads, each owning dimensions t, t + 128.
+extern "C" __global__ void attention_merge(const float* part, const i32* chunks, int cmax, int heads, int hd,
+                                           float* out) {
+    int h = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
+    const float* pp = part + ((i64)r * heads + h) * cmax * (hd + 2);
+    float* outh = out + ((i64)r * heads + h) * hd;
+    if (chunks[(i64)r * cmax] < 0) {
+        for (int d = tid; d < hd; d += ATTN_THREADS) outh[d] = 0.0f;
+        return;
+    }
+    for (int d = tid; d < hd; d += ATTN_THREADS) {
+        float m = pp[0], l = pp[1], o = pp[2 + d];
+        for (int c = 1; c < cmax && chunks[(i64)r * cmax + c] >= 0; c++) {
+            const float* pc = pp + (i64)c * (hd + 2);
+            float mc = pc[0], lc = pc[1], oc = pc[2 + d];
             float m2 = fmaxf(m, mc);
             float a = tf_exp(m - m2);
             float b = tf_exp(mc - m2);
-#pragma unroll
-            for (int t = 0; t < MAX_HEAD_DIM / 32; t++) o[t] = o[t] * a + oc[t] * b;
+            o = o * a + oc * b;
             l = l * a + lc * b;
             m = m2;
         }
-        __syncthreads();
-    }
-    float* outh = out + ((i64)r * heads + h) * hd;
-#pragma unroll
-    for (int t = 0; t < MAX_HEAD_DIM / 32; t++) {
-        int dd = lane + 32 * t;
-        if (dd < hd) outh[dd] = have ? o[t] / l : 0.0f;
+        outh[d] = o / l;
     }
 }

@@ -95,17 +95,21 @@ extern "C" __global__ void matmul_full(const float* x, int R, int K, const u8* w
 }
 
 // Float weights (F32, F16, BF16): the arithmetic of matmul_full with the weight type fixed at compile time and
-// FLOAT_UNROLL weight loads issued ahead of each lane's fma chain (the chain itself stays element by element in
-// increasing order). Each block loops over up to FLOAT_ROWS rows in groups of FULL_ROWS, so a weight row comes
-// from DRAM once per block and later groups read it from cache. grid (ceil(N / 8), ceil(R / FLOAT_ROWS)), 128 threads.
-#define FLOAT_UNROLL 8
+// FLOAT_UNROLL weight loads issued ahead of each lane's fma chains (the chains themselves stay element by element
+// in increasing order). Decode has few outputs per matrix and the canonical order allows only 16 threads per
+// output, so memory parallelism comes from this depth. Each block loops over up to FLOAT_ROWS rows in groups of
+// FLOAT_GROUP, so a weight row comes from DRAM once per block and later groups read it from cache.
+// grid (ceil(N / 8), ceil(R / FLOAT_ROWS)), 128 threads.
+#define FLOAT_UNROLL 32
+#define FLOAT_GROUP 16
 #define FLOAT_ROWS 64
 
 template <int DT>
 __device__ __forceinline__ float ld_w(const u8* row, int i) {
-    if (DT == DT_F32) return __uint_as_float(ld_u32(row + 4 * i));
-    if (DT == DT_F16) return f16_bits_to_f32(ld_u16(row + 2 * i));
-    return bf16_bits_to_f32(ld_u16(row + 2 * i));
+    // Rows of float weights are aligned to their element size (the buffer is, and a row is K whole elements).
+    if (DT == DT_F32) return ((const float*)row)[i];
+    if (DT == DT_F16) return f16_bits_to_f32(((const u16*)row)[i]);
+    return bf16_bits_to_f32(((const u16*)row)[i]);
 }
 
 template <int DT>
@@ -117,34 +121,46 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
     int nn = live ? n : N - 1;
     const u8* wr = w + (i64)nn * K * (DT == DT_F32 ? 4 : 2);
     int rend = min(R, (int)(blockIdx.y + 1) * FLOAT_ROWS);
-    for (int r0 = blockIdx.y * FLOAT_ROWS; r0 < rend; r0 += FULL_ROWS) {
-        int nr = min(FULL_ROWS, rend - r0);
+    for (int r0 = blockIdx.y * FLOAT_ROWS; r0 < rend; r0 += FLOAT_GROUP) {
+        int nr = min(FLOAT_GROUP, rend - r0);
         const float* xr = x + (i64)r0 * K;
-        float acc[FULL_ROWS];
+        float acc[FLOAT_GROUP];
 #pragma unroll
-        for (int t = 0; t < FULL_ROWS; t++) acc[t] = 0.0f;
-        int i = j;
-        for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
-            float wv[FLOAT_UNROLL];
+        for (int t = 0; t < FLOAT_GROUP; t++) acc[t] = 0.0f;
+        if (nr == 1) {
+            int i = j;
+            for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
+                float wv[FLOAT_UNROLL];
 #pragma unroll
-            for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
+                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
 #pragma unroll
-            for (int u = 0; u < FLOAT_UNROLL; u++) {
+                for (int u = 0; u < FLOAT_UNROLL; u++) acc[0] = fmaf(xr[i + 16 * u], wv[u], acc[0]);
+            }
+            for (; i < K; i += 16) acc[0] = fmaf(xr[i], ld_w<DT>(wr, i), acc[0]);
+        } else {
+            int i = j;
+            for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
+                float wv[FLOAT_UNROLL];
 #pragma unroll
-                for (int t = 0; t < FULL_ROWS; t++) {
-                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * u], wv[u], acc[t]);
+                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
+#pragma unroll
+                for (int u = 0; u < FLOAT_UNROLL; u++) {
+#pragma unroll
+                    for (int t = 0; t < FLOAT_GROUP; t++) {
+                        if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * u], wv[u], acc[t]);
+                    }
+                }
+            }
+            for (; i < K; i += 16) {
+                float wv = ld_w<DT>(wr, i);
+#pragma unroll
+                for (int t = 0; t < FLOAT_GROUP; t++) {
+                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i], wv, acc[t]);
                 }
             }
         }
-        for (; i < K; i += 16) {
-            float wv = ld_w<DT>(wr, i);
 #pragma unroll
-            for (int t = 0; t < FULL_ROWS; t++) {
-                if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i], wv, acc[t]);
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < FULL_ROWS; t++) {
+        for (int t = 0; t < FLOAT_GROUP; t++) {
             float s = tree16(acc[t]);
             if (live && j == 0 && t < nr) {
                 if (bias) s = s + deq_elem(bias_dt, bias, n);
@@ -171,6 +187,12 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 
 // ---- checkpoint precision: per-block integer dots folded in block order -----------------------------------------
 
+// Four bytes at a 2-byte aligned address (blocks of 18, 34 and 210 bytes are only 2-byte aligned).
+__device__ __forceinline__ u32 ld2_u32(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+
 // The float update of one weight block with its activation block: acc = fma(f1, s1, acc), then (when two) acc =
 // fma(f2, s2, acc) (CheckpointBlock::update of each type).
 struct Terms {
@@ -186,16 +208,30 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
     t.f2 = 0.0f;
     t.s2 = 0;
     switch (dt) {
+        // Integer sums by __dp4a (four int8 products added exactly); activation blocks are 32-byte aligned.
         case DT_Q4_0: {
+            // Σ (q - 8)·x = Σ q·x - 8·Σ x, the same integer.
+            const int* xw = (const int*)qx;
             int s = 0;
-            for (int i = 0; i < 32; i++) s += (nib32(blk + 2, i) - 8) * qx[i];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                u32 w4 = ld2_u32(blk + 2 + 4 * k);
+                s = __dp4a((int)(w4 & 0x0f0f0f0fu), xw[k], s);
+                s = __dp4a((int)((w4 >> 4) & 0x0f0f0f0fu), xw[4 + k], s);
+            }
             t.f1 = ld_f16(blk) * dx;
-            t.s1 = s;
+            t.s1 = s - 8 * (int)sums[0];
             break;
         }
         case DT_Q4_1: {
+            const int* xw = (const int*)qx;
             int s = 0;
-            for (int i = 0; i < 32; i++) s += nib32(blk + 4, i) * qx[i];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                u32 w4 = ld_u32(blk + 4 + 4 * k);
+                s = __dp4a((int)(w4 & 0x0f0f0f0fu), xw[k], s);
+                s = __dp4a((int)((w4 >> 4) & 0x0f0f0f0fu), xw[4 + k], s);
+            }
             t.f1 = ld_f16(blk) * dx;
             t.s1 = s;
             t.f2 = ld_f16(blk + 2) * dx;
@@ -222,9 +258,11 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         }
         case DT_Q8_0:
         case DT_Q8_1: {
-            const i8* qs = (const i8*)(blk + (dt == DT_Q8_0 ? 2 : 4));
+            const u8* qs = blk + (dt == DT_Q8_0 ? 2 : 4);
+            const int* xw = (const int*)qx;
             int s = 0;
-            for (int i = 0; i < 32; i++) s += qs[i] * qx[i];
+#pragma unroll
+            for (int k = 0; k < 8; k++) s = __dp4a((int)ld2_u32(qs + 4 * k), xw[k], s);
             t.f1 = ld_f16(blk) * dx;
             t.s1 = s;
             break;
@@ -262,11 +300,17 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
             int S = 0, M = 0;
             const u8* qs = blk + (dt == DT_Q4K ? 16 : 48);
             for (int j = e0 / 32; j < e1 / 32; j++) {
+                // Slice j: bytes qs[32 (j / 2) + l] at nibble j % 2 (16-byte aligned: blocks of 144 and 176 bytes).
+                const u32* qw = (const u32*)(qs + 32 * (j / 2));
+                const u32* hw = (const u32*)(blk + 16);
+                const int* xw = (const int*)(qx + 32 * j);
+                int sh = 4 * (j % 2);
                 int sub = 0;
-                for (int i = 32 * j; i < 32 * j + 32; i++) {
-                    int q = nib256(qs, i);
-                    if (dt == DT_Q5K) q += 16 * ((blk[16 + i % 32] >> (i / 32)) & 1);
-                    sub += q * qx[i];
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    u32 q4 = (qw[k] >> sh) & 0x0f0f0f0fu;
+                    if (dt == DT_Q5K) q4 |= ((hw[k] >> j) & 0x01010101u) << 4;
+                    sub = __dp4a((int)q4, xw[k], sub);
                 }
                 S += q4k_scale(blk + 4, j) * sub;
                 M += q4k_min(blk + 4, j) * ((int)sums[2 * j] + (int)sums[2 * j + 1]);
@@ -280,8 +324,22 @@ __device__ Terms block_terms(int dt, const u8* blk, const i8* qx, float dx, cons
         case DT_Q6K: {
             int S = 0;
             for (int j = e0 / 16; j < e1 / 16; j++) {
+                // Sub-block j: elements 16j.. with h = j / 8, t = (j % 8) / 4, l = 16 (j % 2) ..: low nibbles at
+                // ql[64 h + 32 (t % 2) + l] >> 4 (t / 2), high bits at qh[32 h + l] >> 2 t; Σ (q - 32)·x =
+                // Σ q·x - 32·Σ x (sums[j]), the same integer.
+                int e = 16 * j;
+                int h = e / 128, tt = (e % 128) / 32, l = e % 32;
+                const u8* ql = blk + 64 * h + 32 * (tt % 2) + l;
+                const u8* qh = blk + 128 + 32 * h + l;
+                const int* xw = (const int*)(qx + e);
                 int sub = 0;
-                for (int i = 16 * j; i < 16 * j + 16; i++) sub += q6k_q(blk, i) * qx[i];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u32 lo = (ld2_u32(ql + 4 * k) >> (4 * (tt / 2))) & 0x0f0f0f0fu;
+                    u32 hi = (ld2_u32(qh + 4 * k) >> (2 * tt)) & 0x03030303u;
+                    sub = __dp4a((int)(lo | (hi << 4)), xw[k], sub);
+                }
+                sub -= 32 * (int)sums[j];
                 S += (int)(i8)blk[192 + j] * sub;
             }
             t.f1 = ld_f16(blk + 208) * dx;

@@ -1,20 +1,36 @@
 // Row and elementwise ops, bit-equal to tf_quant::reference::ops: rms_norm, RoPE rotation, GLU, add, scale,
 // embedding rows, row selection, and the paged KV writes and copies.
 
-// One warp per (group g, row r): grid (cols / group, R), 32 threads. Lanes 0..15 are dot16's lane accumulators
-// of Σ x², then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / group + eps). w: `group` values of type w_dt.
+// One block of 256 threads per (group g, row r): grid (cols / group, R). Threads 0..15 are dot16's lane
+// accumulators of Σ x² (elements i ≡ lane mod 16, increasing), fed from shared memory that the whole block fills
+// NORM_CHUNK elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / group + eps).
+// w: `group` values of type w_dt.
+#define NORM_CHUNK 4096
 extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
                                     float* y) {
-    int g = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    __shared__ float xs[NORM_CHUNK];
+    __shared__ float inv_s;
+    int g = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
     const float* xg = x + (i64)r * cols + (i64)g * group;
     float* yg = y + (i64)r * cols + (i64)g * group;
     float acc = 0.0f;
-    if (lane < 16) {
-        for (int i = lane; i < group; i += 16) acc = fmaf(xg[i], xg[i], acc);
+    for (int c0 = 0; c0 < group; c0 += NORM_CHUNK) {
+        int n = min(NORM_CHUNK, group - c0);
+        for (int i = tid; i < n; i += blockDim.x) xs[i] = xg[c0 + i];
+        __syncthreads();
+        if (tid < 16) {
+            // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
+            for (int i = tid; i < n; i += 16) acc = fmaf(xs[i], xs[i], acc);
+        }
+        __syncthreads();
     }
-    float ss = __shfl_sync(FULL_MASK, tree16(acc), 0);
-    float inv = 1.0f / sqrtf(ss / (float)group + eps);
-    for (int i = lane; i < group; i += 32) yg[i] = (xg[i] * inv) * deq_elem(w_dt, w, i);
+    if (tid < 32) {
+        float ss = tree16(tid < 16 ? acc : 0.0f);
+        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)group + eps);
+    }
+    __syncthreads();
+    float inv = inv_s;
+    for (int i = tid; i < group; i += blockDim.x) yg[i] = (xg[i] * inv) * deq_elem(w_dt, w, i);
 }
 
 // RoPE of x [R, cols] in place: thread per (row, head, pair i). cos/sin: [R, half] table rows of each row's

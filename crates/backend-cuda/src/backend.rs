@@ -4,7 +4,8 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, MAX_HEAD_DIM,
+    attn_chunks, dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, ATTN_THREADS,
+    MAX_HEAD_DIM,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
@@ -393,7 +394,7 @@ impl Backend for CudaBackend {
                 .int(cw.code)
                 .f32(eps)
                 .ptr(&out)
-                .go(((x.cols / group) as u32, x.rows as u32, 1), (32, 1, 1));
+                .go(((x.cols / group) as u32, x.rows as u32, 1), (256, 1, 1));
         }
         self.tensor(x.rows, x.cols, out)
     }
@@ -530,7 +531,11 @@ impl Backend for CudaBackend {
         assert_eq!(q.cols, p.heads * p.head_dim, "attention: q cols vs heads·head_dim");
         assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
         assert!(spec.kv_heads == p.kv_heads && spec.head_dim == p.head_dim, "attention: kv layout vs params");
-        assert!(p.head_dim <= MAX_HEAD_DIM, "attention: head_dim {} > {MAX_HEAD_DIM}", p.head_dim);
+        assert!(
+            p.head_dim <= MAX_HEAD_DIM && p.head_dim.is_multiple_of(16),
+            "attention: head_dim {} is not a multiple of 16 up to {MAX_HEAD_DIM}",
+            p.head_dim
+        );
         assert!(layer < spec.layers, "attention: layer {layer} of {}", spec.layers);
         let out = self.alloc_f32(q.rows * q.cols);
         if q.rows == 0 || p.heads == 0 {
@@ -551,8 +556,13 @@ impl Backend for CudaBackend {
         let qb = &qs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let off = (layer * store.layer_len() * 4) as u64;
         let window = p.window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX));
+        // Chunks in parallel, then merged in order (kernels/attention.cu).
+        let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
+        let chunks_b = self.upload_or_panic(bytemuck::cast_slice(&chunks));
+        // part [R, heads, cmax, head_dim + 2]: m_c, l_c, o_c of every chunk.
+        let part = self.alloc_f32(q.rows * p.heads * cmax * (p.head_dim + 2));
         self.gpu
-            .launch("attention")
+            .launch("attention_chunk")
             .ptr(qb)
             .addr(store.k.ptr + off)
             .addr(store.v.ptr + off)
@@ -560,6 +570,8 @@ impl Backend for CudaBackend {
             .ptr(&bufs.bt)
             .ptr(&bufs.bt_off)
             .ptr(&bufs.tree)
+            .ptr(&chunks_b)
+            .i32(cmax)
             .i32(p.heads)
             .i32(p.kv_heads)
             .i32(p.head_dim)
@@ -568,8 +580,17 @@ impl Backend for CudaBackend {
             .int(window)
             .int(i32::from(p.softcap.is_some()))
             .f32(p.softcap.unwrap_or(0.0))
+            .ptr(&part)
+            .go((p.heads as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, 1, 1));
+        self.gpu
+            .launch("attention_merge")
+            .ptr(&part)
+            .ptr(&chunks_b)
+            .i32(cmax)
+            .i32(p.heads)
+            .i32(p.head_dim)
             .ptr(&out)
-            .go((p.heads as u32, q.rows as u32, 1), (32, 1, 1));
+            .go((p.heads as u32, q.rows as u32, 1), (ATTN_THREADS, 1, 1));
         self.tensor(q.rows, q.cols, out)
     }
 

@@ -2,7 +2,7 @@
 //! program, the dtype tags the kernels switch on, and launch geometry. None of it decides arithmetic: every grid
 //! below only assigns whole outputs to threads (docs/cuda.md).
 
-use tf_core::DType;
+use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
 pub const SOURCES: [(&str, &str); 4] = [
@@ -13,7 +13,7 @@ pub const SOURCES: [(&str, &str); 4] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 16] = [
+pub const KERNELS: [&str; 17] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -29,7 +29,8 @@ pub const KERNELS: [&str; 16] = [
     "select_rows",
     "kv_write",
     "kv_copy",
-    "attention",
+    "attention_chunk",
+    "attention_merge",
 ];
 
 /// The whole program: every source, each preceded by a `#line` marker so NVRTC errors name the file.
@@ -68,12 +69,14 @@ pub fn dtype_code(dtype: DType) -> Option<i32> {
 /// Rows per group of `matmul_full` (`FULL_ROWS` in kernels/matmul.cu) and of `matmul_quant` (`QUANT_ROWS`).
 pub const FULL_ROWS: u32 = 8;
 pub const QUANT_ROWS: u32 = 4;
-/// Rows per block of the float-weight kernels (`FLOAT_ROWS`), looped inside the block in groups of `FULL_ROWS`.
+/// Rows per block of the float-weight kernels (`FLOAT_ROWS`), looped inside the block in groups of `FLOAT_GROUP`.
 pub const FLOAT_ROWS: u32 = 64;
 /// Output columns per block of `matmul_full` (one per half-warp of its 128 threads).
 pub const FULL_COLS: u32 = 8;
 /// Largest head_dim the attention kernel holds (`MAX_HEAD_DIM`).
 pub const MAX_HEAD_DIM: usize = 256;
+/// Threads per block of the attention kernel (`ATTN_THREADS`).
+pub const ATTN_THREADS: u32 = 128;
 /// Threads per block of the elementwise kernels.
 pub const ELEMWISE_THREADS: u32 = 256;
 
@@ -95,6 +98,40 @@ pub fn matmul_quant_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, 
 /// `(grid, block)` of an elementwise kernel over `n` items.
 pub fn elementwise_grid(n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(ELEMWISE_THREADS as usize).max(1) as u32, 1, 1), (ELEMWISE_THREADS, 1, 1))
+}
+
+/// Attention chunks hold this many consecutive absolute positions (`ATTN_CHUNK`, the reference's `ATTN_CHUNK`).
+pub const ATTN_CHUNK: u32 = 256;
+
+/// The attention chunks each row visits: `[rows.len(), cmax]` absolute chunk ids in increasing order, `-1` after a
+/// row's last, and `cmax` (at least 1). A row visits its prefix positions `lo..ctx` (`lo` the first inside the
+/// sliding window) and its tree positions inside the window; a chunk is listed when it holds any of them.
+pub fn attn_chunks(rows: &[RowAttn], window: Option<u32>) -> (Vec<i32>, usize) {
+    let lists: Vec<Vec<i32>> = rows
+        .iter()
+        .map(|row| {
+            let lo = window.map_or(0, |w| (row.pos as i64 - w as i64 + 1).max(0));
+            let mut ids: Vec<i32> = Vec::new();
+            if lo < row.ctx as i64 {
+                let (first, last) = (lo / ATTN_CHUNK as i64, (row.ctx as i64 - 1) / ATTN_CHUNK as i64);
+                ids.extend((first..=last).map(|c| c as i32));
+            }
+            for &(p, _) in &row.tree {
+                let inside = window.is_none_or(|w| (row.pos as i64 - p as i64) < w as i64);
+                let c = (p / ATTN_CHUNK) as i32;
+                if inside && ids.last() != Some(&c) {
+                    ids.push(c);
+                }
+            }
+            ids
+        })
+        .collect();
+    let cmax = lists.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let mut table = vec![-1i32; rows.len() * cmax];
+    for (r, ids) in lists.iter().enumerate() {
+        table[r * cmax..r * cmax + ids.len()].copy_from_slice(ids);
+    }
+    (table, cmax)
 }
 
 /// The NVRTC virtual architecture for a device of compute capability `(major, minor)`, e.g. `compute_90`.
@@ -150,6 +187,47 @@ mod tests {
         assert!(m.contains(&format!("#define QUANT_ROWS {QUANT_ROWS}\n")));
         assert!(m.contains(&format!("#define FLOAT_ROWS {FLOAT_ROWS}\n")));
         assert!(SOURCES[3].1.contains(&format!("#define MAX_HEAD_DIM {MAX_HEAD_DIM}\n")));
+        assert!(SOURCES[3].1.contains(&format!("#define ATTN_THREADS {ATTN_THREADS}\n")));
+    }
+
+    #[test]
+    fn attention_chunks_are_the_chunks_of_the_visited_positions() {
+        use tf_quant::reference::ops::visited_positions;
+        assert!(SOURCES[3].1.contains(&format!("#define ATTN_CHUNK {ATTN_CHUNK}\n")));
+        assert_eq!(ATTN_CHUNK, tf_quant::reference::ops::ATTN_CHUNK);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |m: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m as u64) as u32
+        };
+        let table: Vec<u32> = (0..200).collect();
+        for window in [None, Some(1), Some(7), Some(300), Some(1000)] {
+            let rows: Vec<RowAttn> = (0..300)
+                .map(|i| {
+                    let ctx = if i % 7 == 0 { 0 } else { next(1500) };
+                    let mut tree = Vec::new();
+                    let mut p = ctx;
+                    for _ in 0..next(4) {
+                        p += next(300);
+                        tree.push((p, p));
+                        p += 1;
+                    }
+                    let pos = tree.last().map_or(ctx.saturating_sub(1), |t| t.0);
+                    RowAttn { pos, seq: 0, ctx, tree }
+                })
+                .collect();
+            let (chunks, cmax) = attn_chunks(&rows, window);
+            for (r, row) in rows.iter().enumerate() {
+                let mut want: Vec<i32> =
+                    visited_positions(row, &table, 16, window).iter().map(|&(p, _)| (p / ATTN_CHUNK) as i32).collect();
+                want.dedup();
+                let got: Vec<i32> = chunks[r * cmax..(r + 1) * cmax].iter().copied().filter(|&c| c >= 0).collect();
+                assert_eq!(got, want, "row {row:?} window {window:?}");
+                assert!(chunks[r * cmax..r * cmax + got.len()].iter().all(|&c| c >= 0), "ids first, then -1");
+            }
+        }
     }
 
     #[test]
