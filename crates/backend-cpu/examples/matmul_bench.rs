@@ -1,6 +1,7 @@
 //! Matmul kernel throughput (speed lives here, never in tests): weight GB/s and GFLOP/s of one `[N, K]` weight
 //! type at 1, 4, 16 and 64 rows, for the weights resident in L2 (`l2`, 512 × 1536) and streamed from
-//! memory (`dram`, a rotation of weights totalling ~512 MiB, each used once per round).
+//! memory (`dram`: 8192 × 1536, `dram-s`: 576 × 1536 like a small model's layers; a rotation of weights
+//! totalling ~512 MiB, each used once per round).
 //!
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0).
@@ -70,7 +71,7 @@ fn main() {
     println!("threads {}, isa {}, K = {k}", pool.threads(), isa.name());
     println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");
     for dtype in types {
-        for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0)] {
+        for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0), ("dram-s", 576, 0)] {
             let row_bytes = k / dtype.block_size() * dtype.block_bytes();
             // Enough distinct weights to total ~512 MiB for the DRAM set.
             let count = if count == 0 { (512 << 20) / (n * row_bytes) } else { count };

@@ -1,9 +1,11 @@
 //! A persistent thread pool with low dispatch cost for the ~400 small parallel ops of a one-row forward.
 //!
-//! `threads - 1` workers live as long as the pool; the calling thread is the last participant. A job is a
-//! closure over task indices `0..tasks`; every participant claims the next index from one atomic counter, so a
-//! task runs exactly once on whichever thread gets it (tasks are units of work, never of arithmetic: which thread
-//! runs a task changes no bit). Workers wait for the next job by spinning for [`SPIN`], then park on a condvar;
+//! `threads - 1` workers live as long as the pool; the calling thread is participant 0. A job is a closure over
+//! task indices `0..tasks`, split into one contiguous range per participant; each participant claims the tasks
+//! of its own range in order (so consecutive tasks on one thread touch consecutive memory and its prefetches of
+//! the next tile serve itself), then helps with the other ranges. Each range has its own atomic cursor, so a
+//! task runs exactly once on whichever thread gets it (tasks are units of work, never of arithmetic: which
+//! thread runs a task changes no bit). Workers wait for the next job by spinning for [`SPIN`], then park on a condvar;
 //! publishing a job is one atomic store when nobody sleeps.
 //!
 //! Lifetimes: the job's closure lives on the caller's stack. A worker may only touch it after joining the job
@@ -53,8 +55,8 @@ struct Shared {
     gate: AtomicU64,
     /// Written by the caller before it opens the gate; read by workers after joining.
     job: UnsafeCell<Job>,
-    /// The next task index to claim.
-    next: AtomicUsize,
+    /// `[threads]`: the next task to claim in each participant's range.
+    cursors: Box<[Cursor]>,
     /// Workers parked (or about to park) on `wake`.
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -92,7 +94,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             gate: AtomicU64::new(0),
             job: UnsafeCell::new(Job { f: NOOP as *const Task, tasks: 0 }),
-            next: AtomicUsize::new(0),
+            cursors: (0..threads).map(|_| Cursor(AtomicUsize::new(0))).collect(),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -105,7 +107,7 @@ impl Pool {
                 let s = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("tf-cpu-{i}"))
-                    .spawn(move || worker(&s))
+                    .spawn(move || worker(&s, i))
                     .expect("cannot start the CPU backend's threads")
             })
             .collect();
@@ -135,14 +137,17 @@ impl Pool {
         unsafe {
             *s.job.get() = Job { f: erased, tasks };
         }
-        s.next.store(0, Ordering::Relaxed);
+        let parts = s.cursors.len();
+        for (p, c) in s.cursors.iter().enumerate() {
+            c.0.store(p * tasks / parts, Ordering::Relaxed);
+        }
         let seq = (s.gate.load(Ordering::Relaxed) >> SEQ_SHIFT) + 1;
         s.gate.store((seq << SEQ_SHIFT) | OPEN, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        claim(s, f, tasks);
+        claim(s, f, tasks, 0);
         // Every task is claimed: close the job, then wait for the joined workers to finish theirs.
         let mut g = s.gate.fetch_and(!OPEN, Ordering::AcqRel) & !OPEN;
         let mut spins = 0u32;
@@ -216,21 +221,33 @@ impl<T> SendPtr<T> {
     }
 }
 
-/// Claims and runs tasks until none is left; a panic is kept for the caller (and this thread stops claiming).
-fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync), tasks: usize) {
-    let r = catch_unwind(AssertUnwindSafe(|| loop {
-        let i = s.next.fetch_add(1, Ordering::Relaxed);
-        if i >= tasks {
-            return;
+/// A cursor on its own cache line (the participants' cursors are written by different threads).
+#[repr(align(64))]
+struct Cursor(AtomicUsize);
+
+/// Claims and runs tasks until none is left, participant `me`'s range first, then the others' in turn; a panic
+/// is kept for the caller (and this thread stops claiming).
+fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync), tasks: usize, me: usize) {
+    let parts = s.cursors.len();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        for k in 0..parts {
+            let who = (me + k) % parts;
+            let end = (who + 1) * tasks / parts;
+            loop {
+                let i = s.cursors[who].0.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    break;
+                }
+                f(i);
+            }
         }
-        f(i);
     }));
     if let Err(p) = r {
         s.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
     }
 }
 
-fn worker(s: &Shared) {
+fn worker(s: &Shared, me: usize) {
     let mut seen = 0u64;
     loop {
         // Wait for a job newer than `seen`: spin, then park.
@@ -286,7 +303,7 @@ fn worker(s: &Shared) {
         // SAFETY: we are inside the open job: the caller keeps `f` alive until we leave.
         let job = unsafe { &*s.job.get() };
         // SAFETY: as above.
-        claim(s, unsafe { &*job.f }, job.tasks);
+        claim(s, unsafe { &*job.f }, job.tasks, me);
         s.gate.fetch_sub(1, Ordering::Release);
     }
 }

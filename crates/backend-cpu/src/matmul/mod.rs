@@ -345,6 +345,9 @@ fn dot16_tile(isa: Isa, c: usize, rt: usize, w: &[&[f32]; 4], x: &[&[f32]; 4]) -
 fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     let rows = act.rows;
     let kernel = pick_quant_kernel(isa, w.dtype);
+    // The first tile's rows, all at once: the kernels prefetch each next tile while computing one, but the first
+    // tile of a chunk would otherwise arrive line by line as the kernel touches it.
+    prefetch_l2(&w.bytes()[c0 * w.row_bytes..(c0 + TILE_COLS).min(c1) * w.row_bytes]);
     for t0 in (c0..c1).step_by(TILE_COLS) {
         let t1 = (t0 + TILE_COLS).min(c1);
         let mut r0 = 0;
@@ -365,6 +368,19 @@ fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &
             r0 += rt;
         }
     }
+}
+
+/// Asks for every cache line of `bytes` to be brought into L2 (changes no value).
+fn prefetch_l2(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..bytes.len()).step_by(64) {
+        // SAFETY: a prefetch of an address inside `bytes`; SSE is part of x86_64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(bytes[at..].as_ptr() as *const i8)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// A checkpoint tile kernel: weight rows `cols[0..8 / rt]` × activation rows `r0..r0 + rt` → 8 lanes, lane
