@@ -70,6 +70,7 @@ class Engine:
         self.name = name
         self.client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=1800, max_retries=0)
         self.extra = extra
+        self.model = self.client.models.list().data[0].id  # each server names its model its own way
 
     def chat(self, messages, max_tokens, extra=None):
         """Streams one greedy reply; returns (text, completion tokens, prompt tokens, ttft s, decode tok/s)."""
@@ -77,7 +78,7 @@ class Engine:
         body.update(extra or {})
         t0 = time.perf_counter()
         stream = self.client.chat.completions.create(
-            model="default", messages=messages, max_tokens=max_tokens, temperature=0, stream=True,
+            model=self.model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True,
             stream_options={"include_usage": True}, extra_body=body)
         text, times, usage = [], [], None
         for chunk in stream:
@@ -126,7 +127,7 @@ def main():
     procs["tensorfold"] = tf_proc
     llama_cmd = [args.llama_server, "-m", args.model, "--host", "127.0.0.1", "-t", t, "-tb", t, "-np", "1",
                  "-c", "4096", "--no-webui", "--cache-reuse", "0"]
-    ready = re.compile(r"server is listening on http://127\.0\.0\.1:(\d+)")
+    ready = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
     ll_proc, ll_port = start(llama_cmd + ["--port", "18181"], ready, "llama-server")
     procs["llama.cpp"] = ll_proc
     tf = Engine("tensorfold", tf_port, {})

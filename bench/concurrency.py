@@ -38,11 +38,11 @@ def start_server(args):
         # One slot per stream, each with the whole context (the KV is not shared across slots otherwise).
         cmd = [args.bin, "-m", args.model, "--port", str(args.port), "--host", "127.0.0.1", "-t", str(args.threads),
                "-tb", str(args.threads), "-np", str(args.parallel), "-c", str(8192 * args.parallel), "--no-webui"]
-        ready = re.compile(r"server is listening on http://127\.0\.0\.1:(\d+)")
     else:
         cmd = [args.bin, "serve", args.model, "--port", "0", "--threads", str(args.threads), "--parallel",
                str(args.parallel), "--no-live-line", "--context", "8192"]
-        ready = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+    # Both print "... listening on http://127.0.0.1:PORT" on stderr once they accept requests.
+    ready = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
     lines = []
@@ -125,7 +125,7 @@ def workload_b(port):
 
 
 def workload_c(port):
-    prompt = "Read this and answer with one word: " + filler(3000, 5)
+    prompt = "Read this and answer with one word: " + filler(3700, 5)
     cold = chat(port, prompt, 1, stream=True)
     warm = chat(port, prompt, 1, stream=True)
     return {"prompt_tokens": cold[0]["usage"]["prompt_tokens"], "cold_ttft_s": cold[1] or cold[2],
