@@ -103,7 +103,8 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend at the best ISA this CPU supports. `threads == 0` means one per available core.
+    /// A backend at the best ISA this CPU supports. `threads == 0` means one per physical core
+    /// ([`pool::default_threads`]).
     pub fn new(threads: usize, precision: Precision) -> CpuBackend {
         CpuBackend::with_isa(threads, precision, Isa::detect())
     }
@@ -111,7 +112,7 @@ impl CpuBackend {
     /// A backend at a given ISA (tests compare every level). Panics when the CPU lacks `isa`.
     pub fn with_isa(threads: usize, precision: Precision, isa: Isa) -> CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU cannot run {}", isa.name());
-        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let threads = if threads == 0 { pool::default_threads() } else { threads };
         let pool = Pool::new(threads);
         CpuBackend { pool, threads, isa, precision, rope: Default::default(), vectors: Default::default() }
     }

@@ -88,9 +88,9 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool of `threads` participants (`0` means one per available core), `threads - 1` of them new threads.
+    /// A pool of `threads` participants (`0` means [`default_threads`]), `threads - 1` of them new threads.
     pub fn new(threads: usize) -> Pool {
-        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let threads = if threads == 0 { default_threads() } else { threads };
         let shared = Arc::new(Shared {
             gate: AtomicU64::new(0),
             job: UnsafeCell::new(Job { f: NOOP as *const Task, tasks: 0 }),
@@ -308,9 +308,55 @@ fn worker(s: &Shared, me: usize) {
     }
 }
 
+/// One thread per physical core this process may run on: the logical CPUs it may use (affinity and cgroup quota,
+/// as `available_parallelism` counts them) divided by the hardware threads per core. Two hyper-threads of one core
+/// share its execution units and caches, so a second thread per core slows the memory-bound matmuls down.
+/// Falls back to the logical count where the topology cannot be read (non-Linux systems).
+pub fn default_threads() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut siblings = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/sys/devices/system/cpu") {
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.strip_prefix("cpu").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+                if let Ok(s) = std::fs::read_to_string(entry.path().join("topology/thread_siblings_list")) {
+                    siblings.push(s.trim().to_string());
+                }
+            }
+        }
+    }
+    physical_threads(logical, &siblings)
+}
+
+/// `logical` usable CPUs divided by the threads per core that `siblings` (each CPU's `thread_siblings_list`, one
+/// entry per CPU) shows, rounded up, at least 1; `logical` when `siblings` is empty.
+fn physical_threads(logical: usize, siblings: &[String]) -> usize {
+    let cores = siblings.iter().collect::<std::collections::HashSet<_>>().len();
+    if cores == 0 {
+        return logical.max(1);
+    }
+    let per_core = siblings.len().div_ceil(cores).max(1);
+    logical.div_ceil(per_core).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_threads_count_cores_not_hyperthreads() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // 4 cores with 2 threads each, all usable: 4.
+        assert_eq!(physical_threads(8, &list(&["0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"])), 4);
+        // The same machine with a quota of 3 CPUs: 2.
+        assert_eq!(physical_threads(3, &list(&["0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"])), 2);
+        // No SMT: every CPU is a core.
+        assert_eq!(physical_threads(2, &list(&["0", "1"])), 2);
+        // No topology: the logical count.
+        assert_eq!(physical_threads(6, &[]), 6);
+        assert!(default_threads() >= 1);
+    }
     use std::sync::atomic::AtomicU32;
 
     #[test]
