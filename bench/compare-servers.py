@@ -2,7 +2,7 @@
 """TensorFold vs llama.cpp, both as OpenAI-compatible servers on the same GGUF, driven by the same client.
 
 usage: .venv-test/bin/python bench/compare-servers.py MODEL.gguf [--runs 5] [--threads 2] [--max-tokens 128]
-           [--prefill 512,2048] [--prompts bench/prompts/drafting.json] [--kinds code-edit,prose]
+           [--prefill 512,2048] [--long-decode 64] [--prompts bench/prompts/drafting.json] [--kinds code-edit,prose]
            [--per-kind 2] [--tensorfold target/release/tensorfold] [--llama-server .llama/bin/llama-server]
            [--llama-spec ARGS] [--json OUT]
 
@@ -17,7 +17,8 @@ Measured through the official `openai` client (streaming; times on the client):
   decode   one fixed chat prompt, greedy, --max-tokens tokens: (completion tokens - 1) / (last token time -
            first token time). TensorFold with "draft": false (serial), then drafted.
   prefill  prompts of about N tokens (a different prefix every run, so no cache applies), max_tokens 1:
-           prompt tokens / time to the first token.
+           prompt tokens / time to the first token. After the longest one, --long-decode tokens are decoded:
+           serial decode tok/s at that context length (attention's share grows with it).
   drafted  the prompt file's prompts (--kinds, --per-kind each), greedy: decode tok/s of TensorFold serial and
            drafted and of llama.cpp serial and speculative; whether each drafted reply equals its serial
            reply (TensorFold: always, by design; llama.cpp's is counted).
@@ -110,6 +111,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prefill", default="512,2048")
+    ap.add_argument("--long-decode", type=int, default=64,
+                    help="tokens decoded after the longest prefill prompt (decode speed at that context; 0: none)")
     ap.add_argument("--prompts", default="bench/prompts/drafting.json")
     ap.add_argument("--kinds", default="code-edit,code-gen,prose,json,multilingual")
     ap.add_argument("--per-kind", type=int, default=2)
@@ -138,7 +141,7 @@ def main():
         procs["llama.cpp spec"] = sp_proc
         spec = Engine("llama.cpp spec", sp_port, {"cache_prompt": False})
     out = {"model": args.model, "threads": args.threads, "runs": args.runs, "commit": git_commit(),
-           "cpu": cpu_name(), "decode": {}, "prefill": {}, "drafted": [], "peak_rss_mib": {}}
+           "cpu": cpu_name(), "decode": {}, "prefill": {}, "long_decode": None, "drafted": [], "peak_rss_mib": {}}
     try:
         msgs = [{"role": "user", "content": DECODE_PROMPT}]
         for e in [tf, ll]:  # warm-up
@@ -149,15 +152,22 @@ def main():
             dec["llama.cpp serial"].append(ll.chat(msgs, args.max_tokens)[4])
             dec["tensorfold drafted"].append(tf.chat(msgs, args.max_tokens)[4])
         out["decode"] = {k: {"runs": v, "median": med(v)} for k, v in dec.items()}
-        for n in [int(x) for x in args.prefill.split(",") if x]:
+        sizes = [int(x) for x in args.prefill.split(",") if x]
+        for n in sizes:
             pf = {"tensorfold": [], "llama.cpp": []}
+            ld = {"tensorfold": [], "llama.cpp": []}
+            # After the longest prompt, decode --long-decode tokens too: decode speed at that context length.
+            gen = args.long_decode if n == max(sizes) and args.long_decode > 1 else 1
             for r in range(args.runs):
                 for e in [tf, ll]:
                     content = f"Run {r} {e.name}. Summarize: " + filler(int(n * 0.9), r)
-                    _, _, ptok, ttft, _ = e.chat([{"role": "user", "content": content}], 1,
-                                                  {"draft": False} if e is tf else None)
+                    _, _, ptok, ttft, tps = e.chat([{"role": "user", "content": content}], gen,
+                                                   {"draft": False} if e is tf else None)
                     pf[e.name].append(ptok / ttft)
+                    ld[e.name].append(tps)
             out["prefill"][str(n)] = {k: {"runs": v, "median": med(v)} for k, v in pf.items()}
+            if gen > 1:
+                out["long_decode"] = {"context": n, **{k: {"runs": v, "median": med(v)} for k, v in ld.items()}}
         prompts = json.load(open(args.prompts))
         kinds = args.kinds.split(",")
         chosen = []
@@ -198,6 +208,11 @@ def report(out):
     for n, v in out["prefill"].items():
         a, b = v["tensorfold"]["median"], v["llama.cpp"]["median"]
         print(f"| ~{n} tokens | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+    if out.get("long_decode"):
+        v = out["long_decode"]
+        a, b = v["tensorfold"]["median"], v["llama.cpp"]["median"]
+        print(f"\n| serial decode after a ~{v['context']}-token prompt | TensorFold {a:.1f} tok/s | llama.cpp "
+              f"{b:.1f} tok/s | ratio {a / b:.2f} |")
     rows = out["drafted"]
     if rows:
         print("\n| kind | prompts | TF serial | TF drafted | llama.cpp serial | llama.cpp spec | TF drafted / llama.cpp "
