@@ -2,7 +2,8 @@
 //! device machine; the arithmetic per byte is the same for any values).
 //!
 //! `bench [SHAPE] [DTYPE] [PRECISION]`: SHAPE `qwen2.5-0.5b` | `qwen2.5-1.5b` | `qwen2.5-7b`, DTYPE `bf16` | `f16` |
-//! `q8_0` | `q4_0` | `q4_k` | `q6_k` (matrices; norms and biases stay f32), PRECISION `checkpoint` | `full`.
+//! `q8_0` | `q4_0` | `q4_k` | `q6_k` (matrices; norms and biases take float matrix types, else f32), PRECISION
+//! `checkpoint` | `full`. The weights are `tf_loader::dummy` (what `tensorfold --load-format dummy` loads), seed 0.
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them).
 
@@ -12,8 +13,9 @@ use std::time::Instant;
 use tf_backend_cuda::CudaBackend;
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RowAttn, Tensor,
-    TensorInfo, Weight, WeightSource, WeightsError,
+    TensorInfo, Weight,
 };
+use tf_loader::dummy::DummyWeights;
 use tf_loader::hf_config::HfConfig;
 use tf_models::{load_model, Batch, Model};
 
@@ -27,134 +29,6 @@ const SHAPES: [Shape; 3] = [
 ];
 
 const BLOCK: usize = 16;
-
-/// Random weights with the tensor names and shapes of a Qwen2 checkpoint.
-struct Dummy {
-    infos: Vec<TensorInfo>,
-    data: Vec<Vec<u8>>,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn fill(&mut self, out: &mut [u8]) {
-        for c in out.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
-
-/// A small f16 scale (2^-9 .. 2^-6) with random mantissa and sign.
-fn f16_scale(r: &mut Rng) -> [u8; 2] {
-    let x = r.next();
-    let h = (((x % 4) as u16 + 6) << 10) | ((x >> 8) as u16 & 0x3ff) | ((x >> 30) as u16 & 0x8000);
-    h.to_le_bytes()
-}
-
-fn random_tensor(dtype: DType, numel: usize, r: &mut Rng) -> Vec<u8> {
-    let bytes = numel / dtype.block_size() * dtype.block_bytes();
-    let mut v = vec![0u8; bytes];
-    r.fill(&mut v);
-    match dtype {
-        DType::F32 => {
-            for c in v.chunks_exact_mut(4) {
-                let x = (r.next() % 2000) as f32 / 1000.0 - 1.0;
-                c.copy_from_slice(&(x * 0.05).to_le_bytes());
-            }
-        }
-        // Exponent fields of 2^-8 .. 2^-5 (bf16) and 2^-8 .. 2^-5 (f16), random mantissa and sign.
-        DType::BF16 => {
-            for c in v.chunks_exact_mut(2) {
-                let x = r.next();
-                let b = (((x % 4) as u16 + 119) << 7) | ((x >> 8) as u16 & 0x7f) | ((x >> 30) as u16 & 0x8000);
-                c.copy_from_slice(&b.to_le_bytes());
-            }
-        }
-        DType::F16 => {
-            for c in v.chunks_exact_mut(2) {
-                let x = r.next();
-                let b = (((x % 4) as u16 + 7) << 10) | ((x >> 8) as u16 & 0x3ff) | ((x >> 30) as u16 & 0x8000);
-                c.copy_from_slice(&b.to_le_bytes());
-            }
-        }
-        _ => {
-            let fields: &[usize] = match dtype {
-                DType::Q4_0 | DType::Q8_0 => &[0],
-                DType::Q4K => &[0, 2],
-                DType::Q6K => &[208],
-                _ => panic!("bench: no random generator for {dtype}"),
-            };
-            for blk in v.chunks_exact_mut(dtype.block_bytes()) {
-                for &at in fields {
-                    blk[at..at + 2].copy_from_slice(&f16_scale(r));
-                }
-            }
-        }
-    }
-    v
-}
-
-impl Dummy {
-    fn new(shape: &Shape, dtype: DType) -> Dummy {
-        let &(_, hidden, inter, layers, heads, kv_heads, vocab, tied) = shape;
-        let hd = hidden / heads;
-        let mut specs: Vec<(String, DType, Vec<usize>)> = vec![
-            ("model.embed_tokens.weight".into(), dtype, vec![vocab, hidden]),
-            ("model.norm.weight".into(), DType::F32, vec![hidden]),
-        ];
-        if !tied {
-            specs.push(("lm_head.weight".into(), dtype, vec![vocab, hidden]));
-        }
-        for l in 0..layers {
-            let p = format!("model.layers.{l}.");
-            specs.push((format!("{p}input_layernorm.weight"), DType::F32, vec![hidden]));
-            specs.push((format!("{p}post_attention_layernorm.weight"), DType::F32, vec![hidden]));
-            for (n, out) in [("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)] {
-                specs.push((format!("{p}self_attn.{n}_proj.weight"), dtype, vec![out, hidden]));
-                specs.push((format!("{p}self_attn.{n}_proj.bias"), DType::F32, vec![out]));
-            }
-            specs.push((format!("{p}self_attn.o_proj.weight"), dtype, vec![hidden, heads * hd]));
-            specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![inter, hidden]));
-            specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![inter, hidden]));
-            specs.push((format!("{p}mlp.down_proj.weight"), dtype, vec![hidden, inter]));
-        }
-        let mut r = Rng(0x2545_F491_4F6C_DD1D);
-        let (mut infos, mut data) = (Vec::new(), Vec::new());
-        for (name, dt, shape) in specs {
-            let numel = shape.iter().product();
-            data.push(random_tensor(dt, numel, &mut r));
-            infos.push(TensorInfo { name, dtype: dt, shape: shape.iter().map(|&d| d as u64).collect() });
-        }
-        Dummy { infos, data }
-    }
-
-    fn weight_bytes(&self) -> usize {
-        self.data.iter().map(Vec::len).sum()
-    }
-}
-
-impl WeightSource for Dummy {
-    fn format(&self) -> &str {
-        "dummy"
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        &self.infos
-    }
-
-    fn bytes(&self, name: &str) -> Result<&[u8], WeightsError> {
-        let i = self.infos.iter().position(|t| t.name == name);
-        i.map(|i| &self.data[i][..]).ok_or_else(|| WeightsError::new("dummy", Some(name), "missing"))
-    }
-}
 
 fn config(shape: &Shape) -> HfConfig {
     let &(_, hidden, inter, layers, heads, kv_heads, vocab, tied) = shape;
@@ -283,16 +157,17 @@ fn main() {
     let precision = Precision::parse(args.get(3).map_or("checkpoint", String::as_str)).expect("precision");
     let shape = SHAPES.iter().find(|s| s.0 == shape_name).unwrap_or_else(|| panic!("unknown shape {shape_name}"));
     let t = Instant::now();
-    let src = Dummy::new(shape, dtype);
+    let cfg = config(shape);
+    let src = DummyWeights::new(&cfg, dtype, 0).unwrap_or_else(|e| panic!("{e}"));
     let gen_s = t.elapsed().as_secs_f64();
     let be = CudaBackend::new(0, precision).unwrap_or_else(|e| panic!("{e}"));
     let t = Instant::now();
-    let model = load_model(&be, &src, &config(shape)).unwrap_or_else(|e| panic!("{e}"));
+    let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     be.synchronize();
     let load_s = t.elapsed().as_secs_f64();
     let table: Vec<u32> = (0..64).collect();
     let mut kv = be.alloc_kv(model.kv_spec(64, BLOCK)).expect("kv");
-    let gb = src.weight_bytes() as f64 / 1e9;
+    let gb = src.total_bytes() as f64 / 1e9;
     println!(
         "# {shape_name} {dtype} {} on {}: {gb:.2} GB of weights (random), generated {gen_s:.1} s, uploaded {load_s:.1} s",
         precision.name(),

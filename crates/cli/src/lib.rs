@@ -1,6 +1,7 @@
 //! The `tensorfold` command's library side: resolving a MODEL argument to files, the facts `info` prints, and
 //! the tokenizer of a model.
 
+pub mod bench_streams;
 pub mod check;
 pub mod check_suite;
 pub mod drafting;

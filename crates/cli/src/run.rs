@@ -5,7 +5,7 @@ use crate::model_ref;
 use crate::session::{BackendChoice, Session};
 use clap::Args;
 use std::io::Write;
-use tf_core::Precision;
+use tf_core::{DType, Precision};
 use tf_engine::{Flow, GenRequest, Generator, SamplingParams};
 use tf_text::{IncrementalDetokenizer, StopFilter};
 
@@ -70,6 +70,25 @@ pub struct ModelArgs {
     /// Backend: `auto` (CUDA when built with it and a GPU is found, else CPU), `cpu` or `cuda`.
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     pub backend: BackendChoice,
+    /// `auto` (the MODEL's files) or `dummy`: random weights with the shapes of MODEL's config.json (a directory
+    /// or the file itself; no weight files are read), for timing real shapes such as Qwen2.5-7B without their
+    /// weights. Families llama, mistral, qwen2, qwen3. The output is noise; the speed is real.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "dummy"])]
+    pub load_format: String,
+    /// Seed of the dummy weights (the same seed gives the same bits).
+    #[arg(long, default_value_t = 0)]
+    pub dummy_seed: u64,
+    /// Matrix type of the dummy weights: bf16, f16, f32, q8_0, q4_0, q4_k, q6_k (default: the config's
+    /// torch_dtype).
+    #[arg(long, value_parser = parse_dummy_dtype)]
+    pub dummy_dtype: Option<DType>,
+}
+
+fn parse_dummy_dtype(s: &str) -> Result<DType, String> {
+    tf_loader::dummy::DUMMY_DTYPES
+        .into_iter()
+        .find(|d| d.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("'{s}' is not a dummy weight type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k)"))
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -85,7 +104,17 @@ impl ModelArgs {
         self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1)
     }
 
+    /// Whether `--load-format dummy` asks for random weights.
+    pub fn dummy(&self) -> bool {
+        self.load_format == "dummy"
+    }
+
     pub fn load(&self) -> Result<Session, String> {
+        if self.dummy() {
+            let (seed, dtype) = (self.dummy_seed, self.dummy_dtype);
+            let p = std::path::Path::new(&self.model);
+            return Session::load_dummy(p, dtype, seed, self.backend, self.threads(), self.precision);
+        }
         let m = model_ref::resolve(&self.model)?;
         Session::load_on(&m, self.backend, self.threads(), self.precision)
     }

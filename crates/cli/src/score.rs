@@ -153,6 +153,14 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Prompt rows per forward call while filling the prompt (any value gives the same bits).
+    #[arg(long, default_value_t = 64)]
+    pub prefill_chunk: usize,
+    /// Aggregate throughput instead: N requests (prompts of --prompt-tokens, --gen-tokens each, greedy, no
+    /// drafts) submitted at once to the engine thread, sharing rounds as `serve --parallel N` does; reports
+    /// decode tok/s summed over streams once all of them are decoding.
+    #[arg(long)]
+    pub streams: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -170,7 +178,7 @@ struct BenchResult {
     decode_tok_s_runs: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -190,13 +198,20 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if args.prompt_tokens == 0 || args.gen_tokens < 2 || args.runs == 0 {
         return Err("--prompt-tokens must be ≥ 1, --gen-tokens ≥ 2 and --runs ≥ 1".into());
     }
+    if args.prefill_chunk == 0 || args.streams == Some(0) {
+        return Err("--prefill-chunk and --streams must be ≥ 1".into());
+    }
     let s = args.model.load()?;
     let unit = s.tokenizer.encode(BENCH_TEXT, false, false).map_err(|e| e.to_string())?;
     let prompt: Vec<u32> = unit.iter().copied().cycle().take(args.prompt_tokens).collect();
+    if let Some(n) = args.streams {
+        return crate::bench_streams::bench_streams(s, args, n, prompt);
+    }
     let total = args.prompt_tokens + args.gen_tokens;
     let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), total.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
         .map_err(|e| e.to_string())?;
-    let req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
+    let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
+    req.prefill_chunk = args.prefill_chunk;
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for run in 0..=args.runs {
         let out = g.generate(&req, &mut |_| tf_engine::Flow::Continue).map_err(|e| e.to_string())?;

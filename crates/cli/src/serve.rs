@@ -88,6 +88,9 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    if args.model.dummy() {
+        return Err("--load-format dummy: serve needs real weights (use it with bench or run)".into());
+    }
     let model_ref = model_ref::resolve(&args.model.model)?;
     let facts = match &model_ref {
         ModelRef::Gguf(p) => ModelFacts::from_gguf(&GgufFile::open(p).map_err(|e| e.to_string())?),

@@ -4,12 +4,17 @@ use crate::model_ref::ModelRef;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend_cpu::CpuBackend;
+use tf_core::DType;
 use tf_core::{Backend, Precision};
+use tf_loader::dummy::DummyWeights;
 use tf_loader::gguf::GgufFile;
 use tf_loader::hf_config::{GenerationConfig, HfConfig};
 use tf_loader::safetensors::SafetensorsModel;
 use tf_models::Model;
 use tf_text::{ChatRenderOptions, ChatTemplate, Tokenizer};
+
+/// The tokenizer of dummy models without a `tokenizer.json`: 256 byte tokens, no merges.
+const BYTE_TOKENIZER: &[u8] = include_bytes!("../../../fixtures/tiny/byte-tokenizer.json");
 
 /// Which backend runs the model (`--backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -114,6 +119,57 @@ impl Session {
             None => None,
         };
         Ok(Session { backend, model, tokenizer, template, defaults, path })
+    }
+
+    /// A model of random weights with the shapes of `config` (a `config.json`, or a directory holding one; no
+    /// weight files are read), matrices of type `dtype` (default: the config's `torch_dtype`), generated from
+    /// `seed`. The tokenizer is the directory's `tokenizer.json` when there is one, else a 256-token byte-level
+    /// one. For timing real shapes only: the text is noise.
+    pub fn load_dummy(
+        config: &Path,
+        dtype: Option<DType>,
+        seed: u64,
+        choice: BackendChoice,
+        threads: usize,
+        precision: Precision,
+    ) -> Result<Session, String> {
+        let (dir, file) = if config.is_dir() {
+            (config, config.join("config.json"))
+        } else {
+            (config.parent().unwrap_or(Path::new(".")), config.to_owned())
+        };
+        let cfg = HfConfig::from_file(&file).map_err(|e| e.to_string())?;
+        let dtype = match dtype {
+            Some(d) => d,
+            None => tf_loader::dummy::config_dtype(&cfg).map_err(|e| e.to_string())?,
+        };
+        let tokenizer = if dir.join("tokenizer.json").is_file() {
+            Tokenizer::from_hf_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+        } else {
+            Tokenizer::from_hf_json(BYTE_TOKENIZER, None, &[]).map_err(|e| format!("byte-level tokenizer: {e}"))?
+        };
+        if tokenizer.vocab_size() > cfg.vocab_size as usize {
+            return Err(format!(
+                "{}: vocab_size {} is smaller than the tokenizer's {} tokens",
+                file.display(),
+                cfg.vocab_size,
+                tokenizer.vocab_size()
+            ));
+        }
+        let backend = build_backend(choice, threads, precision)?;
+        let src = DummyWeights::new(&cfg, dtype, seed).map_err(|e| e.to_string())?;
+        let path = format!(
+            "{} (dummy weights: random {dtype}, seed {seed}, {:.2} GB)",
+            file.display(),
+            src.total_bytes() as f64 / 1e9
+        );
+        let model = tf_models::load_model(backend.as_ref(), &src, &cfg).map_err(|e| format!("{path}: {e}"))?;
+        drop(src);
+        let template = match tokenizer.chat_template() {
+            Some(src) => Some(ChatTemplate::new(src).map_err(|e| format!("{path}: {e}"))?),
+            None => None,
+        };
+        Ok(Session { backend, model, tokenizer, template, defaults: ModelDefaults::default(), path })
     }
 
     /// Renders a chat (`messages` as OpenAI-style JSON) with the generation prompt, and tokenizes it the way

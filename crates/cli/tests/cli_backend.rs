@@ -1,6 +1,7 @@
 //! `--backend` as every model-loading command takes it: in a build without the `cuda` feature, `--backend cuda`
-//! fails with one clear line on stderr (no panic, no backtrace), for `serve` as for `run` and `bench`; `--backend
-//! cpu` still serves.
+//! fails with one clear line on stderr (no panic, no backtrace), for `serve` as for `run` and `bench`. (With the
+//! feature, the device tests cover `--backend cuda`.)
+#![cfg(not(feature = "cuda"))]
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -32,7 +33,6 @@ fn tensorfold(args: &[&str]) -> (bool, String) {
     (status.success(), err)
 }
 
-#[cfg(not(feature = "cuda"))]
 #[test]
 fn backend_cuda_without_the_feature_is_a_one_line_error() {
     let model = tf_testkit::repo_root().join("fixtures/tiny/llama");

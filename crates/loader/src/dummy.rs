@@ -1,0 +1,328 @@
+//! Random weights with the tensor names and shapes a Hugging Face `config.json` implies, and no weight files
+//! (`--load-format dummy`): for timing real shapes (Qwen2.5-7B, Llama-3-8B) where the real weights cannot be
+//! brought. The arithmetic per byte is the same for any values, so speeds measured on them are real speeds; the
+//! text they produce is noise.
+//!
+//! The layout is the plain pre-norm decoder's (`model_type` `llama`, `mistral`, `qwen2`, `qwen3`): per layer
+//! input and post-attention norms, q/k/v/o projections (q/k/v biases for qwen2 or `attention_bias`, per-head
+//! q/k norms for qwen3), gate/up/down projections; the embedding table, the final norm and `lm_head` unless the
+//! embeddings are tied.
+//!
+//! Deterministic from a seed: the bytes are generated in fixed chunks, each from its own generator keyed by
+//! (seed, tensor index, chunk index), so any thread count gives the same bits.
+
+use crate::hf_config::HfConfig;
+use std::sync::Mutex;
+use tf_core::{DType, TensorInfo, WeightSource, WeightsError};
+
+/// Bytes generated from one keyed generator (a whole number of blocks of every supported type).
+const CHUNK_BYTES: usize = 1 << 21;
+
+/// What a tensor is for, which decides its value distribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Projections and embeddings: small values around zero.
+    Matrix,
+    /// RMSNorm weights: values in [0.5, 1.5).
+    Norm,
+    /// Biases: small values around zero.
+    Bias,
+}
+
+/// Random weights for the tensors of one config; a [`WeightSource`] of format `"dummy"`.
+pub struct DummyWeights {
+    infos: Vec<TensorInfo>,
+    /// The bytes of `infos[i]`, `infos[i].nbytes()` long.
+    data: Vec<Vec<u8>>,
+    seed: u64,
+    dtype: DType,
+}
+
+/// The weight types dummy matrices can have: the float types of HF checkpoints and the common GGUF blocks.
+pub const DUMMY_DTYPES: [DType; 7] =
+    [DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+
+/// The matrix type a config asks for: `torch_dtype` (or `dtype`), bf16 when it says nothing.
+pub fn config_dtype(cfg: &HfConfig) -> Result<DType, WeightsError> {
+    match cfg.torch_dtype.as_deref() {
+        None | Some("bfloat16") => Ok(DType::BF16),
+        Some("float16") => Ok(DType::F16),
+        Some("float32") => Ok(DType::F32),
+        Some(other) => {
+            Err(WeightsError::new(&cfg.file, None, format!("dummy weights: torch_dtype {other:?} unsupported")))
+        }
+    }
+}
+
+impl DummyWeights {
+    /// Weights for `cfg` with matrices of type `dtype` (one of [`DUMMY_DTYPES`]; norms and biases take it too
+    /// when it is a float type, else f32, as GGUF keeps them), generated from `seed`.
+    pub fn new(cfg: &HfConfig, dtype: DType, seed: u64) -> Result<DummyWeights, WeightsError> {
+        let file = cfg.file.as_str();
+        let err = |p: String| WeightsError::new(file, None, format!("dummy weights: {p}"));
+        if !DUMMY_DTYPES.contains(&dtype) {
+            return Err(err(format!("no random generator for {dtype}")));
+        }
+        let mt = cfg.model_type.as_str();
+        if !matches!(mt, "llama" | "mistral" | "qwen2" | "qwen3") {
+            return Err(err(format!("model_type {mt:?} has no dummy layout (llama, mistral, qwen2, qwen3)")));
+        }
+        let small = if matches!(dtype, DType::BF16 | DType::F16 | DType::F32) { dtype } else { DType::F32 };
+        let (h, f, v) = (cfg.hidden_size as usize, cfg.intermediate_size as usize, cfg.vocab_size as usize);
+        let (nq, nkv, dh) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
+        let bias = mt == "qwen2" || cfg.attention_bias == Some(true);
+        let block = dtype.block_size();
+        for (what, k) in [("hidden_size", h), ("intermediate_size", f), ("heads × head_dim", nq * dh)] {
+            if k % block != 0 {
+                return Err(err(format!("{what} {k} is not a whole number of {dtype} blocks of {block}")));
+            }
+        }
+        // (name, dtype, shape outermost-first, role)
+        let mut specs: Vec<(String, DType, Vec<usize>, Role)> = vec![
+            ("model.embed_tokens.weight".into(), dtype, vec![v, h], Role::Matrix), // [V, H]
+            ("model.norm.weight".into(), small, vec![h], Role::Norm),              // [H]
+        ];
+        if !cfg.tie_word_embeddings {
+            specs.push(("lm_head.weight".into(), dtype, vec![v, h], Role::Matrix));
+            // [V, H]
+        }
+        for l in 0..cfg.num_hidden_layers as usize {
+            let p = format!("model.layers.{l}.");
+            specs.push((format!("{p}input_layernorm.weight"), small, vec![h], Role::Norm)); // [H]
+            specs.push((format!("{p}post_attention_layernorm.weight"), small, vec![h], Role::Norm)); // [H]
+                                                                                                     // q [Nq·Dh, H], k and v [Nkv·Dh, H]; biases [out].
+            for (n, out) in [("q", nq * dh), ("k", nkv * dh), ("v", nkv * dh)] {
+                specs.push((format!("{p}self_attn.{n}_proj.weight"), dtype, vec![out, h], Role::Matrix));
+                if bias {
+                    specs.push((format!("{p}self_attn.{n}_proj.bias"), small, vec![out], Role::Bias));
+                }
+            }
+            if mt == "qwen3" {
+                specs.push((format!("{p}self_attn.q_norm.weight"), small, vec![dh], Role::Norm)); // [Dh]
+                specs.push((format!("{p}self_attn.k_norm.weight"), small, vec![dh], Role::Norm));
+                // [Dh]
+            }
+            specs.push((format!("{p}self_attn.o_proj.weight"), dtype, vec![h, nq * dh], Role::Matrix)); // [H, Nq·Dh]
+            specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![f, h], Role::Matrix)); // [F, H]
+            specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![f, h], Role::Matrix)); // [F, H]
+            specs.push((format!("{p}mlp.down_proj.weight"), dtype, vec![h, f], Role::Matrix));
+            // [H, F]
+        }
+        let mut infos = Vec::with_capacity(specs.len());
+        let mut data = Vec::with_capacity(specs.len());
+        let mut roles = Vec::with_capacity(specs.len());
+        for (name, dt, shape, role) in specs {
+            let info = TensorInfo { name, dtype: dt, shape: shape.iter().map(|&d| d as u64).collect() };
+            data.push(vec![0u8; info.nbytes() as usize]);
+            infos.push(info);
+            roles.push(role);
+        }
+        // Every (tensor, chunk) is one job with its own generator; workers take jobs in any order.
+        let mut jobs: Vec<(u64, DType, Role, &mut [u8])> = Vec::new();
+        for (t, buf) in data.iter_mut().enumerate() {
+            for (c, chunk) in buf.chunks_mut(CHUNK_BYTES).enumerate() {
+                let key = mix(mix(seed ^ 0x5DEE_CE66_D1CE_4E5B) ^ ((t as u64) << 32 | c as u64));
+                jobs.push((key, infos[t].dtype, roles[t], chunk));
+            }
+        }
+        let jobs = Mutex::new(jobs);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    let Some((key, dt, role, out)) = job else { break };
+                    fill(dt, role, &mut Rng(key | 1), out);
+                });
+            }
+        });
+        Ok(DummyWeights { infos, data, seed, dtype })
+    }
+
+    /// Bytes of all tensors together.
+    pub fn total_bytes(&self) -> usize {
+        self.data.iter().map(Vec::len).sum()
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The matrix type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+}
+
+impl WeightSource for DummyWeights {
+    fn format(&self) -> &str {
+        "dummy"
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.infos
+    }
+
+    fn bytes(&self, name: &str) -> Result<&[u8], WeightsError> {
+        let i = self.infos.iter().position(|t| t.name == name);
+        i.map(|i| &self.data[i][..]).ok_or_else(|| WeightsError::new("dummy", Some(name), "no such tensor"))
+    }
+}
+
+/// splitmix64's finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// xorshift64 (state never zero).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [-1, 1).
+    fn signed(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// A small f16 scale (2^-9 .. 2^-6) with random mantissa and sign.
+fn f16_scale(r: &mut Rng) -> [u8; 2] {
+    let x = r.next();
+    let h = (((x % 4) as u16 + 6) << 10) | ((x >> 8) as u16 & 0x3ff) | ((x >> 30) as u16 & 0x8000);
+    h.to_le_bytes()
+}
+
+/// A float value of `role`'s distribution.
+fn value(role: Role, r: &mut Rng) -> f32 {
+    match role {
+        Role::Norm => 1.0 + 0.5 * r.signed(),
+        Role::Matrix | Role::Bias => 0.05 * r.signed(),
+    }
+}
+
+/// Fills `out` (whole elements or blocks of `dtype`) with random values of `role`.
+fn fill(dtype: DType, role: Role, r: &mut Rng, out: &mut [u8]) {
+    match (dtype, role) {
+        // Matrices in bf16/f16: exponents of 2^-8 .. 2^-5, random mantissa and sign, straight from the bits.
+        (DType::BF16, Role::Matrix) => {
+            for c in out.chunks_exact_mut(2) {
+                let x = r.next();
+                let b = (((x % 4) as u16 + 119) << 7) | ((x >> 8) as u16 & 0x7f) | ((x >> 30) as u16 & 0x8000);
+                c.copy_from_slice(&b.to_le_bytes());
+            }
+        }
+        (DType::F16, Role::Matrix) => {
+            for c in out.chunks_exact_mut(2) {
+                let x = r.next();
+                let b = (((x % 4) as u16 + 7) << 10) | ((x >> 8) as u16 & 0x3ff) | ((x >> 30) as u16 & 0x8000);
+                c.copy_from_slice(&b.to_le_bytes());
+            }
+        }
+        (DType::BF16, _) => {
+            for c in out.chunks_exact_mut(2) {
+                c.copy_from_slice(&half::bf16::from_f32(value(role, r)).to_le_bytes());
+            }
+        }
+        (DType::F16, _) => {
+            for c in out.chunks_exact_mut(2) {
+                c.copy_from_slice(&half::f16::from_f32(value(role, r)).to_le_bytes());
+            }
+        }
+        (DType::F32, _) => {
+            for c in out.chunks_exact_mut(4) {
+                c.copy_from_slice(&value(role, r).to_le_bytes());
+            }
+        }
+        // Quant blocks: random quants and sub-scales, small random f16 super-scales at their offsets.
+        _ => {
+            for c in out.chunks_mut(8) {
+                let v = r.next().to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+            let fields: &[usize] = match dtype {
+                DType::Q4_0 | DType::Q8_0 => &[0],
+                DType::Q4K => &[0, 2],
+                DType::Q6K => &[208],
+                _ => unreachable!("checked against DUMMY_DTYPES"),
+            };
+            for blk in out.chunks_exact_mut(dtype.block_bytes()) {
+                for &at in fields {
+                    blk[at..at + 2].copy_from_slice(&f16_scale(r));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(model_type: &str, tied: bool) -> HfConfig {
+        let json = format!(
+            r#"{{"architectures": ["X"], "model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+            "tie_word_embeddings": {tied}, "max_position_embeddings": 256, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}}"#
+        );
+        HfConfig::from_json_str(&json, "config.json").unwrap()
+    }
+
+    #[test]
+    fn names_and_shapes_follow_the_config() {
+        let q = DummyWeights::new(&cfg("qwen2", false), DType::BF16, 1).unwrap();
+        let info = |n: &str| q.info(n).unwrap_or_else(|| panic!("{n} missing")).clone();
+        assert_eq!(info("model.embed_tokens.weight").shape, [300, 64]);
+        assert_eq!(info("lm_head.weight").shape, [300, 64]);
+        assert_eq!(info("model.layers.1.self_attn.k_proj.weight").shape, [32, 64]);
+        assert_eq!(info("model.layers.1.self_attn.k_proj.bias").shape, [32]);
+        assert_eq!(info("model.layers.0.mlp.down_proj.weight").shape, [64, 96]);
+        for t in q.tensors() {
+            assert_eq!(q.bytes(&t.name).unwrap().len() as u64, t.nbytes(), "{}", t.name);
+        }
+        let l = DummyWeights::new(&cfg("llama", true), DType::Q8_0, 1).unwrap();
+        assert!(l.info("lm_head.weight").is_none() && l.info("model.layers.0.self_attn.q_proj.bias").is_none());
+        assert_eq!(l.info("model.norm.weight").unwrap().dtype, DType::F32);
+        let q3 = DummyWeights::new(&cfg("qwen3", true), DType::BF16, 1).unwrap();
+        assert_eq!(q3.info("model.layers.1.self_attn.q_norm.weight").unwrap().shape, [16]);
+        assert!(DummyWeights::new(&cfg("gemma3_text", true), DType::BF16, 1).is_err());
+        assert!(DummyWeights::new(&cfg("llama", true), DType::Q4K, 1).is_err(), "64 is not a block of 256");
+    }
+
+    #[test]
+    fn the_seed_decides_every_byte() {
+        for dt in [DType::BF16, DType::F32, DType::Q4_0] {
+            let a = DummyWeights::new(&cfg("qwen2", false), dt, 7).unwrap();
+            let b = DummyWeights::new(&cfg("qwen2", false), dt, 7).unwrap();
+            let c = DummyWeights::new(&cfg("qwen2", false), dt, 8).unwrap();
+            assert_eq!(a.data, b.data, "{dt}");
+            for (x, y) in a.data.iter().zip(&c.data) {
+                assert_ne!(x, y, "{dt}: another seed gave the same tensor");
+            }
+            // Tensors differ from each other too (every chunk has its own key).
+            let q = a.bytes("model.layers.0.self_attn.q_proj.weight").unwrap();
+            let q1 = a.bytes("model.layers.1.self_attn.q_proj.weight").unwrap();
+            assert_ne!(q, q1);
+        }
+    }
+
+    #[test]
+    fn float_values_are_finite_and_in_range() {
+        let w = DummyWeights::new(&cfg("qwen2", false), DType::F32, 3).unwrap();
+        for t in w.tensors() {
+            let vals: Vec<f32> =
+                w.bytes(&t.name).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+            let (lo, hi) = if t.name.contains("norm") { (0.5, 1.5) } else { (-0.05, 0.05) };
+            assert!(vals.iter().all(|&v| v >= lo && v <= hi), "{}", t.name);
+        }
+    }
+}
