@@ -66,45 +66,151 @@ pub(crate) fn attention(
     if out.host.is_empty() {
         return out;
     }
-    // Units: kv head × row tile × head split. Split a kv head's query heads only when there are too few units
-    // to keep the threads busy (decode steps).
+    // Units: kv head × row tile × (head split or chunk range). When there are too few units to keep the threads
+    // busy (decode steps), a long context is split into ranges of chunks (each range's per-chunk partials are
+    // merged afterwards in chunk order, as the reference merges them: the K/V are read once); a short one
+    // (one chunk) splits a kv head's query heads instead.
     let tiles = q.rows.div_ceil(TILE_ROWS);
     let want = 2 * pool.threads();
-    let splits = if p.kv_heads * tiles >= want { 1 } else { want.div_ceil(p.kv_heads * tiles).min(group) };
-    let mut units = Vec::with_capacity(p.kv_heads * tiles * splits);
+    let few = p.kv_heads * tiles < want;
+    let last_chunk = meta.rows.iter().map(|r| r.pos / ATTN_CHUNK).max().unwrap_or(0);
+    let ranges = if few { (2 * want).div_ceil(p.kv_heads * tiles).min(last_chunk as usize + 1) } else { 1 };
+    let splits = if few && ranges < 2 { want.div_ceil(p.kv_heads * tiles).min(group) } else { 1 };
+    let mut units = Vec::with_capacity(p.kv_heads * tiles * splits * ranges);
     for kvh in 0..p.kv_heads {
         for t in 0..tiles {
             let rows = t * TILE_ROWS..((t + 1) * TILE_ROWS).min(q.rows);
             for s in 0..splits {
                 let heads = kvh * group + s * group / splits..kvh * group + (s + 1) * group / splits;
-                if !heads.is_empty() {
-                    units.push(Unit { kvh, rows: rows.clone(), heads });
+                if heads.is_empty() {
+                    continue;
+                }
+                let n = last_chunk as usize + 1;
+                for k in 0..ranges {
+                    let chunks =
+                        if ranges == 1 { 0..u32::MAX } else { (k * n / ranges) as u32..((k + 1) * n / ranges) as u32 };
+                    units.push(Unit { kvh, rows: rows.clone(), heads: heads.clone(), chunks });
                 }
             }
         }
     }
-    let run = |u: &Unit| unit(isa, q, kv, meta, p, u);
     let work: usize = meta.rows.iter().map(|r| r.ctx as usize + r.tree.len()).sum::<usize>() * p.heads * hd;
-    let results: Vec<Vec<f32>> = if work < PAR_WORK || pool.threads() == 1 {
-        units.iter().map(run).collect()
-    } else {
-        pool.map(units.len(), |i| run(&units[i]))
-    };
-    // Scatter: unit output `[rows, heads, head_dim]` into `out [R, heads·head_dim]`.
-    for (u, res) in units.iter().zip(&results) {
+    let serial = work < PAR_WORK || pool.threads() == 1;
+    // Scatter: a group's output `[rows, heads, head_dim]` into `out [R, heads·head_dim]`.
+    let mut scatter = |u: &Unit, res: &[f32]| {
         let width = u.heads.len() * hd;
         for (i, r) in u.rows.clone().enumerate() {
             out.row_mut(r)[u.heads.start * hd..u.heads.end * hd].copy_from_slice(&res[i * width..(i + 1) * width]);
+        }
+    };
+    if ranges == 1 {
+        let run = |u: &Unit| {
+            let mut st = State::new(u.rows.len(), u.heads.len(), hd);
+            unit(isa, q, kv, meta, p, u, &mut |i, m_c, l_c, o_c| st.fold(isa, i, m_c, l_c, o_c));
+            st.finish(isa)
+        };
+        let results: Vec<Vec<f32>> =
+            if serial { units.iter().map(run).collect() } else { pool.map(units.len(), |i| run(&units[i])) };
+        for (u, res) in units.iter().zip(&results) {
+            scatter(u, res);
+        }
+    } else {
+        let run = |u: &Unit| {
+            let mut parts = Vec::new();
+            unit(isa, q, kv, meta, p, u, &mut |i, m_c, l_c, o_c| {
+                parts.push((i, m_c.to_vec(), l_c.to_vec(), o_c.to_vec()))
+            });
+            parts
+        };
+        let results: Vec<Vec<Partial>> =
+            if serial { units.iter().map(run).collect() } else { pool.map(units.len(), |i| run(&units[i])) };
+        // Each group's ranges are consecutive units in chunk order: fold their partials in that order.
+        for (group_units, group_parts) in units.chunks(ranges).zip(results.chunks(ranges)) {
+            let u = &group_units[0];
+            let mut st = State::new(u.rows.len(), u.heads.len(), hd);
+            for (i, m_c, l_c, o_c) in group_parts.iter().flatten() {
+                st.fold(isa, *i, m_c, l_c, o_c);
+            }
+            scatter(u, &st.finish(isa));
         }
     }
     out
 }
 
-/// A unit of work: query heads `heads` (all reading kv head `kvh`) of rows `rows`.
+/// Receives (row `i` of a unit, `m_c`, `l_c`, `o_c`) for each visited chunk.
+type ChunkSink<'a> = dyn FnMut(usize, &[f32], &[f32], &[f32]) + 'a;
+
+/// One chunk's result for row `i` of a unit: `m_c [heads]`, `l_c [heads]`, `o_c [heads, head_dim]`.
+type Partial = (usize, Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// The running softmax state of a unit's (row, query head) pairs, merged chunk by chunk as the reference does.
+struct State {
+    heads: usize,
+    hd: usize,
+    /// `[rows, heads, head_dim]`: the unnormalized output.
+    o: Vec<f32>,
+    /// `[rows, heads]`: the running maximum and sum.
+    m: Vec<f32>,
+    l: Vec<f32>,
+    /// `[rows]`: whether the row's first chunk has been merged.
+    started: Vec<bool>,
+}
+
+impl State {
+    fn new(rows: usize, heads: usize, hd: usize) -> State {
+        State {
+            heads,
+            hd,
+            o: vec![0f32; rows * heads * hd],
+            m: vec![0f32; rows * heads],
+            l: vec![0f32; rows * heads],
+            started: vec![false; rows],
+        }
+    }
+
+    /// Merges row `i`'s next chunk (`m_c`, `l_c` `[heads]`, `o_c [heads, head_dim]`).
+    fn fold(&mut self, isa: Isa, i: usize, m_c: &[f32], l_c: &[f32], o_c: &[f32]) {
+        let (nh, hd) = (self.heads, self.hd);
+        for h in 0..nh {
+            let st = i * nh + h;
+            let (mh, lh) = (m_c[h], l_c[h]);
+            let oh = &mut self.o[st * hd..(st + 1) * hd];
+            if !self.started[i] {
+                oh.copy_from_slice(&o_c[h * hd..(h + 1) * hd]);
+                (self.m[st], self.l[st]) = (mh, lh);
+            } else {
+                let m2 = self.m[st].max(mh);
+                let a = exp(self.m[st] - m2);
+                let b = exp(mh - m2);
+                simd::merge(isa, oh, a, &o_c[h * hd..(h + 1) * hd], b);
+                (self.m[st], self.l[st]) = (m2, self.l[st] * a + lh * b);
+            }
+        }
+        self.started[i] = true;
+    }
+
+    /// `o / l` per (row, head) → `[rows, heads, head_dim]` (zeros for a row that visited nothing).
+    fn finish(&self, isa: Isa) -> Vec<f32> {
+        let (nh, hd) = (self.heads, self.hd);
+        let mut res = vec![0f32; self.o.len()];
+        for (i, &st) in self.started.iter().enumerate() {
+            if st {
+                for h in 0..nh {
+                    let s = i * nh + h;
+                    simd::div_scalar(isa, &self.o[s * hd..(s + 1) * hd], self.l[s], &mut res[s * hd..(s + 1) * hd]);
+                }
+            }
+        }
+        res
+    }
+}
+
+/// A unit of work: query heads `heads` (all reading kv head `kvh`) of rows `rows`, over the chunks `chunks`.
 struct Unit {
     kvh: usize,
     rows: Range<usize>,
     heads: Range<usize>,
+    chunks: Range<u32>,
 }
 
 /// Where one row stands in its visited positions: prefix positions `next_prefix..ctx` and tree entries
@@ -166,34 +272,42 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Computes one unit → `[rows, heads, head_dim]`.
-fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: &Unit) -> Vec<f32> {
+/// Computes one unit: hands each (row `i` of the unit, visited chunk) to `sink` in chunk order per row, as
+/// `m_c [heads]`, `l_c [heads]`, `o_c [heads, head_dim]`.
+fn unit(
+    isa: Isa,
+    q: &Tensor,
+    kv: &KvLayer,
+    meta: &AttnMeta,
+    p: &AttnParams,
+    u: &Unit,
+    sink: &mut ChunkSink,
+) {
     let hd = p.head_dim;
     let nh = u.heads.len();
     let chunk = ATTN_CHUNK as usize;
+    // Scratch: the chunk's slots `[≤ 256]`, its scores then `e` `[heads, 256]`, `o_c [heads, head_dim]`.
+    let mut slots = Vec::with_capacity(chunk);
     let mut cursors: Vec<Cursor> = u
         .rows
         .clone()
         .map(|r| {
             let row = &meta.rows[r];
-            Cursor::new(row, &meta.block_tables[row.seq], p.window)
+            let mut cur = Cursor::new(row, &meta.block_tables[row.seq], p.window);
+            // Chunks before the unit's range belong to other units.
+            while let Some(c) = cur.next_chunk().filter(|&c| c < u.chunks.start) {
+                cur.take_chunk(c, kv.block_size, &mut slots);
+            }
+            cur
         })
         .collect();
-    // Per (row, head) running state: `o [rows, heads, head_dim]`, `m`, `l` `[rows, heads]`; `started[row]` once
-    // the row's first chunk has been merged.
-    let mut o = vec![0f32; u.rows.len() * nh * hd];
-    let mut m = vec![0f32; u.rows.len() * nh];
-    let mut l = vec![0f32; u.rows.len() * nh];
-    let mut started = vec![false; u.rows.len()];
-    // Scratch: the chunk's slots `[≤ 256]`, its scores then `e` `[heads, 256]`, `o_c [heads, head_dim]`.
-    let mut slots = Vec::with_capacity(chunk);
     let mut scores = vec![0f32; nh * chunk];
     let mut o_c = vec![0f32; nh * hd];
     let mut krows: Vec<&[f32]> = Vec::with_capacity(chunk);
     let mut vrows: Vec<&[f32]> = Vec::with_capacity(chunk);
     // The chunk's `m_c` and `l_c` per head.
     let (mut m_c, mut l_c) = (vec![0f32; nh], vec![0f32; nh]);
-    while let Some(c) = cursors.iter().filter_map(Cursor::next_chunk).min() {
+    while let Some(c) = cursors.iter().filter_map(Cursor::next_chunk).min().filter(|&c| c < u.chunks.end) {
         for (i, cur) in cursors.iter_mut().enumerate() {
             if cur.next_chunk() != Some(c) {
                 continue;
@@ -237,34 +351,9 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
             for h in 0..nh {
                 simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], &vrows);
             }
-            for h in 0..nh {
-                let st = i * nh + h;
-                let (mh, lh) = (m_c[h], l_c[h]);
-                let oh = &mut o[st * hd..(st + 1) * hd];
-                if !started[i] {
-                    oh.copy_from_slice(&o_c[h * hd..(h + 1) * hd]);
-                    (m[st], l[st]) = (mh, lh);
-                } else {
-                    let m2 = m[st].max(mh);
-                    let a = exp(m[st] - m2);
-                    let b = exp(mh - m2);
-                    simd::merge(isa, oh, a, &o_c[h * hd..(h + 1) * hd], b);
-                    (m[st], l[st]) = (m2, l[st] * a + lh * b);
-                }
-            }
-            started[i] = true;
+            sink(i, &m_c, &l_c, &o_c);
         }
     }
-    let mut res = vec![0f32; o.len()];
-    for (i, &st) in started.iter().enumerate() {
-        if st {
-            for h in 0..nh {
-                let s = i * nh + h;
-                simd::div_scalar(isa, &o[s * hd..(s + 1) * hd], l[s], &mut res[s * hd..(s + 1) * hd]);
-            }
-        }
-    }
-    res
 }
 
 /// Pushes the slots of prefix positions `a..b` (all inside `table`) onto `slots`, walking whole blocks.
