@@ -274,15 +274,7 @@ impl<'a> Cursor<'a> {
 
 /// Computes one unit: hands each (row `i` of the unit, visited chunk) to `sink` in chunk order per row, as
 /// `m_c [heads]`, `l_c [heads]`, `o_c [heads, head_dim]`.
-fn unit(
-    isa: Isa,
-    q: &Tensor,
-    kv: &KvLayer,
-    meta: &AttnMeta,
-    p: &AttnParams,
-    u: &Unit,
-    sink: &mut ChunkSink,
-) {
+fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: &Unit, sink: &mut ChunkSink) {
     let hd = p.head_dim;
     let nh = u.heads.len();
     let chunk = ATTN_CHUNK as usize;
