@@ -108,9 +108,17 @@ impl Gpu {
         Ok(Gpu { ctx, stream, funcs, name, cc })
     }
 
-    /// Number of CUDA devices, or 0 when the driver cannot be loaded.
+    /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that
+    /// panic is caught and its message kept off stderr (callers say what is missing in one line). The panic hook
+    /// is swapped under a lock so concurrent probes restore the real one.
     pub fn device_count() -> usize {
-        std::panic::catch_unwind(CudaContext::device_count).ok().and_then(|r| r.ok()).map_or(0, |n| n.max(0) as usize)
+        static PROBE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = PROBE.lock().unwrap_or_else(|p| p.into_inner());
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let n = std::panic::catch_unwind(CudaContext::device_count);
+        std::panic::set_hook(hook);
+        n.ok().and_then(|r| r.ok()).map_or(0, |n| n.max(0) as usize)
     }
 
     /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
