@@ -62,8 +62,22 @@ e.record(); e.synchronize()
 ms = s.elapsed_time(e) / 10
 print(f"copy bandwidth (read + write): {2 * x.numel() / ms / 1e6:.0f} GB/s")
 PY
-        for cfg in "qwen2.5-1.5b bf16 full" "qwen2.5-1.5b q4_k checkpoint" "qwen2.5-1.5b q8_0 checkpoint" \
-            "qwen2.5-7b bf16 full"; do
+        # tensorfold bench on dummy weights with real shapes (bench/shapes): serial decode after a 64-token prompt,
+        # prefill of 2048 tokens in chunks of 256, aggregate decode of 1/8/32 streams through shared rounds.
+        T="$B/tensorfold bench --load-format dummy --backend cuda --precision full --json"
+        for shape in qwen2.5-1.5b qwen2.5-7b llama-3-8b; do
+            c=.device/shapes/$shape.json
+            echo "== $shape"
+            timeout 120 $T $c --prompt-tokens 64 --gen-tokens 128 --runs 3 || echo "decode $shape failed"
+            [ $shape = llama-3-8b ] && continue
+            timeout 150 $T $c --prompt-tokens 2048 --prefill-chunk 256 --gen-tokens 2 --runs 2 ||
+                echo "prefill $shape failed"
+            for n in 1 8 32; do
+                timeout 120 $T $c --prompt-tokens 64 --gen-tokens 64 --runs 2 --streams $n || echo "streams $n $shape failed"
+            done
+        done
+        # 1 row vs a 16-row window, and per-op times (the bench example, same dummy weights).
+        for cfg in "qwen2.5-1.5b bf16 full" "qwen2.5-7b bf16 full"; do
             timeout 150 $B/bench $cfg || echo "bench $cfg failed or timed out"
         done
         timeout 150 python3 - <<'PY' || echo "transformers peer failed"

@@ -37,6 +37,8 @@ for m in llama llama3; do
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["max_position_embeddings"]=2048; print(json.dumps(c))' \
         "fixtures/tiny/$m/config.json" >".device/tiny-$m/config.json"
 done
+# Real model shapes (config.json only) for --load-format dummy.
+cp -r bench/shapes .device/shapes
 ls -la .device/bin
 du -sh .device
 cat <<'MSG'
