@@ -55,6 +55,7 @@ fn main() {
         Some("scalar") => Isa::Scalar,
         Some("avx2") => Isa::Avx2,
         Some("avx512") => Isa::Avx512,
+        Some("neon") => Isa::Neon,
         _ => Isa::detect(),
     };
     let types: Vec<DType> = if args.len() > 2 {

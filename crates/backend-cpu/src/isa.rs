@@ -1,6 +1,9 @@
 //! Instruction-set levels the CPU kernels are written for, detected at run time.
 
 /// A SIMD level. Every level computes the same bits as `Scalar` (docs/arithmetic.md).
+///
+/// The order (`<`) ranks the x86_64 levels (`Scalar < Avx2 < Avx512`); `Neon` is the aarch64 level and is only
+/// ever available there, so never compare it with the x86 levels: ask [`Isa::usable`] instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     Scalar,
@@ -9,6 +12,10 @@ pub enum Isa {
     /// AVX2 + FMA + F16C plus AVX-512 F/BW/VL/VNNI (x86_64): the int8 dot products of the legacy-type matmul kernels in
     /// 512-bit registers with `vpdpbusd`; every other kernel as at `Avx2`.
     Avx512,
+    /// Advanced SIMD (aarch64, where it is baseline): the checkpoint matmul kernels with `smull`/`smlal` +
+    /// `sadalp` integer dot products (baseline ARMv8.0; the `sdot` instruction of FEAT_DotProd is not used), the
+    /// full-mode and attention `dot16` in four-register lane sets. Everything else runs the scalar code.
+    Neon,
 }
 
 impl Isa {
@@ -25,13 +32,32 @@ impl Isa {
                 return if avx512 { Isa::Avx512 } else { Isa::Avx2 };
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon") {
+                return Isa::Neon;
+            }
+        }
         Isa::Scalar
     }
 
     /// Every level usable on this CPU, lowest first (tests run each against `Scalar`).
     pub fn available() -> Vec<Isa> {
         let best = Isa::detect();
+        if best == Isa::Neon {
+            return vec![Isa::Scalar, Isa::Neon];
+        }
         [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= best).collect()
+    }
+
+    /// Whether this CPU can run the level's kernels (every level of [`Isa::available`]).
+    pub fn usable(self) -> bool {
+        let best = Isa::detect();
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 | Isa::Avx512 => best != Isa::Neon && self <= best,
+            Isa::Neon => best == Isa::Neon,
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -39,6 +65,26 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn available_levels_are_usable_and_the_others_not() {
+        let avail = Isa::available();
+        assert_eq!(avail[0], Isa::Scalar);
+        assert_eq!(*avail.last().unwrap(), Isa::detect());
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon] {
+            assert_eq!(isa.usable(), avail.contains(&isa), "{isa:?}");
+        }
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(Isa::detect(), Isa::Neon, "NEON is baseline on aarch64");
+        #[cfg(not(target_arch = "aarch64"))]
+        assert!(!Isa::Neon.usable());
     }
 }

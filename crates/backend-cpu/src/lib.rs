@@ -1,7 +1,7 @@
-//! The CPU backend: [`CpuBackend`] implements `tf_core::Backend` with row-exact kernels, AVX2 where the CPU has
-//! it and the scalar reference (`tf_quant::reference`) otherwise, threaded by a persistent [`Pool`]. Every op gives the
-//! reference's bits whatever the ISA, the thread count or the number of rows in the call
-//! (docs/arithmetic.md, DESIGN.md §2): threads split rows, (row, head) pairs or output columns, never a
+//! The CPU backend: [`CpuBackend`] implements `tf_core::Backend` with row-exact kernels, AVX2/AVX-512 or NEON
+//! where the CPU has them and the scalar reference (`tf_quant::reference`) otherwise, threaded by a persistent
+//! [`Pool`]. Every op gives the reference's bits whatever the ISA, the thread count or the number of rows in the
+//! call (docs/arithmetic.md, DESIGN.md §2): threads split rows, (row, head) pairs or output columns, never a
 //! reduction, and no kernel is chosen by row count.
 //!
 //! Modules: `matmul` (matmul, weights, embeddings), `attention`, `norm`, `rope`, `kv` (the paged KV store),

@@ -8,7 +8,6 @@
 use crate::isa::Isa;
 use tf_core::GluAct;
 use tf_quant::reference::math as m;
-use tf_quant::reference::ops::glu_one;
 
 /// `xs[i] = exp(xs[i] - sub)` (the subtraction rounded, then `exp`).
 pub(crate) fn exp_sub_inplace(isa: Isa, xs: &mut [f32], sub: f32) {
@@ -43,8 +42,9 @@ pub(crate) fn glu(isa: Isa, gate: &[f32], up: &[f32], act: GluAct, out: &mut [f3
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
-    use super::{glu_one, m, GluAct};
+    use super::{m, GluAct};
     use std::arch::x86_64::*;
+    use tf_quant::reference::ops::glu_one;
 
     /// `exp` of 8 lanes: `tf_quant::reference::math::exp` step by step.
     #[inline]
@@ -183,7 +183,8 @@ pub(crate) mod avx2 {
     }
 }
 
-#[cfg(test)]
+// The AVX2 vectors against the scalar functions (only x86_64 has vector forms of these).
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 

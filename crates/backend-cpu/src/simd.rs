@@ -1,7 +1,8 @@
 //! Vector building blocks per ISA: the canonical `dot16`, and lane-wise slice operations (fma accumulation,
 //! attention merges, norm scaling, add, scale). Every function gives the bits of its scalar form: `dot16` keeps
 //! the 16 canonical lane accumulators in two registers and reduces them with the fixed tree; the others are
-//! elementwise, one rounded operation per element in the order written.
+//! elementwise, one rounded operation per element in the order written. NEON (`simd/neon.rs`) has `dot16`,
+//! `dot16_x4` and `fma_acc_rows`; its other operations are the scalar loops.
 //!
 //! Every function taking an [`Isa`] requires `isa` to be usable on this CPU (`Isa::available()`); `CpuBackend`
 //! guarantees it for the ISA it holds.
@@ -16,6 +17,9 @@ pub(crate) fn dot16(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `isa` is Avx2 only when the CPU has AVX2 and FMA (module docs).
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2::dot16(a, b) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `isa` is Neon only on aarch64 with NEON (module docs).
+        Isa::Neon => unsafe { neon::dot16(a, b) },
         _ => rm::dot16(a, b),
     }
 }
@@ -27,6 +31,9 @@ pub(crate) fn dot16_x4(isa: Isa, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2::dot16_x4(a, b) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as in `dot16`.
+        Isa::Neon => unsafe { neon::dot16_x4(a, b) },
         _ => b.map(|b| rm::dot16(a, b)),
     }
 }
@@ -40,6 +47,9 @@ pub(crate) fn fma_acc_rows(isa: Isa, o: &mut [f32], e: &[f32], v: &[&[f32]]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot16`.
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2::fma_acc_rows(o, e, v) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as in `dot16`.
+        Isa::Neon => unsafe { neon::fma_acc_rows(o, e, v) },
         _ => {
             for (&e, v) in e.iter().zip(v) {
                 o.iter_mut().zip(*v).for_each(|(o, &v)| *o = e.mul_add(v, *o));
@@ -104,6 +114,9 @@ pub(crate) fn scale(isa: Isa, x: &mut [f32], s: f32) {
         _ => tf_quant::reference::ops::scale(x, s),
     }
 }
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {

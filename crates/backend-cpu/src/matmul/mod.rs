@@ -25,6 +25,14 @@ mod avx2_kquant;
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_full;
+#[cfg(target_arch = "aarch64")]
+mod neon_kquant;
+#[cfg(target_arch = "aarch64")]
+mod neon_legacy;
 mod scalar;
 
 use std::borrow::Cow;
@@ -201,7 +209,7 @@ pub fn matmul(
         x.cols, w.shape, w.dtype
     );
     assert_eq!(x.host.len(), rows * k, "matmul: x has no host data of [{rows}, {k}]");
-    assert!(isa <= Isa::detect(), "matmul: {} kernels on a CPU without them", isa.name());
+    assert!(isa.usable(), "matmul: {} kernels on a CPU without them", isa.name());
     // `[n]` bias values, borrowed when the bias is stored as f32.
     let bias_values: Option<Cow<[f32]>> = bias.map(|b| {
         assert_eq!(b.out_dim * b.in_dim, n, "matmul: bias {:?} for a weight with {n} outputs", b.shape);
@@ -324,7 +332,7 @@ fn chunk_full(isa: Isa, w: &CpuWeight, x: &[f32], c0: usize, c1: usize, out: &Ou
 fn dequant_row(isa: Isa, dtype: DType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA.
-    if isa >= Isa::Avx2 && unsafe { avx2_dequant::dequant_row(dtype, bytes, out) } {
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && unsafe { avx2_dequant::dequant_row(dtype, bytes, out) } {
         return;
     }
     let _ = isa;
@@ -337,6 +345,9 @@ fn dot16_tile(isa: Isa, c: usize, rt: usize, w: &[&[f32]; 4], x: &[&[f32]; 4]) -
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only ever selected when the CPU has AVX2 and FMA; all rows are `[k]`.
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2_full::dot16_tile(c, rt, w, x) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Isa::Neon` is only ever selected on aarch64 with NEON; all rows are `[k]`.
+        Isa::Neon => unsafe { neon_full::dot16_tile(c, rt, w, x) },
         _ => scalar::dot16_tile(c, rt, w, x),
     }
 }
@@ -395,8 +406,14 @@ fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) {
         if let Some(k) = avx2_legacy::kernel(dtype).or_else(|| avx2_kquant::kernel(dtype)) {
+            return k;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        if let Some(k) = neon_legacy::kernel(dtype).or_else(|| neon_kquant::kernel(dtype)) {
             return k;
         }
     }
