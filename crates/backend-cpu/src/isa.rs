@@ -14,7 +14,8 @@ pub enum Isa {
     Avx512,
     /// Advanced SIMD (aarch64, where it is baseline): the checkpoint matmul kernels with `smull`/`smlal` +
     /// `sadalp` integer dot products (baseline ARMv8.0; the `sdot` instruction of FEAT_DotProd is not used), the
-    /// full-mode and attention `dot16` in four-register lane sets. Everything else runs the scalar code.
+    /// full-mode and attention `dot16` in four-register lane sets, the activation quantization. Everything else runs
+    /// the scalar code.
     Neon,
 }
 

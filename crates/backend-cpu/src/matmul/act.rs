@@ -74,6 +74,9 @@ fn quantize(isa: Isa, x: &[f32], q: &mut [i8]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only selected when the CPU has AVX2 and FMA.
         Isa::Avx2 | Isa::Avx512 => unsafe { super::avx2::quantize_block(x, q) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Isa::Neon` is only selected on aarch64 with NEON.
+        Isa::Neon => unsafe { super::neon::quantize_block(x, q) },
         _ => quantize_block(x, q),
     }
 }

@@ -1,5 +1,6 @@
-//! NEON (aarch64 Advanced SIMD) building blocks shared by the checkpoint matmul kernels: the exact int8 dot
-//! product, the 8-lane integer reduction, tile lane patterns, and the f16 scales of the tile's weight rows.
+//! NEON (aarch64 Advanced SIMD) building blocks shared by the checkpoint matmul kernels: activation
+//! quantization, the exact int8 dot product, the 8-lane integer reduction, tile lane patterns, and the f16 scales
+//! of the tile's weight rows.
 //!
 //! Tile lanes, as in the AVX2 kernels: a checkpoint tile of `C` weight rows × `RT` activation rows (`C · RT = 8`)
 //! keeps one f32 lane per output, lane `c · RT + r`, held in two registers (lanes 0..4 and 4..8). Every lane runs
@@ -12,6 +13,41 @@
 //! without changing a bit.
 
 use std::arch::aarch64::*;
+
+/// Quantizes one activation block like `reference::matmul::quantize_block`, bit for bit. `x.len() == q.len()`,
+/// a multiple of 16.
+///
+/// `amax`: per lane `m = |x| > m ? |x| : m` (a compare and select, so NaNs are skipped exactly as the
+/// reference's `>` test skips them), then a max over the lanes (exact, order-free: no NaN is left). Then
+/// `d = amax / 127` and `id` in scalar as the reference; `q = clamp(fcvtas(x * id), -127, 127)`: `fcvtas` rounds
+/// half away from zero (`f32::round`), gives 0 for NaN and saturates ±inf, as `as i8` does before the clamp.
+///
+/// # Safety
+/// NEON.
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    assert!(x.len() == q.len() && x.len().is_multiple_of(16), "quantize_block: lengths");
+    let mut m = vdupq_n_f32(0.0);
+    for c in x.chunks_exact(4) {
+        let a = vabsq_f32(vld1q_f32(c.as_ptr()));
+        m = vbslq_f32(vcgtq_f32(a, m), a, m);
+    }
+    let amax = vmaxvq_f32(m);
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (idv, lo, hi) = (vdupq_n_f32(id), vdupq_n_s32(-127), vdupq_n_s32(127));
+    for (x, q) in x.chunks_exact(16).zip(q.chunks_exact_mut(16)) {
+        // `[4]` i32x4 of 4 values each, clamped, then narrowed to i16 and i8 (exact: all in -127..=127).
+        let v: [int32x4_t; 4] = std::array::from_fn(|i| {
+            let r = vcvtaq_s32_f32(vmulq_f32(vld1q_f32(x.as_ptr().add(4 * i)), idv));
+            vminq_s32(vmaxq_s32(r, lo), hi)
+        });
+        let h0 = vcombine_s16(vmovn_s32(v[0]), vmovn_s32(v[1]));
+        let h1 = vcombine_s16(vmovn_s32(v[2]), vmovn_s32(v[3]));
+        vst1q_s8(q.as_mut_ptr(), vcombine_s8(vmovn_s16(h0), vmovn_s16(h1)));
+    }
+    d
+}
 
 /// `acc + Σ w[i]·x[i]` over 16 signed bytes, spread over the four i32 lanes (exact).
 ///
