@@ -25,6 +25,8 @@ mod avx2_kquant;
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;
+#[cfg(target_arch = "x86_64")]
+mod avx512_kquant;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -401,7 +403,7 @@ pub(crate) type QuantKernel = fn(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: u
 fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
-        if let Some(k) = avx512_legacy::kernel(dtype) {
+        if let Some(k) = avx512_legacy::kernel(dtype).or_else(|| avx512_kquant::kernel(dtype)) {
             return k;
         }
     }
