@@ -46,7 +46,31 @@ fn config(shape: &Shape) -> HfConfig {
 fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positions: std::ops::Range<usize>) -> f64 {
     let t = Instant::now();
     let n = positions.len();
-    let batch = Batch {
+    let batch = batch(table, positions);
+    let logits = be.to_host(&m.forward(be, &batch, kv));
+    assert_eq!(logits.len(), n * m.vocab_size());
+    t.elapsed().as_secs_f64()
+}
+
+/// [`step`] through a CUDA graph (`CudaBackend::graph_forward`).
+fn graph_step(
+    be: &CudaBackend,
+    m: &dyn Model,
+    kv: &mut KvCache,
+    table: &[u32],
+    positions: std::ops::Range<usize>,
+) -> f64 {
+    let t = Instant::now();
+    let n = positions.len();
+    let batch = batch(table, positions);
+    let logits = be.to_host(&be.graph_forward(&mut || m.forward(be, &batch, kv)));
+    assert_eq!(logits.len(), n * m.vocab_size());
+    t.elapsed().as_secs_f64()
+}
+
+fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
+    let n = positions.len();
+    Batch {
         tokens: positions.clone().map(|p| (p * 7919 % 150_000) as u32).collect(),
         positions: positions.clone().map(|p| p as u32).collect(),
         slots: positions.clone().map(|p| table[p / BLOCK] * BLOCK as u32 + (p % BLOCK) as u32).collect(),
@@ -55,10 +79,7 @@ fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positi
             rows: positions.map(|p| RowAttn { pos: p as u32, seq: 0, ctx: p as u32 + 1, tree: vec![] }).collect(),
         },
         logit_rows: (0..n).collect(),
-    };
-    let logits = be.to_host(&m.forward(be, &batch, kv));
-    assert_eq!(logits.len(), n * m.vocab_size());
-    t.elapsed().as_secs_f64()
+    }
 }
 
 /// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel.
@@ -193,6 +214,24 @@ fn main() {
         }
     }
     let (m1, m16) = (median(one), median(window));
+    // The same steps through CUDA graphs (3 warm-ups: the capture, then replays).
+    let (mut g1, mut g16) = (Vec::new(), Vec::new());
+    for i in 0..23 {
+        let s = graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1);
+        pos += 1;
+        if i >= 3 {
+            g1.push(s);
+        }
+    }
+    for i in 0..13 {
+        let s = graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + 16);
+        pos += 16;
+        if i >= 3 {
+            g16.push(s);
+        }
+    }
+    let (g1, g16) = (median(g1), median(g16));
+    let (captured, replayed) = be.graph_counts();
     // One more set of steps with every op timed on its own (1 row, then 16 rows).
     for rows in [1, 16] {
         let timed = Timed { be: &be, times: Mutex::new(BTreeMap::new()) };
@@ -221,5 +260,15 @@ fn main() {
         gb / m1,
         m16 * 1e3,
         m16 / m1
+    );
+    println!(
+        "{shape_name} {dtype} {} with CUDA graphs: decode 1 row {:.2} ms = {:.1} tok/s ({:.0} GB/s of weights) | \
+         16-row window {:.2} ms = {:.2}x one row | {captured} captures, {replayed} replays",
+        precision.name(),
+        g1 * 1e3,
+        1.0 / g1,
+        gb / g1,
+        g16 * 1e3,
+        g16 / g1
     );
 }

@@ -7,6 +7,8 @@ use crate::geometry::{
     attn_chunks, dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, ATTN_THREADS,
     MAX_HEAD_DIM,
 };
+use crate::graph::Mode;
+use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
@@ -58,7 +60,21 @@ pub struct CudaBackend {
     gpu: Gpu,
     precision: Precision,
     uploads: Mutex<Uploads>,
+    /// The last captured decode graph ([`CudaBackend::graph_forward`]).
+    graph: Mutex<Option<Captured>>,
+    /// Graph forwards that captured a graph, and that replayed one.
+    graph_counts: Mutex<(usize, usize)>,
 }
+
+/// A captured forward: the executable graph and the signature of the launches it holds.
+struct Captured {
+    graph: cudarc::driver::CudaGraph,
+    sig: Vec<u64>,
+}
+
+// SAFETY: the graph is only touched under the backend's `graph` mutex, from one thread at a time, and it replays
+// on the backend's one stream.
+unsafe impl Send for Captured {}
 
 /// The last per-call metadata uploaded, reused while the next call asks for the same (every layer of a forward
 /// passes the same positions, slots and attention metadata).
@@ -111,7 +127,68 @@ pub fn available() -> bool {
 impl CudaBackend {
     /// Opens device `ordinal` and compiles the kernels for it (NVRTC, once per process and architecture).
     pub fn new(ordinal: usize, precision: Precision) -> Result<CudaBackend, BackendError> {
-        Ok(CudaBackend { gpu: Gpu::open(ordinal)?, precision, uploads: Mutex::new(Uploads::default()) })
+        Ok(CudaBackend {
+            gpu: Gpu::open(ordinal)?,
+            precision,
+            uploads: Mutex::new(Uploads::default()),
+            graph: Mutex::new(None),
+            graph_counts: Mutex::new((0, 0)),
+        })
+    }
+
+    /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
+    ///
+    /// The first call, and any call whose launches differ from the captured graph's (other row count, other
+    /// block-table size, another 256-position attention chunk), captures `forward` into a new graph and runs it.
+    /// Other calls run `forward` in replay mode, where ops only check shapes and stage their metadata (positions,
+    /// slots, RoPE rows, block tables) at the addresses the graph reads, then copy that metadata up in one transfer
+    /// and replay the graph. The kernels and their order are those of the eager forward, so the bits are too.
+    ///
+    /// The returned tensor lives in the graph's activation arena: read it (`to_host`) before the next call.
+    pub fn graph_forward(&self, forward: &mut dyn FnMut() -> Tensor) -> Tensor {
+        let mut slot = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        let graph_err = |e| panic!("CUDA graph: {e:?}");
+        if let Some(c) = slot.as_ref() {
+            self.gpu.begin_graph(Mode::Replay).unwrap_or_else(|e| panic!("{e}"));
+            *self.uploads() = Uploads::default();
+            let t = forward();
+            let (sig, overflow) = self.gpu.end_graph();
+            *self.uploads() = Uploads::default();
+            if !overflow && sig == c.sig {
+                self.gpu.flush_staging();
+                c.graph.launch().unwrap_or_else(graph_err);
+                self.graph_counts.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+                return t;
+            }
+        }
+        *slot = None;
+        self.gpu.begin_graph(Mode::Capture).unwrap_or_else(|e| panic!("{e}"));
+        *self.uploads() = Uploads::default();
+        self.gpu.stream.begin_capture(CU_STREAM_CAPTURE_MODE_RELAXED).unwrap_or_else(graph_err);
+        let t = forward();
+        let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        let (sig, overflow) = self.gpu.end_graph();
+        *self.uploads() = Uploads::default();
+        match graph {
+            Ok(Some(graph)) if !overflow => {
+                self.gpu.flush_staging();
+                graph.launch().unwrap_or_else(graph_err);
+                self.graph_counts.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+                *slot = Some(Captured { graph, sig });
+                t
+            }
+            Ok(_) => {
+                // An arena ran out (a forward too large for a graph): run it eagerly.
+                drop(t);
+                forward()
+            }
+            Err(e) => panic!("CUDA graph capture: {e:?}"),
+        }
+    }
+
+    /// (graphs captured, graphs replayed) by [`Self::graph_forward`] so far.
+    pub fn graph_counts(&self) -> (usize, usize) {
+        *self.graph_counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The device name ("NVIDIA H200").

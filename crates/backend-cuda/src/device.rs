@@ -2,10 +2,12 @@
 //! and architecture), device buffers passed to kernels as raw pointers, and launches.
 //!
 //! Every op runs on the one stream, in order, so buffers need no events: cudarc's event tracking is turned off
-//! and a kernel argument is the buffer's device address.
+//! and a kernel argument is the buffer's device address. The stream is a created one (not the legacy default
+//! stream) so that decode forwards can be captured into CUDA graphs ([`crate::graph`]).
 
 use crate::geometry::{nvrtc_arch, program, KERNELS};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use crate::graph::{Arena, Mode, ACT_ARENA, META_ARENA};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,7 +44,6 @@ pub fn compile(arch: &str) -> Result<String, BackendError> {
 /// synchronization (every op allocates its output stream-ordered; the pool's default threshold of 0 would
 /// re-map that memory after every `to_host`).
 fn keep_pool_memory(ctx: &CudaContext) -> Result<(), BackendError> {
-    use cudarc::driver::sys;
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     let mut threshold: u64 = u64::MAX;
     // SAFETY: plain driver calls on this context's device with valid out-pointers.
@@ -67,8 +68,8 @@ fn keep_pool_memory(ctx: &CudaContext) -> Result<(), BackendError> {
 
 /// A device buffer of `bytes` bytes and its address.
 pub struct Buf {
-    /// Owns the allocation (freed on drop, in stream order).
-    _slice: CudaSlice<u8>,
+    /// Owns the allocation (freed on drop, in stream order); `None` for a buffer carved from a graph arena.
+    _slice: Option<CudaSlice<u8>>,
     pub ptr: u64,
     pub bytes: usize,
 }
@@ -80,6 +81,8 @@ pub struct Gpu {
     funcs: HashMap<&'static str, CudaFunction>,
     pub name: String,
     pub cc: (i32, i32),
+    /// Graph mode, arenas and launch signature ([`crate::graph`]).
+    pub(crate) arena: Mutex<Arena>,
 }
 
 fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BackendError + '_ {
@@ -103,9 +106,9 @@ impl Gpu {
         for k in KERNELS {
             funcs.insert(k, module.load_function(k).map_err(err(k))?);
         }
-        let stream = ctx.default_stream();
+        let stream = ctx.new_stream().map_err(err("stream"))?;
         keep_pool_memory(&ctx)?;
-        Ok(Gpu { ctx, stream, funcs, name, cc })
+        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()) })
     }
 
     /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that
@@ -121,8 +124,27 @@ impl Gpu {
         n.ok().and_then(|r| r.ok()).map_or(0, |n| n.max(0) as usize)
     }
 
+    /// Makes the context current on this thread (cudarc's own calls do it; raw driver calls need it too).
+    fn bind(&self) {
+        self.ctx.bind_to_thread().unwrap_or_else(|e| panic!("CUDA context: {e:?}"));
+    }
+
+    fn arena(&self) -> std::sync::MutexGuard<'_, Arena> {
+        self.arena.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A buffer carved from the activation arena when a graph forward is in progress.
+    fn carved(&self, bytes: usize) -> Option<Buf> {
+        let mut a = self.arena();
+        (a.mode != Mode::Eager).then(|| Buf { _slice: None, ptr: a.carve(bytes), bytes })
+    }
+
     /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
     pub fn zeros(&self, bytes: usize) -> Result<Buf, BackendError> {
+        if let Some(b) = self.carved(bytes) {
+            self.memset0(&b);
+            return Ok(b);
+        }
         let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(err("alloc"))?;
         Ok(self.wrap(slice, bytes))
     }
@@ -131,12 +153,21 @@ impl Gpu {
     pub fn uninit(&self, bytes: usize) -> Result<Buf, BackendError> {
         // SAFETY: u8 has no invalid bit patterns; callers only hand it to kernels that write every byte before
         // anything reads it.
+        if let Some(b) = self.carved(bytes) {
+            return Ok(b);
+        }
         let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(err("alloc"))?;
         Ok(self.wrap(slice, bytes))
     }
 
     /// A buffer holding a copy of `data`.
     pub fn upload(&self, data: &[u8]) -> Result<Buf, BackendError> {
+        {
+            let mut a = self.arena();
+            if a.mode != Mode::Eager {
+                return Ok(Buf { _slice: None, ptr: a.stage(data), bytes: data.len() });
+            }
+        }
         if data.is_empty() {
             return self.zeros(0);
         }
@@ -149,7 +180,7 @@ impl Gpu {
             let (p, _sync) = slice.device_ptr(&self.stream);
             p
         };
-        Buf { _slice: slice, ptr, bytes }
+        Buf { _slice: Some(slice), ptr, bytes }
     }
 
     /// The buffer's bytes on the host (waits for the work queued before it).
@@ -158,7 +189,13 @@ impl Gpu {
         if out.is_empty() {
             return;
         }
-        self.stream.memcpy_dtoh(&buf._slice.slice(..out.len()), out).unwrap_or_else(|e| panic!("CUDA download: {e:?}"));
+        assert_eq!(self.arena().mode, Mode::Eager, "download inside a graph forward");
+        // SAFETY: `out` is a live host buffer of out.len() bytes, the source a live device buffer at least that
+        // long; the copy completes before `sync` returns.
+        self.bind();
+        let r =
+            unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), buf.ptr, out.len(), self.stream.cu_stream()) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA download");
         self.sync();
     }
 
@@ -168,9 +205,72 @@ impl Gpu {
         if bytes == 0 {
             return;
         }
-        let s = src._slice.slice(..bytes);
-        let mut d = dst._slice.slice_mut(..bytes);
-        self.stream.memcpy_dtod(&s, &mut d).unwrap_or_else(|e| panic!("CUDA copy: {e:?}"));
+        let mode = {
+            let mut a = self.arena();
+            if a.mode != Mode::Eager {
+                a.record(("copy", src.ptr, dst.ptr, bytes));
+            }
+            a.mode
+        };
+        if mode == Mode::Replay {
+            return;
+        }
+        // SAFETY: both are live device buffers of at least `bytes` bytes (asserted), ordered on the one stream.
+        self.bind();
+        let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, bytes, self.stream.cu_stream()) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA copy");
+    }
+
+    /// Zeroes `b` on the stream (recorded, and skipped in replay, like a launch).
+    fn memset0(&self, b: &Buf) {
+        let mode = {
+            let mut a = self.arena();
+            a.record(("memset", b.ptr, b.bytes));
+            a.mode
+        };
+        if mode != Mode::Replay {
+            // SAFETY: a live device buffer of b.bytes bytes, on the one stream.
+            self.bind();
+            let r = unsafe { sys::cuMemsetD8Async(b.ptr, 0, b.bytes, self.stream.cu_stream()) };
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA memset");
+        }
+    }
+
+    /// Starts a graph forward in `mode` (`Capture` or `Replay`), creating the arenas on first use.
+    pub(crate) fn begin_graph(&self, mode: Mode) -> Result<(), BackendError> {
+        let mut a = self.arena();
+        if !a.ready() {
+            let act = self.stream.alloc_zeros::<u8>(ACT_ARENA).map_err(err("graph arena"))?;
+            let meta = self.stream.alloc_zeros::<u8>(META_ARENA).map_err(err("graph arena"))?;
+            let (ap, mp) = (act.device_ptr(&self.stream).0, meta.device_ptr(&self.stream).0);
+            a.install(act, ap, meta, mp);
+        }
+        a.begin(mode);
+        Ok(())
+    }
+
+    /// Ends a graph forward: back to eager; returns the launch signature and whether an arena overflowed.
+    pub(crate) fn end_graph(&self) -> (Vec<u64>, bool) {
+        let mut a = self.arena();
+        a.mode = Mode::Eager;
+        (std::mem::take(&mut a.sig), a.overflow)
+    }
+
+    /// Copies the staged metadata of the last graph forward into the metadata arena (on the stream, before the
+    /// graph that reads it).
+    pub(crate) fn flush_staging(&self) {
+        let a = self.arena();
+        assert_eq!(a.mode, Mode::Eager, "staging flushed during a graph forward");
+        if a.staging.is_empty() {
+            return;
+        }
+        // SAFETY: the staging image fits the metadata arena (`stage` checks); pageable source memory, so the call
+        // returns once the bytes are staged by the driver and the Vec may change afterwards.
+        self.bind();
+        let r = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(a.meta_ptr, a.staging.as_ptr().cast(), a.staging.len(), self.stream.cu_stream())
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA metadata upload");
     }
 
     /// Waits for every queued op; panics with the CUDA error of a failed kernel.
@@ -244,6 +344,25 @@ impl Launch<'_> {
     pub fn go(self, grid: (u32, u32, u32), block: (u32, u32, u32)) {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
+        }
+        {
+            let mut a = self.gpu.arena();
+            if a.mode != Mode::Eager {
+                let args: Vec<(u8, u64)> = self
+                    .args
+                    .iter()
+                    .map(|x| match x {
+                        Arg::U64(v) => (0, *v),
+                        Arg::I32(v) => (1, *v as u32 as u64),
+                        Arg::I64(v) => (2, *v as u64),
+                        Arg::F32(v) => (3, v.to_bits() as u64),
+                    })
+                    .collect();
+                a.record((self.name, grid, block, args));
+                if a.mode == Mode::Replay {
+                    return;
+                }
+            }
         }
         let mut b = self.gpu.stream.launch_builder(self.func);
         for a in &self.args {

@@ -14,6 +14,8 @@ pub mod geometry;
 mod backend;
 #[cfg(feature = "cuda")]
 pub mod device;
+#[cfg(feature = "cuda")]
+mod graph;
 
 #[cfg(feature = "cuda")]
 pub use backend::{available, CudaBackend, CudaKv, CudaTensor, CudaWeight};
