@@ -3,7 +3,7 @@
 //!
 //! Every op runs on the one stream, in order, so buffers need no events: cudarc's event tracking is turned off
 //! and a kernel argument is the buffer's device address. The stream is a created one (not the legacy default
-//! stream) so that decode forwards can be captured into CUDA graphs ([`crate::graph`]).
+//! stream) so that decode forwards can be captured into CUDA graphs (`src/graph.rs`).
 
 use crate::geometry::{nvrtc_arch, program, KERNELS};
 use crate::graph::{Arena, Mode, ACT_ARENA, META_ARENA};
@@ -81,7 +81,7 @@ pub struct Gpu {
     funcs: HashMap<&'static str, CudaFunction>,
     pub name: String,
     pub cc: (i32, i32),
-    /// Graph mode, arenas and launch signature ([`crate::graph`]).
+    /// Graph mode, arenas and launch signature (`src/graph.rs`).
     pub(crate) arena: Mutex<Arena>,
 }
 
@@ -278,7 +278,8 @@ impl Gpu {
         self.stream.synchronize().unwrap_or_else(|e| panic!("CUDA error: {e:?}"));
     }
 
-    /// Starts a launch of kernel `name`; add arguments with [`Launch::arg`], then [`Launch::go`].
+    /// Starts a launch of kernel `name`; add arguments with [`Launch::ptr`], [`Launch::i32`] and the like, then
+    /// [`Launch::go`].
     pub fn launch(&self, name: &'static str) -> Launch<'_> {
         let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
         Launch { gpu: self, name, func: f, args: Vec::new() }
