@@ -77,20 +77,20 @@ impl DummyWeights {
                 return Err(err(format!("{what} {k} is not a whole number of {dtype} blocks of {block}")));
             }
         }
-        // (name, dtype, shape outermost-first, role)
+        // (name, dtype, shape outermost-first, role). Embeddings and lm_head [V, H]; norms [H]; q [Nq·Dh, H],
+        // k and v [Nkv·Dh, H], their biases [out]; qwen3's q/k norms [Dh]; o [H, Nq·Dh]; gate and up [F, H];
+        // down [H, F].
         let mut specs: Vec<(String, DType, Vec<usize>, Role)> = vec![
-            ("model.embed_tokens.weight".into(), dtype, vec![v, h], Role::Matrix), // [V, H]
-            ("model.norm.weight".into(), small, vec![h], Role::Norm),              // [H]
+            ("model.embed_tokens.weight".into(), dtype, vec![v, h], Role::Matrix),
+            ("model.norm.weight".into(), small, vec![h], Role::Norm),
         ];
         if !cfg.tie_word_embeddings {
             specs.push(("lm_head.weight".into(), dtype, vec![v, h], Role::Matrix));
-            // [V, H]
         }
         for l in 0..cfg.num_hidden_layers as usize {
             let p = format!("model.layers.{l}.");
-            specs.push((format!("{p}input_layernorm.weight"), small, vec![h], Role::Norm)); // [H]
-            specs.push((format!("{p}post_attention_layernorm.weight"), small, vec![h], Role::Norm)); // [H]
-                                                                                                     // q [Nq·Dh, H], k and v [Nkv·Dh, H]; biases [out].
+            specs.push((format!("{p}input_layernorm.weight"), small, vec![h], Role::Norm));
+            specs.push((format!("{p}post_attention_layernorm.weight"), small, vec![h], Role::Norm));
             for (n, out) in [("q", nq * dh), ("k", nkv * dh), ("v", nkv * dh)] {
                 specs.push((format!("{p}self_attn.{n}_proj.weight"), dtype, vec![out, h], Role::Matrix));
                 if bias {
@@ -98,15 +98,13 @@ impl DummyWeights {
                 }
             }
             if mt == "qwen3" {
-                specs.push((format!("{p}self_attn.q_norm.weight"), small, vec![dh], Role::Norm)); // [Dh]
+                specs.push((format!("{p}self_attn.q_norm.weight"), small, vec![dh], Role::Norm));
                 specs.push((format!("{p}self_attn.k_norm.weight"), small, vec![dh], Role::Norm));
-                // [Dh]
             }
-            specs.push((format!("{p}self_attn.o_proj.weight"), dtype, vec![h, nq * dh], Role::Matrix)); // [H, Nq·Dh]
-            specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![f, h], Role::Matrix)); // [F, H]
-            specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![f, h], Role::Matrix)); // [F, H]
+            specs.push((format!("{p}self_attn.o_proj.weight"), dtype, vec![h, nq * dh], Role::Matrix));
+            specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![f, h], Role::Matrix));
+            specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![f, h], Role::Matrix));
             specs.push((format!("{p}mlp.down_proj.weight"), dtype, vec![h, f], Role::Matrix));
-            // [H, F]
         }
         let mut infos = Vec::with_capacity(specs.len());
         let mut data = Vec::with_capacity(specs.len());
