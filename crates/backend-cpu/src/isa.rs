@@ -9,8 +9,8 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA (x86_64).
     Avx2,
-    /// AVX2 + FMA + F16C plus AVX-512 F/BW/VL/VNNI (x86_64): the int8 dot products of the legacy-type matmul kernels in
-    /// 512-bit registers with `vpdpbusd`; every other kernel as at `Avx2`.
+    /// AVX2 + FMA + F16C plus AVX-512 F/BW/VL/VNNI (x86_64): the int8 dot products of the legacy-type and
+    /// Q4_K/Q5_K/Q6_K matmul kernels in 512-bit registers with `vpdpbusd`; every other kernel as at `Avx2`.
     Avx512,
     /// Advanced SIMD (aarch64, where it is baseline): the checkpoint matmul kernels with `smull`/`smlal` +
     /// `sadalp` integer dot products (baseline ARMv8.0; the `sdot` instruction of FEAT_DotProd is not used), the
