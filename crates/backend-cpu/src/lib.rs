@@ -21,8 +21,8 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use tf_core::{
-    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, Tensor, TensorInfo,
-    Weight,
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, SharedBytes, Tensor,
+    TensorInfo, Weight,
 };
 
 pub use isa::Isa;
@@ -137,6 +137,11 @@ impl Backend for CpuBackend {
 
     fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError> {
         let w = CpuWeight::from_bytes(info, bytes)?;
+        Ok(Weight { name: info.name.clone(), dtype: w.dtype(), shape: w.shape().to_vec(), storage: Arc::new(w) })
+    }
+
+    fn upload_shared(&self, info: &TensorInfo, bytes: SharedBytes) -> Result<Weight, BackendError> {
+        let w = CpuWeight::from_shared(info, bytes)?;
         Ok(Weight { name: info.name.clone(), dtype: w.dtype(), shape: w.shape().to_vec(), storage: Arc::new(w) })
     }
 

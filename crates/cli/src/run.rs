@@ -64,7 +64,7 @@ pub struct ModelArgs {
     /// (f32 activations × dequantized weights). Each is exact with itself.
     #[arg(long, default_value = "checkpoint", value_parser = parse_precision)]
     pub precision: Precision,
-    /// Worker threads (default: all cores). Any count gives the same bits.
+    /// Worker threads (default: one per physical core). Any count gives the same bits.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Backend: `auto` (CUDA when built with it and a GPU is found, else CPU), `cpu` or `cuda`.
@@ -101,7 +101,7 @@ fn parse_precision(s: &str) -> Result<Precision, String> {
 
 impl ModelArgs {
     pub fn threads(&self) -> usize {
-        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1)
+        self.threads.unwrap_or_else(tf_backend_cpu::pool::default_threads).max(1)
     }
 
     /// Whether `--load-format dummy` asks for random weights.

@@ -6,7 +6,7 @@
 //! Data layout: activations are row-major `rows × cols` f32 matrices ([`Tensor`]); weight matrices are
 //! `[out, in]` (PyTorch layout, GGUF `ne = [in, out]`), so `matmul(x, w)` computes `x · wᵀ`.
 
-use crate::{DType, TensorInfo};
+use crate::{DType, SharedBytes, TensorInfo};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -239,6 +239,11 @@ pub trait Backend: Send + Sync {
 
     /// Uploads a checkpoint tensor as stored (`bytes` are its raw little-endian data).
     fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError>;
+    /// Uploads a checkpoint tensor whose bytes a shared owner holds (the mapped file): a backend that computes
+    /// from host memory may keep them in place instead of copying. By default, [`Backend::upload`] of a copy.
+    fn upload_shared(&self, info: &TensorInfo, bytes: SharedBytes) -> Result<Weight, BackendError> {
+        self.upload(info, bytes.as_slice())
+    }
     /// Uploads f32 values computed at load time (e.g. a norm weight with a constant folded in).
     fn upload_f32(&self, name: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, BackendError>;
 

@@ -2,6 +2,8 @@
 
 use crate::DType;
 use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
 
 /// What a source knows about one tensor.
 ///
@@ -66,4 +68,40 @@ pub trait WeightSource: Send + Sync {
     }
     /// The raw little-endian bytes of tensor `name`, exactly `info(name).nbytes()` long.
     fn bytes(&self, name: &str) -> Result<&[u8], WeightsError>;
+    /// The same bytes as [`WeightSource::bytes`], held by a shared owner (the mapped file) that a backend may
+    /// keep instead of copying them; `None` when the source cannot share them.
+    fn shared_bytes(&self, _name: &str) -> Option<SharedBytes> {
+        None
+    }
+}
+
+/// A byte range of a shared owner (an mmap'd checkpoint): kept alive by whoever holds a clone, so a backend can
+/// use weights in place (no second copy in memory).
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl SharedBytes {
+    /// `range` of `owner`'s bytes; `None` when it lies outside them.
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Option<SharedBytes> {
+        let total = (*owner).as_ref().len();
+        (range.start <= range.end && range.end <= total).then(|| SharedBytes {
+            owner,
+            start: range.start,
+            len: range.end - range.start,
+        })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+}
+
+impl fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedBytes({} bytes at {})", self.len, self.start)
+    }
 }

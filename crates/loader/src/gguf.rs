@@ -17,7 +17,8 @@ use memmap2::Mmap;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
-use tf_core::{DType, TensorInfo, WeightSource, WeightsError};
+use std::sync::Arc;
+use tf_core::{DType, SharedBytes, TensorInfo, WeightSource, WeightsError};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 /// GGML tensors have at most 4 dimensions.
@@ -259,7 +260,8 @@ pub struct GgufFile {
     by_name: HashMap<String, usize>,
     /// Absolute file offset of the data section.
     data_start: u64,
-    mmap: Mmap,
+    /// The mapped file, shared with the weights a backend keeps in place.
+    mmap: Arc<Mmap>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -295,7 +297,7 @@ impl GgufFile {
             infos,
             by_name,
             data_start: parsed.data_start,
-            mmap,
+            mmap: Arc::new(mmap),
         })
     }
 
@@ -359,6 +361,13 @@ impl WeightSource for GgufFile {
         let start = (self.data_start + t.offset) as usize;
         let end = start + t.info.nbytes() as usize;
         Ok(&self.mmap[start..end])
+    }
+
+    fn shared_bytes(&self, name: &str) -> Option<SharedBytes> {
+        let t = self.tensor(name)?;
+        let start = (self.data_start + t.offset) as usize;
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.mmap.clone();
+        SharedBytes::new(owner, start..start + t.info.nbytes() as usize)
     }
 }
 

@@ -96,6 +96,10 @@ impl<'a> Loader<'a> {
     pub fn matrix(&self, n: Name, l: usize, shape: [usize; 2]) -> Result<Weight, ModelError> {
         let tensor = self.name(n, l, "weight");
         let info = self.checked(&tensor, &shape)?;
+        // In place from the mapped file where the source can share it (no second copy in memory).
+        if let Some(shared) = self.src.shared_bytes(&tensor) {
+            return self.be.upload_shared(info, shared).map_err(|e| self.err(&tensor, e));
+        }
         let bytes = self.src.bytes(&tensor).map_err(|e| ModelError(e.to_string()))?;
         self.be.upload(info, bytes).map_err(|e| self.err(&tensor, e))
     }

@@ -24,9 +24,9 @@ mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
-mod avx512_legacy;
-#[cfg(target_arch = "x86_64")]
 mod avx512_kquant;
+#[cfg(target_arch = "x86_64")]
+mod avx512_legacy;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -40,7 +40,7 @@ mod scalar;
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use tf_core::{BackendError, DType, Precision, Tensor, TensorInfo};
+use tf_core::{BackendError, DType, Precision, SharedBytes, Tensor, TensorInfo};
 use tf_quant::reference::matmul::checkpoint_block;
 
 use crate::isa::Isa;
@@ -62,11 +62,19 @@ pub struct CpuWeight {
     in_dim: usize,
     /// Bytes of one row (`in / block_size * block_bytes`); 4·in for F32.
     row_bytes: usize,
-    /// `[out * row_bytes]` raw little-endian bytes for every type but F32, in 8-aligned storage so that block
-    /// views borrow. Empty for F32.
-    raw: Vec<u64>,
+    /// `[out * row_bytes]` raw little-endian bytes for every type but F32, 8-aligned so that block views borrow:
+    /// in place in the mapped checkpoint, or a copy. Empty for F32.
+    raw: Raw,
     /// `[out * in]` values for F32. Empty otherwise.
     f32s: Vec<f32>,
+}
+
+/// Where a weight's bytes live.
+enum Raw {
+    /// A copy, in u64s for alignment.
+    Owned(Vec<u64>),
+    /// In place in the shared owner (8-aligned, checked at upload).
+    Mapped(SharedBytes),
 }
 
 impl std::fmt::Debug for CpuWeight {
@@ -78,6 +86,36 @@ impl std::fmt::Debug for CpuWeight {
 impl CpuWeight {
     /// A checkpoint tensor from its raw bytes (copied). Errors on unsupported types and inconsistent lengths.
     pub fn from_bytes(info: &TensorInfo, bytes: &[u8]) -> Result<CpuWeight, BackendError> {
+        let (dtype, shape, out_dim, in_dim, row_bytes) = Self::layout(info, bytes.len())?;
+        let (raw, f32s) = if dtype == DType::F32 {
+            let v = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            (Raw::Owned(Vec::new()), v)
+        } else {
+            let mut raw = vec![0u64; bytes.len().div_ceil(8)];
+            // SAFETY: `raw` holds at least `bytes.len()` bytes; u64 has no invalid bit patterns.
+            unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, bytes.len()) }.copy_from_slice(bytes);
+            (Raw::Owned(raw), Vec::new())
+        };
+        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw, f32s })
+    }
+
+    /// A checkpoint tensor used in place from a shared owner (the mapped file) when its bytes are 8-aligned and
+    /// not F32; otherwise as [`CpuWeight::from_bytes`].
+    pub fn from_shared(info: &TensorInfo, bytes: SharedBytes) -> Result<CpuWeight, BackendError> {
+        let (dtype, shape, out_dim, in_dim, row_bytes) = Self::layout(info, bytes.as_slice().len())?;
+        if dtype == DType::F32 || bytes.as_slice().as_ptr().align_offset(8) != 0 {
+            return CpuWeight::from_bytes(info, bytes.as_slice());
+        }
+        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw: Raw::Mapped(bytes), f32s: Vec::new() })
+    }
+
+    /// Whether the bytes are used in place (not copied).
+    pub fn is_in_place(&self) -> bool {
+        matches!(self.raw, Raw::Mapped(_))
+    }
+
+    /// Checks `info` against `len` bytes → (dtype, shape, out, in, row bytes).
+    fn layout(info: &TensorInfo, len: usize) -> Result<(DType, Vec<usize>, usize, usize, usize), BackendError> {
         let err =
             |what: String| BackendError(format!("tensor '{}' ({} {:?}): {what}", info.name, info.dtype, info.shape));
         let dtype = info.dtype;
@@ -97,19 +135,10 @@ impl CpuWeight {
         }
         let row_bytes = in_dim / bs * dtype.block_bytes();
         let total = out_dim.checked_mul(row_bytes).ok_or_else(|| err("too large".into()))?;
-        if bytes.len() != total {
-            return Err(err(format!("expected {total} bytes, got {}", bytes.len())));
+        if len != total {
+            return Err(err(format!("expected {total} bytes, got {len}")));
         }
-        let (raw, f32s) = if dtype == DType::F32 {
-            let v = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            (Vec::new(), v)
-        } else {
-            let mut raw = vec![0u64; total.div_ceil(8)];
-            // SAFETY: `raw` holds at least `total` bytes; u64 has no invalid bit patterns.
-            unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, total) }.copy_from_slice(bytes);
-            (raw, Vec::new())
-        };
-        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw, f32s })
+        Ok((dtype, shape, out_dim, in_dim, row_bytes))
     }
 
     /// An F32 weight from values (`shape` outermost first). Panics if the lengths disagree (programming error).
@@ -123,7 +152,7 @@ impl CpuWeight {
             out_dim,
             in_dim,
             row_bytes: 4 * in_dim,
-            raw: Vec::new(),
+            raw: Raw::Owned(Vec::new()),
             f32s: values,
         }
     }
@@ -148,8 +177,13 @@ impl CpuWeight {
 
     /// The raw bytes of every row (not for F32).
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `raw` holds at least `out_dim * row_bytes` initialized bytes (see `from_bytes`).
-        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const u8, self.out_dim * self.row_bytes) }
+        match &self.raw {
+            // SAFETY: `v` holds at least `out_dim * row_bytes` initialized bytes (see `from_bytes`).
+            Raw::Owned(v) => unsafe {
+                std::slice::from_raw_parts(v.as_ptr() as *const u8, self.out_dim * self.row_bytes)
+            },
+            Raw::Mapped(b) => b.as_slice(),
+        }
     }
 
     /// The raw bytes of row `r` (not for F32).
@@ -426,6 +460,42 @@ fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A weight kept in place in a shared owner computes the same bits as its copy; a misaligned range or F32
+    /// is copied.
+    #[test]
+    fn shared_weights_are_used_in_place_with_the_same_bits() {
+        use std::sync::Arc;
+        let (out, inn) = (24usize, 64usize);
+        let info = TensorInfo { name: "w".into(), dtype: DType::Q8_0, shape: vec![out as u64, inn as u64] };
+        let row_bytes = inn / 32 * DType::Q8_0.block_bytes();
+        // `[8 + out * row_bytes]`: an 8-byte header, then the weight; a block's f16 scale is kept finite.
+        let mut file = vec![0u8; 8 + out * row_bytes];
+        for (i, b) in file.iter_mut().enumerate() {
+            *b = (i * 37 % 251) as u8;
+        }
+        for blk in (8..file.len()).step_by(DType::Q8_0.block_bytes()) {
+            file[blk + 1] = 0x2c; // scale ≈ 0.06
+        }
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(file.clone());
+        let at = |start: usize| SharedBytes::new(owner.clone(), start..start + out * row_bytes).unwrap();
+        let shared = CpuWeight::from_shared(&info, at(8)).unwrap();
+        let copied = CpuWeight::from_bytes(&info, &file[8..]).unwrap();
+        assert!(shared.is_in_place() && !copied.is_in_place());
+        assert!(!CpuWeight::from_shared(&info, at(3)).unwrap().is_in_place(), "misaligned bytes are copied");
+        let pool = Pool::new(2);
+        let x = Tensor::host(3, inn, (0..3 * inn).map(|i| (i as f32 * 0.37).sin()).collect());
+        for precision in [Precision::Checkpoint, Precision::Full] {
+            let a = matmul(&pool, Isa::detect(), precision, &x, &shared, None);
+            let b = matmul(&pool, Isa::detect(), precision, &x, &copied, None);
+            assert!(a.host.iter().zip(&b.host).all(|(p, q)| p.to_bits() == q.to_bits()), "{precision:?}");
+            assert!(a.host.iter().all(|v| v.is_finite()));
+        }
+        // A wrong length is refused either way.
+        let short = SharedBytes::new(owner.clone(), 8..8 + out * row_bytes - 1).unwrap();
+        assert!(CpuWeight::from_shared(&info, short).is_err());
+        assert!(SharedBytes::new(owner, 0..file.len() + 1).is_none());
+    }
 
     #[test]
     fn row_groups() {
