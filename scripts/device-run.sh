@@ -2,6 +2,7 @@
 # Runs on the device machine what scripts/device-tests.sh built into .device/: `tests` (every CUDA test binary),
 # `cli` (tensorfold check with a draft model and token_sha CUDA vs CPU on the tiny models), `bench` (decode
 # timings of real shapes with random weights, copy bandwidth, and the transformers peer). No argument: all three.
+# `tensor` (not in the default): the tensor arithmetic, token_sha and check on a bf16 model, then its timings.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -99,4 +100,34 @@ print(f"transformers {torch.__version__} qwen2.5-1.5b-shaped bf16 greedy decode:
 PY
     } 2>&1 | tee "$OUT/bench.log"
 fi
+if [ "$what" = tensor ]; then
+    {
+        # A bf16 model (the tiny llama's shapes, dummy weights): token_sha in each arithmetic (tensor differs from
+        # portable = CPU by design), and drafted == serial in the tensor arithmetic.
+        D="--load-format dummy --dummy-dtype bf16 --precision full"
+        for be in "cpu portable" "cuda portable" "cuda tensor"; do
+            set -- $be
+            $B/tensorfold run .device/tiny-llama $D --backend $1 --arithmetic $2 -p "The quick brown fox" \
+                --max-tokens 64 --temperature 0.8 --seed 7 2>&1 >/dev/null | grep token_sha | sed "s/^/run bf16 $1 $2: /"
+        done
+        $B/tensorfold check .device/tiny-llama $D --backend cuda --arithmetic tensor --drafter .device/tiny-llama3 \
+            --seeds 2 --max-tokens 48 --json >"$OUT/check-tensor.json" 2>"$OUT/check-tensor.err"
+        echo "check cuda tensor rc=$?: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["cases"]; print(len(c), "cases,", r["mismatches"], "mismatches,", sum(x["drafted"] for x in c), "drafted,", sum(x["accepted"] for x in c), "accepted")' "$OUT/check-tensor.json" 2>&1)"
+        tail -3 "$OUT/check-tensor.err"
+        # Forward-only timings (1 row, 16-row window, graphs, per op, MLP matmuls alone), then the CLI's serial
+        # decode and 2048-token prefill.
+        for cfg in "qwen2.5-1.5b bf16 full tensor" "qwen2.5-7b bf16 full tensor"; do
+            timeout 200 $B/bench $cfg || echo "bench $cfg failed or timed out"
+        done
+        T="$B/tensorfold bench --load-format dummy --backend cuda --precision full --arithmetic tensor --json"
+        for shape in qwen2.5-1.5b qwen2.5-7b; do
+            c=.device/shapes/$shape.json
+            echo "== $shape tensor"
+            timeout 120 $T $c --prompt-tokens 64 --gen-tokens 128 --runs 3 || echo "decode $shape failed"
+            timeout 150 $T $c --prompt-tokens 2048 --prefill-chunk 256 --gen-tokens 2 --runs 2 ||
+                echo "prefill $shape failed"
+        done
+    } 2>&1 | tee "$OUT/tensor.log"
+fi
+
 exit $status

@@ -1,16 +1,17 @@
 //! Decode timings of real model shapes with random weights on the CUDA backend (the weights cannot travel to the
 //! device machine; the arithmetic per byte is the same for any values).
 //!
-//! `bench [SHAPE] [DTYPE] [PRECISION]`: SHAPE `qwen2.5-0.5b` | `qwen2.5-1.5b` | `qwen2.5-7b`, DTYPE `bf16` | `f16` |
-//! `q8_0` | `q4_0` | `q4_k` | `q6_k` (matrices; norms and biases take float matrix types, else f32), PRECISION
-//! `checkpoint` | `full`. The weights are `tf_loader::dummy` (what `tensorfold --load-format dummy` loads), seed 0.
+//! `bench [SHAPE] [DTYPE] [PRECISION] [ARITHMETIC]`: SHAPE `qwen2.5-0.5b` | `qwen2.5-1.5b` | `qwen2.5-7b`, DTYPE
+//! `bf16` | `f16` | `q8_0` | `q4_0` | `q4_k` | `q6_k` (matrices; norms and biases take float matrix types, else
+//! f32), PRECISION `checkpoint` | `full`, ARITHMETIC `portable` | `tensor`. The weights are `tf_loader::dummy` (what `tensorfold --load-format dummy` loads), seed 0.
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
-//! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them).
+//! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them), and for
+//! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
-use tf_backend_cuda::CudaBackend;
+use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RowAttn, Tensor,
     TensorInfo, Weight,
@@ -158,6 +159,57 @@ impl Backend for Timed<'_> {
     }
 }
 
+/// The gate/up (`[inter, hidden]`) and down (`[hidden, inter]`) matmuls alone, random weights of `dtype`, at 1 to
+/// 2048 rows: median of 10 synchronized calls after 2 warm-ups.
+fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize) {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for (n, k, what) in [(inter, hidden, "gate/up"), (hidden, inter, "down")] {
+        // Random 16-bit weights with exponents near 1 (bf16 or f16 bit patterns, sign random).
+        let bytes: Vec<u8> = (0..n * k)
+            .flat_map(|_| {
+                let r = next();
+                let h = match dtype {
+                    DType::F16 => 0x3000 | (r as u16 & 0x83ff),
+                    _ => 0x3e00 | (r as u16 & 0x807f),
+                };
+                h.to_le_bytes()
+            })
+            .collect();
+        let info = TensorInfo { name: "w".into(), dtype, shape: vec![n as u64, k as u64] };
+        let w = be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let mut parts = Vec::new();
+        for rows in [1usize, 16, 64, 256, 2048] {
+            let host: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+            let xd = be.select_rows(&Tensor::host(rows, k, host), &(0..rows).collect::<Vec<_>>());
+            let mut times = Vec::new();
+            for i in 0..12 {
+                be.synchronize();
+                let t = Instant::now();
+                let y = be.matmul(&xd, &w, None);
+                be.synchronize();
+                if i >= 2 {
+                    times.push(t.elapsed().as_secs_f64());
+                }
+                drop(y);
+            }
+            let s = median(times);
+            parts.push(format!(
+                "{rows} rows {:.3} ms = {:.1} TFLOP/s, {:.0} GB/s",
+                s * 1e3,
+                2.0 * (rows * n * k) as f64 / s / 1e12,
+                (2 * n * k) as f64 / s / 1e9
+            ));
+        }
+        println!("  matmul {what} [{n}, {k}] {dtype}: {}", parts.join(" | "));
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -176,12 +228,13 @@ fn main() {
         d => panic!("unknown dtype {d}"),
     };
     let precision = Precision::parse(args.get(3).map_or("checkpoint", String::as_str)).expect("precision");
+    let arithmetic = Arithmetic::parse(args.get(4).map_or("portable", String::as_str)).expect("arithmetic");
     let shape = SHAPES.iter().find(|s| s.0 == shape_name).unwrap_or_else(|| panic!("unknown shape {shape_name}"));
     let t = Instant::now();
     let cfg = config(shape);
     let src = DummyWeights::new(&cfg, dtype, 0).unwrap_or_else(|e| panic!("{e}"));
     let gen_s = t.elapsed().as_secs_f64();
-    let be = CudaBackend::new(0, precision).unwrap_or_else(|e| panic!("{e}"));
+    let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("{e}"));
     let t = Instant::now();
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     be.synchronize();
@@ -194,6 +247,9 @@ fn main() {
         precision.name(),
         be.describe()
     );
+    if matches!(dtype, DType::BF16 | DType::F16) {
+        matmul_rates(&be, dtype, shape.1, shape.2);
+    }
     let prefill = step(&be, model.as_ref(), &mut kv, &table, 0..64);
     let prefill2 = step(&be, model.as_ref(), &mut kv, &table, 64..128);
     let mut pos = 128;
@@ -231,6 +287,7 @@ fn main() {
         }
     }
     let (g1, g16) = (median(g1), median(g16));
+    let mode = format!("{} {}", precision.name(), arithmetic.name());
     let (captured, replayed) = be.graph_counts();
     // One more set of steps with every op timed on its own (1 row, then 16 rows).
     for rows in [1, 16] {
@@ -251,7 +308,7 @@ fn main() {
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
          ({:.0} GB/s of weights) | 16-row window {:.2} ms = {:.2}x one row",
-        precision.name(),
+        mode,
         prefill2 * 1e3,
         64.0 / prefill2,
         prefill * 1e3,
@@ -264,7 +321,7 @@ fn main() {
     println!(
         "{shape_name} {dtype} {} with CUDA graphs: decode 1 row {:.2} ms = {:.1} tok/s ({:.0} GB/s of weights) | \
          16-row window {:.2} ms = {:.2}x one row | {captured} captures, {replayed} replays",
-        precision.name(),
+        mode,
         g1 * 1e3,
         1.0 / g1,
         gb / g1,

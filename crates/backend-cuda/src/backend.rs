@@ -1,13 +1,14 @@
 //! [`CudaBackend`]: every op of `tf_core::Backend` on one GPU, in the portable arithmetic (bit-equal to the
-//! scalar reference and so to the CPU backend). Host code here only checks shapes, uploads small per-call
+//! scalar reference and so to the CPU backend) or the tensor one (BF16/F16 matmuls on tensor cores). Host code here only checks shapes, uploads small per-call
 //! metadata (positions, slots, block tables, RoPE table rows) and launches the kernels of `kernels/`.
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, ATTN_THREADS,
-    MAX_HEAD_DIM,
+    attn_chunks, dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, mma_launch,
+    ATTN_THREADS, MAX_HEAD_DIM, MMA_CHUNK,
 };
 use crate::graph::Mode;
+use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
@@ -55,10 +56,11 @@ impl CudaKv {
     }
 }
 
-/// The CUDA backend: one device, one stream, a precision mode.
+/// The CUDA backend: one device, one stream, a precision mode and an arithmetic.
 pub struct CudaBackend {
     gpu: Gpu,
     precision: Precision,
+    arithmetic: Arithmetic,
     uploads: Mutex<Uploads>,
     /// The last captured decode graph ([`CudaBackend::graph_forward`]).
     graph: Mutex<Option<Captured>>,
@@ -125,11 +127,30 @@ pub fn available() -> bool {
 }
 
 impl CudaBackend {
-    /// Opens device `ordinal` and compiles the kernels for it (NVRTC, once per process and architecture).
+    /// Opens device `ordinal` and compiles the kernels for it (NVRTC, once per process and architecture), in the
+    /// portable arithmetic.
     pub fn new(ordinal: usize, precision: Precision) -> Result<CudaBackend, BackendError> {
+        CudaBackend::with_arithmetic(ordinal, precision, Arithmetic::Portable)
+    }
+
+    /// Opens device `ordinal` in `arithmetic`; `Tensor` needs compute capability 8.0 or later (mma.sync with
+    /// bf16 operands).
+    pub fn with_arithmetic(
+        ordinal: usize,
+        precision: Precision,
+        arithmetic: Arithmetic,
+    ) -> Result<CudaBackend, BackendError> {
+        let gpu = Gpu::open(ordinal)?;
+        if arithmetic == Arithmetic::Tensor && gpu.cc.0 < 8 {
+            return Err(BackendError(format!(
+                "the tensor arithmetic needs compute capability 8.0 or later; {} is sm_{}{}",
+                gpu.name, gpu.cc.0, gpu.cc.1
+            )));
+        }
         Ok(CudaBackend {
-            gpu: Gpu::open(ordinal)?,
+            gpu,
             precision,
+            arithmetic,
             uploads: Mutex::new(Uploads::default()),
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
@@ -189,6 +210,11 @@ impl CudaBackend {
     /// (graphs captured, graphs replayed) by [`Self::graph_forward`] so far.
     pub fn graph_counts(&self) -> (usize, usize) {
         *self.graph_counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The arithmetic of the matmuls.
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
     }
 
     /// The device name ("NVIDIA H200").
@@ -352,6 +378,25 @@ impl CudaBackend {
                     .ptr(&out)
                     .go(grid, blk);
             }
+            None if self.arithmetic == Arithmetic::Tensor
+                && matches!(cw.dtype, DType::F16 | DType::BF16)
+                && k.is_multiple_of(MMA_CHUNK) =>
+            {
+                // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
+                // their arithmetic.
+                let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
+                self.gpu
+                    .launch(kernel)
+                    .ptr(xb)
+                    .i32(rows)
+                    .i32(k)
+                    .ptr(&cw.buf)
+                    .i32(n)
+                    .addr(bias_ptr)
+                    .int(bias_code)
+                    .ptr(&out)
+                    .go(grid, blk);
+            }
             None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
                 let kernel = match cw.dtype {
                     DType::F32 => "matmul_f32w",
@@ -393,7 +438,7 @@ impl CudaBackend {
 
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
-        format!("cuda ({}, sm_{}{}, portable)", self.gpu.name, self.gpu.cc.0, self.gpu.cc.1)
+        format!("cuda ({}, sm_{}{}, {})", self.gpu.name, self.gpu.cc.0, self.gpu.cc.1, self.arithmetic.name())
     }
 
     fn precision(&self) -> Precision {

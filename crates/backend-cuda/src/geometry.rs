@@ -5,15 +5,16 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 5] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("mma.cu", include_str!("../kernels/mma.cu")),
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 17] = [
+pub const KERNELS: [&str; 21] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -31,6 +32,10 @@ pub const KERNELS: [&str; 17] = [
     "kv_copy",
     "attention_chunk",
     "attention_merge",
+    "mma_bf16_s",
+    "mma_f16_s",
+    "mma_bf16_l",
+    "mma_f16_l",
 ];
 
 /// The whole program: every source, each preceded by a `#line` marker so NVRTC errors name the file.
@@ -93,6 +98,30 @@ pub fn matmul_float_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, 
 /// `(grid, block)` of `matmul_quant` for `rows × n` outputs.
 pub fn matmul_quant_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n as u32, rows.div_ceil(QUANT_ROWS as usize) as u32, 1), (32, 1, 1))
+}
+
+/// A CUDA grid or block size (x, y, z).
+pub type Dim3 = (u32, u32, u32);
+
+/// Elements per chunk of the tensor-core matmul (`MMA_CHUNK` in kernels/mma.cu): it runs when K is a multiple.
+pub const MMA_CHUNK: usize = 32;
+/// K-parts of the tensor-core matmul (`MMA_SPLIT`): chunk c belongs to part c % MMA_SPLIT, parts are added in
+/// order. Part of the arithmetic: fixed for every shape and row count.
+pub const MMA_SPLIT: u32 = 4;
+/// Most rows of the small tensor-core kernels (`mma_*_s`: one 16-row tile).
+pub const MMA_SMALL_ROWS: usize = 16;
+
+/// The tensor-core matmul kernel for `rows × n` outputs of BF16 (or F16) weights, its grid and block. The kernels
+/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic.
+pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3) {
+    let threads = 32 * MMA_SPLIT;
+    if rows <= MMA_SMALL_ROWS {
+        let name = if f16 { "mma_f16_s" } else { "mma_bf16_s" };
+        (name, (n.div_ceil(16) as u32, rows.div_ceil(16) as u32, 1), (2 * threads, 1, 1))
+    } else {
+        let name = if f16 { "mma_f16_l" } else { "mma_bf16_l" };
+        (name, (n.div_ceil(32) as u32, rows.div_ceil(64) as u32, 1), (threads, 1, 1))
+    }
 }
 
 /// `(grid, block)` of an elementwise kernel over `n` items.
@@ -188,6 +217,13 @@ mod tests {
         assert!(m.contains(&format!("#define FLOAT_ROWS {FLOAT_ROWS}\n")));
         assert!(SOURCES[3].1.contains(&format!("#define MAX_HEAD_DIM {MAX_HEAD_DIM}\n")));
         assert!(SOURCES[3].1.contains(&format!("#define ATTN_THREADS {ATTN_THREADS}\n")));
+        assert!(SOURCES[4].1.contains(&format!("#define MMA_CHUNK {MMA_CHUNK}\n")));
+        assert!(SOURCES[4].1.contains(&format!("#define MMA_SPLIT {MMA_SPLIT}\n")));
+        // The launches' blocks and grids match the template parameters of the entry points.
+        assert!(
+            SOURCES[4].1.contains("mma_matmul<false, 1, 1, 2, 4>")
+                && SOURCES[4].1.contains("mma_matmul<false, 4, 4, 1, 2>")
+        );
     }
 
     #[test]
@@ -240,6 +276,16 @@ mod tests {
             assert!(g.0 as usize * FULL_COLS as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);
             let (g, _) = matmul_quant_grid(rows, n);
             assert!(g.0 as usize == n && g.1 as usize * QUANT_ROWS as usize >= rows);
+        }
+        for (rows, n) in [(1, 1), (16, 1536), (17, 9), (256, 8960), (3, 151936)] {
+            for f16 in [false, true] {
+                let (name, g, b) = mma_launch(rows, n, f16);
+                let (rows_per, cols_per) = if rows <= MMA_SMALL_ROWS { (16, 16) } else { (64, 32) };
+                assert!(name.ends_with(if rows <= MMA_SMALL_ROWS { "_s" } else { "_l" }));
+                assert_eq!(name.contains("f16") && !name.contains("bf16"), f16);
+                assert!(g.0 as usize * cols_per >= n && g.1 as usize * rows_per >= rows);
+                assert_eq!(b.0 % (32 * MMA_SPLIT), 0);
+            }
         }
         assert_eq!(elementwise_grid(0).0 .0, 1);
         assert_eq!(elementwise_grid(257).0 .0, 2);

@@ -5,10 +5,42 @@
 //! count). Kernels are `.cu` files under `kernels/`, embedded in the binary and compiled at start by NVRTC for the
 //! GPU present; the driver and NVRTC are loaded dynamically, so building needs no CUDA installation.
 //!
-//! Without the feature the crate holds only its pure logic ([`geometry`]): kernel sources, dtype tags, launch
-//! geometry.
+//! A second arithmetic, [`Arithmetic::Tensor`], runs the BF16/F16-weight matmuls on tensor cores (`kernels/mma.cu`):
+//! row-exact for any row count, but not equal to the CPU.
+//!
+//! Without the feature the crate holds only its pure logic ([`geometry`], [`Arithmetic`]): kernel sources, dtype
+//! tags, launch geometry.
 
 pub mod geometry;
+
+/// The arithmetic of the CUDA backend's matmuls (docs/cuda.md). Each is row-exact with itself; only `Portable`
+/// equals the CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Arithmetic {
+    /// Every op in the scalar reference's order on CUDA cores: bit-equal to the CPU backend.
+    #[default]
+    Portable,
+    /// BF16 and F16 weight matmuls on tensor cores (activations rounded to the weight type per element, f32
+    /// accumulation in one fixed K order, rows padded to 16-row tiles); every other op as `Portable`.
+    Tensor,
+}
+
+impl Arithmetic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::Portable => "portable",
+            Arithmetic::Tensor => "tensor",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Arithmetic> {
+        match s {
+            "portable" => Some(Arithmetic::Portable),
+            "tensor" => Some(Arithmetic::Tensor),
+            _ => None,
+        }
+    }
+}
 
 #[cfg(feature = "cuda")]
 mod backend;

@@ -1,9 +1,10 @@
 //! CUDA graphs for decode steps (`CudaBackend::graph_forward`): the logits of every step equal the eager
 //! forward's bit for bit, for one-row steps that cross a 256-position attention chunk and several KV blocks
-//! (re-captures on the way) and for 4-row windows, in both precisions; and graphs really were replayed.
+//! (re-captures on the way) and for 4-row windows, in both precisions and in the tensor arithmetic; and graphs
+//! really were replayed.
 #![cfg(feature = "cuda")]
 
-use tf_backend_cuda::CudaBackend;
+use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{AttnMeta, Backend, DType, Precision, RowAttn};
 use tf_loader::dummy::DummyWeights;
 use tf_loader::hf_config::HfConfig;
@@ -40,9 +41,9 @@ fn batch(positions: std::ops::Range<usize>) -> Batch {
 }
 
 /// Logits bits of every step after an eager 250-token prompt: 40 one-row steps, then 5 four-row windows.
-fn steps(precision: Precision, graph: bool) -> (Vec<Vec<u32>>, (usize, usize)) {
+fn steps(precision: Precision, arithmetic: Arithmetic, graph: bool) -> (Vec<Vec<u32>>, (usize, usize)) {
     let cfg = config();
-    let be = CudaBackend::new(0, precision).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
+    let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let src = DummyWeights::new(&cfg, DType::BF16, 3).unwrap();
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     let mut kv = be.alloc_kv(model.kv_spec(BLOCKS, BLOCK)).unwrap();
@@ -64,21 +65,31 @@ fn steps(precision: Precision, graph: bool) -> (Vec<Vec<u32>>, (usize, usize)) {
 
 #[test]
 fn graph_steps_equal_eager_steps_bitwise() {
-    for precision in [Precision::Full, Precision::Checkpoint] {
-        let (eager, none) = steps(precision, false);
+    for (precision, arithmetic) in [
+        (Precision::Full, Arithmetic::Portable),
+        (Precision::Checkpoint, Arithmetic::Portable),
+        (Precision::Full, Arithmetic::Tensor),
+    ] {
+        let (eager, none) = steps(precision, arithmetic, false);
         assert_eq!(none, (0, 0));
-        let (graph, (captured, replayed)) = steps(precision, true);
+        let (graph, (captured, replayed)) = steps(precision, arithmetic, true);
         assert_eq!(eager.len(), graph.len());
         for (i, (e, g)) in eager.iter().zip(&graph).enumerate() {
-            assert!(e.iter().all(|b| f32::from_bits(*b).is_finite()), "{precision:?} step {i}: non-finite logits");
+            assert!(
+                e.iter().all(|b| f32::from_bits(*b).is_finite()),
+                "{precision:?} {arithmetic:?} step {i}: non-finite logits"
+            );
             let diff = e.iter().zip(g).filter(|(a, b)| a != b).count();
-            assert_eq!(diff, 0, "{precision:?} step {i}: {diff} logits differ between eager and graph");
+            assert_eq!(diff, 0, "{precision:?} {arithmetic:?} step {i}: {diff} logits differ between eager and graph");
         }
-        eprintln!("{precision:?}: {} steps equal; graphs captured {captured}, replayed {replayed}", eager.len());
+        eprintln!(
+            "{precision:?} {arithmetic:?}: {} steps equal; graphs captured {captured}, replayed {replayed}",
+            eager.len()
+        );
         // One capture per distinct launch sequence (first step, the step into the second attention chunk, the
         // first 4-row window; a few more if a metadata buffer moved), replays for the rest.
-        assert!((2..=8).contains(&captured), "{precision:?}: {captured} captures");
-        assert_eq!(captured + replayed, eager.len(), "{precision:?}: every step went through a graph");
-        assert!(replayed >= 30, "{precision:?}: only {replayed} replays");
+        assert!((2..=8).contains(&captured), "{precision:?} {arithmetic:?}: {captured} captures");
+        assert_eq!(captured + replayed, eager.len(), "{precision:?} {arithmetic:?}: every step went through a graph");
+        assert!(replayed >= 30, "{precision:?} {arithmetic:?}: only {replayed} replays");
     }
 }

@@ -1,12 +1,13 @@
 //! Whole models: the logits of the tiny fixture checkpoints (llama, qwen2, gemma3: f32 safetensors, and the llama
 //! re-encoded to Q8_0 and Q4_0 blocks) on CUDA equal the CPU backend's bit for bit at every position, in both
 //! precision modes, filled in chunks of mixed sizes; and on CUDA, chunked filling equals one token at a time.
-//! Needs a CUDA device.
+//! In the tensor arithmetic (the llama re-encoded to BF16 and F16): logits equal across every window size and
+//! close to the CPU's. Needs a CUDA device.
 #![cfg(feature = "cuda")]
 
 use std::path::PathBuf;
 use tf_backend_cpu::CpuBackend;
-use tf_backend_cuda::CudaBackend;
+use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{AttnMeta, Backend, DType, KvCache, Precision, RowAttn, TensorInfo, WeightSource, WeightsError};
 use tf_loader::hf_config::HfConfig;
 use tf_loader::safetensors::SafetensorsModel;
@@ -22,8 +23,8 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// The checkpoint's tensors with every 2-D f32 weight (other than the embedding) re-encoded to `dtype` (Q8_0 or
-/// Q4_0, quantized the plain GGML way: `d = amax / 127` or `amax / -8`), so the checkpoint path of the matmul
-/// runs through a real model.
+/// Q4_0, quantized the plain GGML way: `d = amax / 127` or `amax / -8`; or BF16 / F16, rounded to nearest even),
+/// so the checkpoint path of the matmul, or the tensor arithmetic's, runs through a real model.
 struct Quantized {
     infos: Vec<TensorInfo>,
     data: Vec<Vec<u8>>,
@@ -47,6 +48,20 @@ fn f16_bits(x: f32) -> u16 {
 }
 
 fn quantize(values: &[f32], dtype: DType) -> Vec<u8> {
+    match dtype {
+        // Round to nearest even (the fixtures hold no NaN).
+        DType::BF16 => {
+            return values
+                .iter()
+                .flat_map(|v| {
+                    let b = v.to_bits();
+                    (((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16).to_le_bytes()
+                })
+                .collect()
+        }
+        DType::F16 => return values.iter().flat_map(|&v| f16_bits(v).to_le_bytes()).collect(),
+        _ => {}
+    }
     let mut out = Vec::new();
     for blk in values.chunks_exact(32) {
         let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -202,6 +217,39 @@ fn tiny_llama_q8_0_and_q4_0_checkpoint_and_full() {
         check("llama", Some(q), Precision::Checkpoint);
         check("llama", Some(q), Precision::Full);
     }
+}
+
+/// The tensor arithmetic on the llama re-encoded to `dtype` (BF16 or F16): the logits of every position are the
+/// same bits for windows of 1, 7, 16, 33 and 100 rows in any mix, and within 5% of the logit range of the CPU's
+/// full precision on the same weights (activations are rounded to the weight type before each matmul).
+fn check_tensor(dtype: DType) {
+    let gpu = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Tensor)
+        .unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
+    let cpu = CpuBackend::new(4, Precision::Full);
+    let (mg, mc) = (load(&gpu, "llama", Some(dtype)), load(&cpu, "llama", Some(dtype)));
+    let toks = tokens(100, mg.vocab_size());
+    let serial = run_chunked(&gpu, mg.as_ref(), &toks, &[1]);
+    assert!(serial.iter().flatten().all(|v| v.is_finite()), "{dtype}: non-finite logits");
+    for chunks in [&[7, 1, 16, 33][..], &[100], &[16], &[33, 2, 64]] {
+        let g = run_chunked(&gpu, mg.as_ref(), &toks, chunks);
+        if let Some((p, col, a, b)) = first_difference(&g, &serial) {
+            panic!("{dtype} tensor: windows {chunks:?} vs one token at a time differ at position {p}, logit {col}: {a:e} vs {b:e}");
+        }
+    }
+    let c = run_chunked(&cpu, mc.as_ref(), &toks, &[64, 36]);
+    let range = c.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = serial.iter().flatten().zip(c.iter().flatten()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!(
+        "{dtype} tensor: {} positions equal in every window; max |tensor - cpu| = {worst:e} (max |logit| {range:e})",
+        serial.len()
+    );
+    assert!(worst <= 0.05 * range, "{dtype} tensor: logits {worst:e} from the CPU's (max |logit| {range:e})");
+}
+
+#[test]
+fn tiny_llama_bf16_and_f16_tensor_arithmetic() {
+    check_tensor(DType::BF16);
+    check_tensor(DType::F16);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use crate::model_ref;
 use crate::session::{BackendChoice, Session};
 use clap::Args;
 use std::io::Write;
+use tf_backend_cuda::Arithmetic;
 use tf_core::{DType, Precision};
 use tf_engine::{Flow, GenRequest, Generator, SamplingParams};
 use tf_text::{IncrementalDetokenizer, StopFilter};
@@ -70,6 +71,10 @@ pub struct ModelArgs {
     /// Backend: `auto` (CUDA when built with it and a GPU is found, else CPU), `cpu` or `cuda`.
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     pub backend: BackendChoice,
+    /// Arithmetic of the CUDA backend: `portable` (every op in the CPU's order: the CPU's bits) or `tensor`
+    /// (BF16/F16 weight matmuls on tensor cores: row-exact, but not the CPU's bits). The CPU has only `portable`.
+    #[arg(long, default_value = "portable", value_parser = parse_arithmetic)]
+    pub arithmetic: Arithmetic,
     /// `auto` (the MODEL's files) or `dummy`: random weights with the shapes of MODEL's config.json (a directory
     /// or the file itself; no weight files are read), for timing real shapes such as Qwen2.5-7B without their
     /// weights. Families llama, mistral, qwen2, qwen3. The output is noise; the speed is real.
@@ -95,6 +100,10 @@ fn parse_backend(s: &str) -> Result<BackendChoice, String> {
     BackendChoice::parse(s).ok_or_else(|| format!("'{s}' is not a backend (auto, cpu, cuda)"))
 }
 
+fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
+    Arithmetic::parse(s).ok_or_else(|| format!("'{s}' is not an arithmetic (portable, tensor)"))
+}
+
 fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not a precision mode (checkpoint, full)"))
 }
@@ -113,10 +122,11 @@ impl ModelArgs {
         if self.dummy() {
             let (seed, dtype) = (self.dummy_seed, self.dummy_dtype);
             let p = std::path::Path::new(&self.model);
-            return Session::load_dummy(p, dtype, seed, self.backend, self.threads(), self.precision);
+            let (be, threads) = (self.backend, self.threads());
+            return Session::load_dummy(p, dtype, seed, be, threads, self.precision, self.arithmetic);
         }
         let m = model_ref::resolve(&self.model)?;
-        Session::load_on(&m, self.backend, self.threads(), self.precision)
+        Session::load_on(&m, self.backend, self.threads(), self.precision, self.arithmetic)
     }
 }
 

@@ -97,7 +97,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         ModelRef::HfDir(d) => ModelFacts::from_hf_dir(d)?,
     };
     let threads = args.model.threads();
-    let s = Session::load_on(&model_ref, args.model.backend, threads, args.model.precision)?;
+    let s = Session::load_on(&model_ref, args.model.backend, threads, args.model.precision, args.model.arithmetic)?;
     let model_ctx = s.model.context_length();
     let context = match args.context {
         Some(0) => return Err("--context must be at least 1".into()),

@@ -4,6 +4,7 @@ use crate::model_ref::ModelRef;
 use std::path::Path;
 use std::sync::Arc;
 use tf_backend_cpu::CpuBackend;
+use tf_backend_cuda::Arithmetic;
 use tf_core::DType;
 use tf_core::{Backend, Precision};
 use tf_loader::dummy::DummyWeights;
@@ -37,29 +38,41 @@ impl BackendChoice {
     }
 }
 
-/// Builds the backend `choice` names: the CPU with `threads` threads, or the first CUDA device.
-pub fn build_backend(choice: BackendChoice, threads: usize, precision: Precision) -> Result<Arc<dyn Backend>, String> {
-    let cpu = || -> Arc<dyn Backend> { Arc::new(CpuBackend::new(threads, precision)) };
+/// Builds the backend `choice` names: the CPU with `threads` threads, or the first CUDA device in `arithmetic`
+/// (the CPU has only the portable one).
+pub fn build_backend(
+    choice: BackendChoice,
+    threads: usize,
+    precision: Precision,
+    arithmetic: Arithmetic,
+) -> Result<Arc<dyn Backend>, String> {
+    let cpu = || -> Result<Arc<dyn Backend>, String> {
+        if arithmetic != Arithmetic::Portable {
+            return Err(format!("--arithmetic {}: only the CUDA backend has it", arithmetic.name()));
+        }
+        Ok(Arc::new(CpuBackend::new(threads, precision)))
+    };
     match choice {
-        BackendChoice::Cpu => Ok(cpu()),
+        BackendChoice::Cpu => cpu(),
         #[cfg(feature = "cuda")]
-        BackendChoice::Cuda => cuda(precision),
+        BackendChoice::Cuda => cuda(precision, arithmetic),
         #[cfg(feature = "cuda")]
-        BackendChoice::Auto if tf_backend_cuda::available() => cuda(precision),
+        BackendChoice::Auto if tf_backend_cuda::available() => cuda(precision, arithmetic),
         #[cfg(not(feature = "cuda"))]
         BackendChoice::Cuda => {
             Err("--backend cuda: this tensorfold was built without CUDA (build tf-cli with --features cuda)".into())
         }
-        BackendChoice::Auto => Ok(cpu()),
+        BackendChoice::Auto => cpu(),
     }
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(precision: Precision) -> Result<Arc<dyn Backend>, String> {
+fn cuda(precision: Precision, arithmetic: Arithmetic) -> Result<Arc<dyn Backend>, String> {
     if !tf_backend_cuda::available() {
         return Err("--backend cuda: no CUDA device found (or the CUDA driver could not be loaded)".into());
     }
-    let be = tf_backend_cuda::CudaBackend::new(0, precision).map_err(|e| format!("--backend cuda: {e}"))?;
+    let be = tf_backend_cuda::CudaBackend::with_arithmetic(0, precision, arithmetic)
+        .map_err(|e| format!("--backend cuda: {e}"))?;
     Ok(Arc::new(be))
 }
 
@@ -86,9 +99,9 @@ pub struct Session {
 
 impl Session {
     /// Loads `model` onto the backend `--backend auto` picks ([`BackendChoice::Auto`]), `threads` CPU threads, in
-    /// `precision` mode.
+    /// `precision` mode and the portable arithmetic.
     pub fn load(model: &ModelRef, threads: usize, precision: Precision) -> Result<Session, String> {
-        Session::load_on(model, BackendChoice::Auto, threads, precision)
+        Session::load_on(model, BackendChoice::Auto, threads, precision, Arithmetic::Portable)
     }
 
     /// Loads `model` onto the backend `choice` names.
@@ -97,8 +110,9 @@ impl Session {
         choice: BackendChoice,
         threads: usize,
         precision: Precision,
+        arithmetic: Arithmetic,
     ) -> Result<Session, String> {
-        let backend = build_backend(choice, threads, precision)?;
+        let backend = build_backend(choice, threads, precision, arithmetic)?;
         let tokenizer = crate::load_tokenizer(model)?;
         let path = model.path().display().to_string();
         let (model, defaults) = match model {
@@ -132,6 +146,7 @@ impl Session {
         choice: BackendChoice,
         threads: usize,
         precision: Precision,
+        arithmetic: Arithmetic,
     ) -> Result<Session, String> {
         let (dir, file) = if config.is_dir() {
             (config, config.join("config.json"))
@@ -156,7 +171,7 @@ impl Session {
                 tokenizer.vocab_size()
             ));
         }
-        let backend = build_backend(choice, threads, precision)?;
+        let backend = build_backend(choice, threads, precision, arithmetic)?;
         let src = DummyWeights::new(&cfg, dtype, seed).map_err(|e| e.to_string())?;
         let path = format!(
             "{} (dummy weights: random {dtype}, seed {seed}, {:.2} GB)",
