@@ -1,10 +1,11 @@
 //! Matmul kernel throughput (speed lives here, never in tests): weight GB/s and GFLOP/s of one `[N, K]` weight
-//! type at 1, 4, 16 and 64 rows, for the weights resident in L2 (`l2`, 512 × 1536) and streamed from
+//! type at 1, 4, 8, 16 and 64 rows, for the weights resident in L2 (`l2`, 512 × 1536) and streamed from
 //! memory (`dram`: 8192 × 1536, `dram-s`: 576 × 1536 like a small model's layers; a rotation of weights
 //! totalling ~512 MiB, each used once per round).
 //!
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
-//! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0).
+//! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
+//! keeps only the named sets.
 
 use std::time::Instant;
 
@@ -67,18 +68,22 @@ fn main() {
         vec![DType::Q4K, DType::Q6K, DType::Q4_1, DType::Q5_0, DType::Q8_0]
     };
     let pool = Pool::new(threads);
+    let sets = std::env::var("TF_BENCH_SETS").ok();
     let k = 1536;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     println!("threads {}, isa {}, K = {k}", pool.threads(), isa.name());
     println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");
     for dtype in types {
         for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0), ("dram-s", 576, 0)] {
+            if !sets.as_ref().is_none_or(|s| s.split(',').any(|x| x == set)) {
+                continue;
+            }
             let row_bytes = k / dtype.block_size() * dtype.block_bytes();
             // Enough distinct weights to total ~512 MiB for the DRAM set.
             let count = if count == 0 { (512 << 20) / (n * row_bytes) } else { count };
             // `count` weights of `[n, k]`.
             let ws: Vec<CpuWeight> = (0..count).map(|_| weight(&mut rng, dtype, n, k)).collect();
-            for rows in [1, 4, 16, 64] {
+            for rows in [1, 4, 8, 16, 64] {
                 // `[rows, k]` activations.
                 let x =
                     Tensor::host(rows, k, (0..rows * k).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect());

@@ -203,6 +203,35 @@ fn fast_kernels_equal_the_reference() {
     }
 }
 
+/// Checkpoint windows of every row count 1..=64 (every tile shape and mix of row groups) over column counts that
+/// are not multiples of the kernels' 8 or 16 lanes, for the 32-element types: every ISA == the reference.
+#[test]
+fn legacy_windows_of_every_size_equal_the_reference() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1] {
+        for rows in 1..=64 {
+            let out = [rng.gen_range(1..16), rng.gen_range(17..48), 16 * rng.gen_range(1..4) + rng.gen_range(1..16)]
+                [rows % 3];
+            let inn = 32 * rng.gen_range(1..6);
+            let case = Case::new(&mut rng, dtype, out, inn);
+            let x = random_x(&mut rng, rows, inn);
+            let want = case.reference(Precision::Checkpoint, &x);
+            for isa in Isa::available() {
+                let got = case.run(&pool, isa, Precision::Checkpoint, &x);
+                assert!(
+                    bits(&got) == bits(&want),
+                    "{} {} rows={rows}: {} (TF_SEED={seed})",
+                    case.name(),
+                    isa.name(),
+                    first_diff(&got, &want)
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn rows_are_exact_whatever_their_company() {
     let seed = seed();

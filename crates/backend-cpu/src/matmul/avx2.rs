@@ -177,9 +177,14 @@ pub(super) struct NextTile {
 
 impl NextTile {
     pub(super) fn new(cols: &[&[u8]; 8], nb: usize) -> NextTile {
-        let span = 8 * cols[0].len();
+        NextTile::of(cols[0], 8, nb)
+    }
+
+    /// The `rows` weight rows after the `rows` starting at `first` (each as long as `first`).
+    pub(super) fn of(first: &[u8], rows: usize, nb: usize) -> NextTile {
+        let span = rows * first.len();
         NextTile {
-            base: cols[0].as_ptr().wrapping_add(span),
+            base: first.as_ptr().wrapping_add(span),
             lines: span.div_ceil(64),
             nb: nb.max(1),
             l1: span <= 16 << 10,

@@ -26,7 +26,7 @@ use tf_core::DType;
 use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words, NextTile};
 use super::avx2_legacy::{Legacy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
-use super::QuantKernel;
+use super::{QuantKernel, QuantKernel16};
 
 /// Two rows' blocks at once.
 trait Pair: Legacy {
@@ -126,6 +126,183 @@ impl Pair for Q8_1 {
     }
 }
 
+/// The 16-lane AVX-512 kernel of a legacy `dtype`, if there is one.
+pub(super) fn kernel16(dtype: DType) -> Option<QuantKernel16> {
+    Some(match dtype {
+        DType::Q4_0 => entry16::<Q4_0>,
+        DType::Q4_1 => entry16::<Q4_1>,
+        DType::Q5_0 => entry16::<Q5_0>,
+        DType::Q5_1 => entry16::<Q5_1>,
+        DType::Q8_0 => entry16::<Q8_0>,
+        DType::Q8_1 => entry16::<Q8_1>,
+        _ => return None,
+    })
+}
+
+fn entry16<T: Pair>(cols: &[&[u8]; 16], act: &ActQ, r0: usize, rt: usize) -> [f32; 16] {
+    assert!(act.block == 32 && r0 + rt <= act.rows, "legacy tile: activation rows");
+    assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "legacy tile: weight rows");
+    // SAFETY: this kernel is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; the asserts
+    // above bound every pointer the kernel forms.
+    unsafe {
+        match rt {
+            16 => tile16::<T, 1, 16>(cols, act, r0),
+            8 => tile16::<T, 2, 8>(cols, act, r0),
+            4 => tile16::<T, 4, 4>(cols, act, r0),
+            2 => tile16::<T, 8, 2>(cols, act, r0),
+            _ => tile16::<T, 16, 1>(cols, act, r0),
+        }
+    }
+}
+
+/// Sixteen i32 sums from eight vectors of two 8-lane halves: lane `ℓ` of the result is the sum of half `ℓ / 8`
+/// of `v[ℓ % 8]` (exact; a transposing tree of unpacks and adds, then one two-source permute).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn reduce16(v: &[__m512i; 8]) -> __m512i {
+    // Per 128-bit quarter: [a0+a2, b0+b2, a1+a3, b1+b3] of v[2j] = a, v[2j + 1] = b.
+    let w: [__m512i; 4] = std::array::from_fn(|j| {
+        let (a, b) = (v[2 * j], v[2 * j + 1]);
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+    });
+    // Per quarter q: the quarter-q sums of v[4k], v[4k + 1], v[4k + 2], v[4k + 3].
+    let x: [__m512i; 2] = std::array::from_fn(|k| {
+        let (a, b) = (w[2 * k], w[2 * k + 1]);
+        _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+    });
+    // Quarters [x0.q0, x1.q0, x0.q2, x1.q2] + [x0.q1, x1.q1, x0.q3, x1.q3]: half 0 of v[0..8], then half 1.
+    let lo = _mm512_permutex2var_epi64(x[0], _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), x[1]);
+    let hi = _mm512_permutex2var_epi64(x[0], _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), x[1]);
+    _mm512_add_epi32(lo, hi)
+}
+
+/// Lanes `c · RT + r` ← `v[r]` for `r < RT` (16 lanes; `v` points at `RT` consecutive values).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pattern16_ps<const RT: usize>(v: *const f32) -> __m512 {
+    match RT {
+        1 => _mm512_set1_ps(*v),
+        2 => _mm512_castpd_ps(_mm512_set1_pd((v as *const f64).read_unaligned())),
+        4 => _mm512_broadcast_f32x4(_mm_loadu_ps(v)),
+        8 => _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(v as *const f64))),
+        _ => _mm512_loadu_ps(v),
+    }
+}
+
+/// [`pattern16_ps`] for i32 values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pattern16_epi32<const RT: usize>(v: *const i32) -> __m512i {
+    _mm512_castps_si512(pattern16_ps::<RT>(v as *const f32))
+}
+
+/// Byte offsets of each lane's weight row from the tile's first row: lane `c · RT + r` → `cols[c] - cols[0]`.
+fn lane_offsets16<const RT: usize>(cols: &[&[u8]; 16]) -> [i32; 16] {
+    let base = cols[0].as_ptr() as isize;
+    std::array::from_fn(|lane| {
+        i32::try_from(cols[lane / RT].as_ptr() as isize - base).expect("weight tile spans less than 2 GiB")
+    })
+}
+
+/// Lane `c · RT + r` ← the 32-bit word at byte `at` of weight row `c`: broadcasts for one or two rows, a gather
+/// otherwise.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn words16<const C: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m512i) -> __m512i {
+    let word = |c: usize| (cols[c].as_ptr().add(at) as *const i32).read_unaligned();
+    match C {
+        1 => _mm512_set1_epi32(word(0)),
+        2 => _mm512_inserti64x4::<1>(_mm512_set1_epi32(word(0)), _mm256_set1_epi32(word(1))),
+        _ => _mm512_i32gather_epi32::<1>(offsets, cols[0].as_ptr().add(at) as *const _),
+    }
+}
+
+/// The f16 in the low (`HI = false`) or high 16 bits of each of 16 lanes, as f32 (`vpmovdw` + `vcvtph2ps`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn f16_lanes16<const HI: bool>(g: __m512i) -> __m512 {
+    let g = if HI { _mm512_srli_epi32::<16>(g) } else { g };
+    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g))
+}
+
+/// `C` weight rows × `RT` activation rows (`C · RT = 16`) → 16 lanes, lane `c · RT + r`.
+///
+/// Per block, eight `vpdpbusd` results of two dots each: for `C = 1`, the weight block in both halves against
+/// activation rows `j` and `j + 8`; otherwise weight rows `c` and `c + C / 2` against activation row `r` (in
+/// both halves), in `v[c · RT + r]`. Either way half `h` of `v[j]` is lane `8h + j`, which is how [`reduce16`]
+/// lays out its sums. Then the float steps of the reference on all 16 lanes at once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], act: &ActQ, r0: usize) -> [f32; 16] {
+    let (k, rows) = (act.k, act.rows);
+    let offsets = lane_offsets16::<RT>(cols);
+    let offsets = _mm512_loadu_si512(offsets.as_ptr() as *const _);
+    let next = NextTile::of(cols[0], 16, act.nb);
+    let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
+    let flip = _mm512_set1_epi8(-128);
+    let zero = _mm512_setzero_si512();
+    // `[RT]` rows of `[k]` quantized activations.
+    let xq: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k));
+    let mut acc = _mm512_setzero_ps();
+    for b in 0..act.nb {
+        next.at(b);
+        let mut v = [zero; 8];
+        if C == 1 {
+            let w = _mm512_broadcast_i64x4(T::unpack(cols[0].as_ptr().add(b * T::BYTES)));
+            let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
+            for (j, v) in v.iter_mut().enumerate() {
+                let x = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(xq[j].add(32 * b) as *const __m256i)),
+                    _mm256_loadu_si256(xq[j + 8].add(32 * b) as *const __m256i),
+                );
+                *v = if T::SIGNED {
+                    _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, _mm512_xor_si512(x, flip), w), off)
+                } else {
+                    _mm512_dpbusd_epi32(zero, w, x)
+                };
+            }
+        } else {
+            // `[RT]` activation blocks, in both 256-bit halves (`x + 128` as u8 for the signed types).
+            let xx: [__m512i; RT] = std::array::from_fn(|r| {
+                let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(xq[r].add(32 * b) as *const __m256i));
+                if T::SIGNED {
+                    _mm512_xor_si512(x, flip)
+                } else {
+                    x
+                }
+            });
+            for c in 0..C / 2 {
+                let b0 = cols[c].as_ptr().add(b * T::BYTES);
+                let b1 = cols[c + C / 2].as_ptr().add(b * T::BYTES);
+                let w = T::unpack2(b0, b1);
+                let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
+                for r in 0..RT {
+                    v[c * RT + r] = if T::SIGNED {
+                        _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xx[r], w), off)
+                    } else {
+                        _mm512_dpbusd_epi32(zero, w, xx[r])
+                    };
+                }
+            }
+        }
+        // From here on, the float steps of `avx2_legacy` (and of the reference), lane by lane.
+        let mut s = reduce16(&v);
+        let at = b * rows + r0;
+        let sx = pattern16_epi32::<RT>(act.s_t.as_ptr().add(at));
+        if T::OFFSET_LOG2 != 0 {
+            s = _mm512_sub_epi32(s, _mm512_sll_epi32(sx, shift));
+        }
+        let g = words16::<C>(cols, b * T::BYTES, offsets);
+        let dx = pattern16_ps::<RT>(act.d_t.as_ptr().add(at));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(f16_lanes16::<false>(g), dx), _mm512_cvtepi32_ps(s), acc);
+        if T::HAS_MIN {
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(f16_lanes16::<true>(g), dx), _mm512_cvtepi32_ps(sx), acc);
+        }
+    }
+    let mut out = [0f32; 16];
+    _mm512_storeu_ps(out.as_mut_ptr(), acc);
+    out
+}
+
 /// The AVX-512 kernel of a legacy `dtype`, if there is one.
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
@@ -222,6 +399,24 @@ unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act:
 mod tests {
     use super::*;
     use crate::isa::Isa;
+
+    #[test]
+    fn reduce16_sums_each_half() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        let vals: [[i32; 16]; 8] =
+            std::array::from_fn(|v| std::array::from_fn(|l| (v * 1000 + l * l * 7) as i32 - 3000));
+        // SAFETY: AVX-512 checked above.
+        let got = unsafe {
+            let p: [__m512i; 8] = std::array::from_fn(|v| _mm512_loadu_si512(vals[v].as_ptr() as *const _));
+            let mut out = [0i32; 16];
+            _mm512_storeu_si512(out.as_mut_ptr() as *mut _, reduce16(&p));
+            out
+        };
+        let want: [i32; 16] = std::array::from_fn(|l| vals[l % 8][8 * (l / 8)..8 * (l / 8) + 8].iter().sum());
+        assert_eq!(got, want);
+    }
 
     /// `f16_lanes(h) * dx` has the bits of `f16_bits_to_f32(h) * dx` for every f16 `h`, NaNs included.
     #[test]

@@ -5,10 +5,11 @@
 //! - threads (the [`Pool`]) take chunks of whole tiles of output columns, about four chunks per thread (at most
 //!   [`CHUNK_COLS`] columns each for wide weights), and write their columns of `y` in place; a reduction is
 //!   never split;
-//! - inside a chunk, tiles of [`TILE_COLS`] weight rows; for each tile the R activation rows are walked in groups
-//!   of `RT` rows (8, 4, 2 or 1, the largest that fits what is left), each group computing a `C × RT` block of
-//!   outputs (`C·RT` = 8 lanes in checkpoint mode, 4 pairs of registers in full mode) while the weight tile stays
-//!   in cache. The per-output arithmetic is the same whatever `C` and `RT` are: lanes never mix.
+//! - inside a chunk, tiles of [`TILE_COLS`] weight rows (16 for the 16-lane checkpoint kernels); for each tile
+//!   the R activation rows are walked in groups of `RT` rows (16, 8, 4, 2 or 1, the largest that fits what is
+//!   left and the lanes), each group computing a `C × RT` block of outputs (`C·RT` = 8 or 16 lanes in checkpoint
+//!   mode, 4 pairs of registers in full mode) while the weight tile stays in cache. The per-output arithmetic is
+//!   the same whatever `C` and `RT` are: lanes never mix.
 //! - checkpoint mode quantizes each activation row once per call ([`act::ActQ`]); full mode dequantizes each
 //!   weight row of a tile once into a scratch buffer reused by every row group.
 
@@ -219,12 +220,12 @@ thread_local! {
 /// How one call computes: full (f32 dot16) or checkpoint with the quantized activations.
 enum Job<'a> {
     Full { x: &'a [f32] },
-    Quant { act: ActQ },
+    Quant { act: ActQ, kernel: Kernel },
 }
 
-/// Rows per group for `left` remaining rows: the largest of 8, 4, 2, 1 not above `left` (capped at `max`).
+/// Rows per group for `left` remaining rows: the largest of 16, 8, 4, 2, 1 not above `left` (capped at `max`).
 fn row_group(left: usize, max: usize) -> usize {
-    [8, 4, 2, 1].into_iter().find(|&g| g <= left && g <= max).unwrap_or(1)
+    [16, 8, 4, 2, 1].into_iter().find(|&g| g <= left && g <= max).unwrap_or(1)
 }
 
 /// `y = x · wᵀ (+ bias)`: `x [R, K]`, `w [N, K]`, `bias [N]` → `[R, N]`. Row-exact: each output row depends only
@@ -260,24 +261,27 @@ pub fn matmul(
     }
     let job = match checkpoint_block(w.dtype) {
         Some(block) if precision == Precision::Checkpoint => {
-            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block) }
+            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w.dtype) }
         }
         _ => Job::Full { x: &x.host },
     };
     // `[rows][n]`, written in place by the chunks (disjoint column ranges).
     let mut y = vec![0f32; rows * n];
     let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
-    let tiles = n.div_ceil(TILE_COLS);
-    let tasks = if pool.threads() == 1 {
-        1
-    } else {
-        (4 * pool.threads()).max(tiles.div_ceil(CHUNK_COLS / TILE_COLS)).min(tiles)
+    // Chunks are whole tiles of the kernel's width.
+    let tile = match &job {
+        Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
+        _ => TILE_COLS,
     };
+    let tiles = n.div_ceil(tile);
+    let tasks =
+        if pool.threads() == 1 { 1 } else { (4 * pool.threads()).max(tiles.div_ceil(CHUNK_COLS / tile)).min(tiles) };
     pool.run(tasks, &|t| {
-        let (c0, c1) = (t * tiles / tasks * TILE_COLS, ((t + 1) * tiles / tasks * TILE_COLS).min(n));
+        let (c0, c1) = (t * tiles / tasks * tile, ((t + 1) * tiles / tasks * tile).min(n));
         match &job {
             Job::Full { x } => chunk_full(isa, w, x, c0, c1, &out),
-            Job::Quant { act } => chunk_quant(isa, w, act, c0, c1, &out),
+            Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
+            Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
         }
         if let Some(b) = &bias_values {
             for r in 0..rows {
@@ -388,22 +392,21 @@ fn dot16_tile(isa: Isa, c: usize, rt: usize, w: &[&[f32]; 4], x: &[&[f32]; 4]) -
     }
 }
 
-/// Checkpoint mode over output columns `c0..c1` of `out`.
-fn chunk_quant(isa: Isa, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+/// Checkpoint mode over output columns `c0..c1` of `out`, with an `L`-lane kernel (tiles of `L` weight rows).
+fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     let rows = act.rows;
-    let kernel = pick_quant_kernel(isa, w.dtype);
     // The first tile's rows, all at once: the kernels prefetch each next tile while computing one, but the first
     // tile of a chunk would otherwise arrive line by line as the kernel touches it.
-    prefetch_l2(&w.bytes()[c0 * w.row_bytes..(c0 + TILE_COLS).min(c1) * w.row_bytes]);
-    for t0 in (c0..c1).step_by(TILE_COLS) {
-        let t1 = (t0 + TILE_COLS).min(c1);
+    prefetch_l2(&w.bytes()[c0 * w.row_bytes..(c0 + L).min(c1) * w.row_bytes]);
+    for t0 in (c0..c1).step_by(L) {
+        let t1 = (t0 + L).min(c1);
         let mut r0 = 0;
         while r0 < rows {
-            let rt = row_group(rows - r0, 8);
-            let c = 8 / rt;
+            let rt = row_group(rows - r0, L);
+            let c = L / rt;
             for s0 in (t0..t1).step_by(c) {
                 // Lane (ci, ri) = column s0 + ci (clamped into the tile), row r0 + ri.
-                let cols: [&[u8]; 8] = std::array::from_fn(|i| w.row_bytes_of((s0 + i).min(t1 - 1)));
+                let cols: [&[u8]; L] = std::array::from_fn(|i| w.row_bytes_of((s0 + i).min(t1 - 1)));
                 let res = kernel(&cols, act, r0, rt);
                 for ci in 0..c.min(t1 - s0) {
                     for ri in 0..rt {
@@ -432,29 +435,47 @@ fn prefetch_l2(bytes: &[u8]) {
 
 /// A checkpoint tile kernel: weight rows `cols[0..8 / rt]` × activation rows `r0..r0 + rt` → 8 lanes, lane
 /// `ci · rt + ri`.
-pub(crate) type QuantKernel = fn(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8];
+pub(crate) type QuantKernel = TileKernel<8>;
 
-fn pick_quant_kernel(isa: Isa, dtype: DType) -> QuantKernel {
+/// A checkpoint tile kernel of `L` lanes: weight rows `cols[0..L / rt]` × activation rows `r0..r0 + rt`, lane
+/// `ci · rt + ri`.
+pub(crate) type TileKernel<const L: usize> = fn(cols: &[&[u8]; L], act: &ActQ, r0: usize, rt: usize) -> [f32; L];
+
+/// [`QuantKernel`] with 16 lanes: weight rows `cols[0..16 / rt]` × activation rows `r0..r0 + rt`, lane
+/// `ci · rt + ri` (`rt` = 16, 8, 4, 2 or 1).
+pub(crate) type QuantKernel16 = TileKernel<16>;
+
+/// A checkpoint kernel of either width.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Lanes8(QuantKernel),
+    Lanes16(QuantKernel16),
+}
+
+fn pick_quant_kernel(isa: Isa, dtype: DType) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
+        if let Some(k) = avx512_legacy::kernel16(dtype) {
+            return Kernel::Lanes16(k);
+        }
         if let Some(k) = avx512_legacy::kernel(dtype).or_else(|| avx512_kquant::kernel(dtype)) {
-            return k;
+            return Kernel::Lanes8(k);
         }
     }
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) {
         if let Some(k) = avx2_legacy::kernel(dtype).or_else(|| avx2_kquant::kernel(dtype)) {
-            return k;
+            return Kernel::Lanes8(k);
         }
     }
     #[cfg(target_arch = "aarch64")]
     if isa == Isa::Neon {
         if let Some(k) = neon_legacy::kernel(dtype).or_else(|| neon_kquant::kernel(dtype)) {
-            return k;
+            return Kernel::Lanes8(k);
         }
     }
     let _ = isa;
-    scalar::quant_kernel(dtype)
+    Kernel::Lanes8(scalar::quant_kernel(dtype))
 }
 
 #[cfg(test)]
