@@ -7,7 +7,7 @@
 use crate::generate::{EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
 use crate::sampler::{penalized, sample, top_logprobs, Draw};
-use crate::spec::{truncate_after, verify, AcceptStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
+use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
 use tf_core::RowAttn;
@@ -114,7 +114,7 @@ impl<'a> Generator<'a> {
             Some(make) => make(req),
             None => default_proposer(),
         });
-        let mut stats = AcceptStats::default();
+        let mut stats = ClassStats::default();
         // Measured seconds the proposer spends per drafted token (a draft model's forwards; ~0 for context
         // copies), an exponential moving average: it is part of what a wider window costs.
         // The first proposal is not measured: a draft model fills its prompt then.
@@ -134,20 +134,24 @@ impl<'a> Generator<'a> {
             let p = prompt.len() + tokens.len() - 1;
             let remaining = req.max_tokens - tokens.len();
             // Drafts may run up to `remaining` deep: the table holds prompt + max_tokens slots.
+            let mut class = None;
             let tree = match (&config, proposer.as_mut()) {
                 (Some(c), Some(prop)) => {
-                    let k = if propose_cost > 0.0 {
+                    let costs = if propose_cost > 0.0 {
                         let mut costs = c.costs.clone();
                         for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
                             *x += (w - 1) as f64 * propose_cost;
                         }
-                        stats.best_width(&costs, c.max_window - 1)
+                        costs
                     } else {
-                        stats.best_width(&c.costs, c.max_window - 1)
+                        c.costs.clone()
                     };
-                    let k = k.max(c.min_drafts).min(c.max_window - 1).min(remaining);
+                    let cap = (c.max_window - 1).min(remaining);
+                    let width =
+                        &mut |cl: usize| stats.best_width(cl, &costs, c.max_window - 1).max(c.min_drafts).min(cap);
                     let started = Instant::now();
-                    let t = if k > 0 { prop.propose(&context, k) } else { DraftTree::new() };
+                    let (t, cl) = prop.propose_by_class(&context, width);
+                    class = cl;
                     if !t.is_empty() {
                         proposals += 1;
                         let per_token = started.elapsed().as_secs_f64() / t.len() as f64;
@@ -160,7 +164,7 @@ impl<'a> Generator<'a> {
                         // Rounds without drafts let the estimate fade so drafting is probed again.
                         propose_cost *= 0.95;
                     }
-                    if t.is_empty() && c.min_drafts > 0 && k > 0 {
+                    if t.is_empty() && c.min_drafts > 0 && cap > 0 {
                         DraftTree::from_chain(&[fallback_guess(&context)])
                     } else {
                         t
@@ -210,7 +214,9 @@ impl<'a> Generator<'a> {
             counts.min_rows = if counts.rounds == 1 { rows.len() } else { counts.min_rows.min(rows.len()) };
             if let Some(prop) = proposer.as_mut() {
                 prop.observe(tree.len(), verdict.accepted());
-                stats.observe(tree.max_depth(), verdict.accepted());
+                if let Some(cl) = class {
+                    stats.observe(cl, tree.max_depth(), verdict.accepted());
+                }
             }
             let n = verdict.tokens.len();
             for (i, d) in drawn.into_iter().take(n).enumerate() {

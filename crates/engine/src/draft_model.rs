@@ -152,6 +152,39 @@ impl Proposer for ModelProposer {
         }
     }
 
+    /// Context copies, when they have a match, under their own classes (1 + the copies' class); otherwise the
+    /// draft model, class 0. A match whose class is not worth drafting gives no draft this round (that class
+    /// relaxes and is probed again later) rather than a model draft.
+    fn propose_by_class(
+        &mut self,
+        context: &[u32],
+        width: &mut dyn FnMut(usize) -> usize,
+    ) -> (DraftTree, Option<usize>) {
+        if let Some(ng) = self.ngram.as_mut() {
+            let (t, class) = ng.propose_by_class(context, &mut |c| width(c + 1));
+            if let Some(c) = class {
+                self.last_from_copies = true;
+                return (t, Some(c + 1));
+            }
+        }
+        self.last_from_copies = false;
+        if self.broken {
+            return (DraftTree::new(), None);
+        }
+        let k = width(0);
+        if k == 0 {
+            return (DraftTree::new(), Some(0));
+        }
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        match m.draft(context, k, &self.params, self.seed, self.prompt_len) {
+            Ok(chain) => (DraftTree::from_chain(&chain), Some(0)),
+            Err(_) => {
+                self.broken = true;
+                (DraftTree::new(), None)
+            }
+        }
+    }
+
     fn observe(&mut self, proposed: usize, accepted: usize) {
         if let Some(ng) = self.ngram.as_mut().filter(|_| self.last_from_copies) {
             ng.observe(proposed, accepted);

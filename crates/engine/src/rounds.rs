@@ -11,7 +11,7 @@ use crate::draft::{fallback_guess, first_path, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
 use crate::sampler::{penalized, sample, top_logprobs};
-use crate::spec::{truncate_after, verify, AcceptStats, DraftTree, Proposer};
+use crate::spec::{truncate_after, verify, ClassStats, DraftTree, Proposer};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tf_core::{AttnMeta, RowAttn};
@@ -38,7 +38,9 @@ pub struct Stream<'c> {
     /// Refilling `prompt ++ tokens` after a preemption.
     resuming: bool,
     proposer: Option<Box<dyn Proposer>>,
-    stats: AcceptStats,
+    stats: ClassStats,
+    /// The class its proposer named for the drafts of the running window (see [`Proposer::propose_by_class`]).
+    class: Option<usize>,
     counts: DraftCounts,
     started: Instant,
     prefill_s: f64,
@@ -183,7 +185,8 @@ impl<'a> Generator<'a> {
             resuming: false,
             counts: DraftCounts { drafts: proposer.is_some(), ..DraftCounts::default() },
             proposer,
-            stats: AcceptStats::default(),
+            stats: ClassStats::default(),
+            class: None,
             started: Instant::now(),
             prefill_s: 0.0,
             decode_start: None,
@@ -225,11 +228,12 @@ impl<'a> Generator<'a> {
         Ok(())
     }
 
-    /// Drafts a decoding stream would verify in its next window (0 without drafting): the width its measured
-    /// acceptance and the measured window costs favour, within `max_window` and `max_tokens`.
+    /// Drafts a decoding stream may verify in its next window (0 without drafting): the widest width its
+    /// measured acceptance (of any class of guess) and the measured window costs favour, within `max_window`
+    /// and `max_tokens`. The proposer's class of guess picks the width within this when the window runs.
     pub fn want_drafts(&self, s: &Stream<'_>) -> usize {
         let (Some(c), Some(_)) = (&self.drafting, s.proposer.as_ref()) else { return 0 };
-        let k = s.stats.best_width(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+        let k = s.stats.widest(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
         k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
     }
 
@@ -277,11 +281,20 @@ impl<'a> Generator<'a> {
                     let pending = *s.tokens.last().expect("decoding");
                     s.context.push(pending);
                     let mut drafts = Vec::new();
+                    s.class = None;
                     if let (Some(c), Some(prop), true) = (&config, s.proposer.as_mut(), k > 0) {
-                        drafts = first_path(&prop.propose(&s.context, k));
+                        let (stats, costs) = (&s.stats, &c.costs);
+                        let width =
+                            &mut |cl: usize| stats.best_width(cl, costs, c.max_window - 1).max(c.min_drafts).min(k);
+                        let (tree, class) = prop.propose_by_class(&s.context, width);
+                        drafts = first_path(&tree);
+                        s.class = class;
                         if drafts.is_empty() && c.min_drafts > 0 {
                             drafts.push(fallback_guess(&s.context));
                         }
+                    } else if s.proposer.is_some() {
+                        // No class was asked: let them all relax, so a stream that stopped drafting probes again.
+                        s.stats.relax_all();
                     }
                     parts.push((i, Part::Window { drafts }));
                 }
@@ -386,7 +399,9 @@ impl<'a> Generator<'a> {
                     s.counts.min_rows = if s.counts.rounds == 1 { n } else { s.counts.min_rows.min(n) };
                     if let Some(prop) = s.proposer.as_mut() {
                         prop.observe(drafts.len(), verdict.accepted());
-                        s.stats.observe(drafts.len(), verdict.accepted());
+                        if let Some(cl) = s.class {
+                            s.stats.observe(cl, drafts.len(), verdict.accepted());
+                        }
                     }
                     let m = verdict.tokens.len();
                     for (j, d) in ds.into_iter().take(m).enumerate() {

@@ -146,6 +146,31 @@ impl NgramProposer {
         self.tail.extend_from_slice(&context[context.len().saturating_sub(TAIL_CHECK)..]);
     }
 
+    /// Length of the match behind the best candidate ([`NgramProposer::candidates`]' first chain): its
+    /// suffix of `n` tokens, extended backwards while the context keeps agreeing with the earlier occurrence,
+    /// up to [`MATCH_CAP`]. `None` when nothing matches. The index must be synced with `context`.
+    fn match_len(&self, context: &[u32]) -> Option<usize> {
+        let len = context.len();
+        for n in (self.config.min_n..=self.config.max_n.min(len.saturating_sub(1))).rev() {
+            let suffix = &context[len - n..];
+            let Some(ends) = self.index.get(&gram_key(suffix)) else { continue };
+            let found = ends
+                .iter()
+                .rev()
+                .map(|&e| e as usize)
+                .find(|&end| end + 1 < len && end + 1 >= n && context[end + 1 - n..=end] == *suffix);
+            if let Some(end) = found {
+                // context[len − 1 − i] == context[end − i] for i < n; extend while it holds.
+                let mut m = n;
+                while m < MATCH_CAP && m <= end && context[len - 1 - m] == context[end - m] {
+                    m += 1;
+                }
+                return Some(m);
+            }
+        }
+        None
+    }
+
     /// Candidate chains, best first: longest matched suffix first, then most recent occurrence; only chains
     /// that add a node to the tree so far count.
     fn candidates(&self, context: &[u32], max_tokens: usize) -> DraftTree {
@@ -174,6 +199,14 @@ impl NgramProposer {
         }
         tree.best_first(max_tokens, |i| tree.depth(i) as u64 * (rank[i] + 1))
     }
+}
+
+/// Longest match [`NgramProposer::match_len`] measures (a class boundary beyond any useful one).
+const MATCH_CAP: usize = 64;
+
+/// The class of a guess backed by a match of `len` tokens: `⌊log2 len⌋` (1 → 0, 2–3 → 1, 4–7 → 2, …, 64 → 6).
+pub fn match_class(len: usize) -> usize {
+    len.max(1).ilog2() as usize
 }
 
 /// The `k` tokens that followed position `end` of `context`, continuing by self-copy past its end: token `m`
@@ -216,6 +249,25 @@ impl Proposer for NgramProposer {
             return DraftTree::new();
         }
         self.candidates(context, max_tokens)
+    }
+
+    /// Like [`Proposer::propose`], with the class [`match_class`] of the best match's length: a copy backed by a
+    /// long match is accepted far more often than one backed by two tokens.
+    fn propose_by_class(
+        &mut self,
+        context: &[u32],
+        width: &mut dyn FnMut(usize) -> usize,
+    ) -> (DraftTree, Option<usize>) {
+        self.sync(context);
+        if self.quiet > 0 {
+            self.quiet -= 1;
+            return (DraftTree::new(), None);
+        }
+        let Some(len) = self.match_len(context) else { return (DraftTree::new(), None) };
+        let class = match_class(len);
+        let k = width(class);
+        let tree = if k > 0 { self.candidates(context, k) } else { DraftTree::new() };
+        (tree, Some(class))
     }
 
     /// Any accepted token ends the streak of fruitless proposals and the back-off; `quiet_after` fruitless
@@ -376,5 +428,40 @@ mod tests {
         ctx[at] ^= 1;
         p.propose(&ctx, 8);
         assert_eq!(p.indexed_total, start + 139 + ctx.len() as u64);
+    }
+
+    #[test]
+    fn classes_follow_the_match_length() {
+        assert_eq!([1, 2, 3, 4, 7, 8, 63, 64, 1000].map(match_class), [0, 1, 1, 2, 2, 3, 5, 6, 9]);
+        let block: Vec<u32> = (100..180).collect();
+        // The context repeats the first 20 tokens of the block: a 20-token match (class 4), drafting the next ones.
+        let mut ctx = block.clone();
+        ctx.extend([7, 8, 9]);
+        ctx.extend_from_slice(&block[..20]);
+        let mut p = proposer(1);
+        let mut asked = None;
+        let (tree, class) = p.propose_by_class(&ctx, &mut |c| {
+            asked = Some(c);
+            6
+        });
+        assert_eq!((class, asked), (Some(4), Some(4)));
+        assert_eq!(tree, DraftTree::from_chain(&block[20..26]));
+        assert_eq!(p.match_len(&ctx), Some(20));
+        // Width 0: no tree, the class still named (the caller relaxes that class).
+        assert_eq!(p.propose_by_class(&ctx, &mut |_| 0), (DraftTree::new(), Some(4)));
+        // A 2-token match only: class 1. The length is capped.
+        let short = [1, 2, 50, 60, 70, 1, 2];
+        assert_eq!(proposer(1).propose_by_class(&short, &mut |_| 2), (DraftTree::from_chain(&[50, 60]), Some(1)));
+        let long: Vec<u32> = (0..300).map(|i| i % 150).collect();
+        assert_eq!(proposer(1).match_len(&long), None, "not synced");
+        let mut p = proposer(1);
+        assert_eq!(p.propose_by_class(&long, &mut |_| 1).1, Some(match_class(MATCH_CAP)));
+        // Nothing to copy: no class, and `width` is not asked.
+        let (tree, class) = proposer(1).propose_by_class(&[1, 2, 3, 4], &mut |_| panic!("asked"));
+        assert!(tree.is_empty() && class.is_none());
+        // The class agrees with what `propose` would draft for the same budget.
+        let mut a = proposer(3);
+        let mut b = proposer(3);
+        assert_eq!(a.propose_by_class(&ctx, &mut |_| 9).0, b.propose(&ctx, 9));
     }
 }

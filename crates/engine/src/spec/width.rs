@@ -110,6 +110,55 @@ impl AcceptStats {
     }
 }
 
+/// Classes a proposer may name ([`crate::spec::Proposer::propose_by_class`]); higher ones share the last.
+pub const CLASSES: usize = 8;
+
+/// Acceptance estimates kept apart by the class of guess a proposer names for each proposal: a context copy
+/// backed by a 40-token match is accepted far more often than one backed by 2 tokens, and one average over
+/// both would draft too little for the first and too much for the second.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassStats {
+    /// `[CLASSES]` estimates, each an [`AcceptStats::default`] at first.
+    classes: Vec<AcceptStats>,
+}
+
+impl Default for ClassStats {
+    fn default() -> Self {
+        ClassStats { classes: vec![AcceptStats::default(); CLASSES] }
+    }
+}
+
+impl ClassStats {
+    /// The estimate of `class` (classes past the last share the last).
+    pub fn class(&self, class: usize) -> &AcceptStats {
+        &self.classes[class.min(CLASSES - 1)]
+    }
+
+    /// [`AcceptStats::best_width`] of `class`.
+    pub fn best_width(&self, class: usize, cost: &CostTable, max: usize) -> usize {
+        self.class(class).best_width(cost, max)
+    }
+
+    /// The widest [`ClassStats::best_width`] of any class: what a stream may ask for before its proposer has
+    /// named the class of its next guess.
+    pub fn widest(&self, cost: &CostTable, max: usize) -> usize {
+        self.classes.iter().map(|s| s.best_width(cost, max)).max().unwrap_or(0)
+    }
+
+    /// A round in which no class was asked (the stream's widest width was 0): every class relaxes toward its
+    /// prior, as each would after a round of its own without drafts.
+    pub fn relax_all(&mut self) {
+        for s in &mut self.classes {
+            s.observe(0, 0);
+        }
+    }
+
+    /// [`AcceptStats::observe`] of `class`: `proposed = 0` (the class's width was 0) relaxes that class only.
+    pub fn observe(&mut self, class: usize, proposed: usize, accepted: usize) {
+        self.classes[class.min(CLASSES - 1)].observe(proposed, accepted);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +289,35 @@ mod tests {
             assert!(stats(hi).best_width(&table, max) >= k, "{note}: acceptance {lo} → {hi}");
             assert!(stats(lo).best_width(&table, max + 1) >= k, "{note}: max {max} → {}", max + 1);
         }
+    }
+
+    /// Classes learn apart: one that keeps failing stops drafting while another keeps its wide windows.
+    #[test]
+    fn classes_learn_apart() {
+        let shallow = CostTable::from_widths(&(0..16).map(|i| 1.0 + 0.1 * f64::from(i)).collect::<Vec<_>>());
+        let mut s = ClassStats::default();
+        for _ in 0..30 {
+            s.observe(1, 4, 0);
+            s.observe(5, 8, 8);
+        }
+        assert_eq!(s.best_width(1, &shallow, 15), 0);
+        assert!(s.best_width(5, &shallow, 15) >= 12, "{}", s.best_width(5, &shallow, 15));
+        assert_eq!(s.widest(&shallow, 15), s.best_width(5, &shallow, 15));
+        // An untouched class keeps the prior; classes past the last share it.
+        assert_eq!(s.class(3).rate(), AcceptStats::default().rate());
+        s.observe(CLASSES + 4, 3, 0);
+        assert!(s.class(CLASSES - 1).rate() < AcceptStats::default().rate());
+        assert_eq!(s.class(CLASSES + 9), s.class(CLASSES - 1));
+        // A failing class probes again after rounds without drafts (relaxing), without touching the others.
+        let before = s.class(5).clone();
+        let rounds = (1..500).find(|_| {
+            s.observe(1, 0, 0);
+            s.best_width(1, &shallow, 15) > 0
+        });
+        assert!(rounds.is_some(), "class 1 never probes again");
+        assert_eq!(s.class(5), &before);
+        // Relaxing every class moves each toward the prior, the good one included.
+        s.relax_all();
+        assert!(s.class(5).rate() < before.rate() && s.class(5).rate() > AcceptStats::default().rate());
     }
 }
