@@ -5,7 +5,9 @@
 //!
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
-//! keeps only the named sets.
+//! keeps only the named sets. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
+//! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
+//! machine disturb much less than they do the wall clock.
 
 use std::time::Instant;
 
@@ -49,6 +51,29 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
     CpuWeight::from_bytes(&info, &w).expect("valid weight")
 }
 
+/// CPU time of the calling thread in seconds (Linux `CLOCK_THREAD_CPUTIME_ID`).
+#[cfg(target_os = "linux")]
+fn thread_cpu_s() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: `ts` is a valid `timespec` on 64-bit Linux; clock 3 is CLOCK_THREAD_CPUTIME_ID.
+    let rc = unsafe { clock_gettime(3, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_cpu_s() -> f64 {
+    panic!("TF_BENCH_CPU needs Linux")
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let threads: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
@@ -69,9 +94,10 @@ fn main() {
     };
     let pool = Pool::new(threads);
     let sets = std::env::var("TF_BENCH_SETS").ok();
+    let cpu_time = std::env::var("TF_BENCH_CPU").is_ok_and(|v| v == "1");
     let k = 1536;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    println!("threads {}, isa {}, K = {k}", pool.threads(), isa.name());
+    println!("threads {}, isa {}, K = {k}{}", pool.threads(), isa.name(), if cpu_time { ", CPU time" } else { "" });
     println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");
     for dtype in types {
         for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0), ("dram-s", 576, 0)] {
@@ -94,9 +120,9 @@ fn main() {
                     }
                 };
                 run(count.min(reps));
-                let t = Instant::now();
+                let (t, c) = (Instant::now(), if cpu_time { thread_cpu_s() } else { 0.0 });
                 run(reps);
-                let s = t.elapsed().as_secs_f64() / reps as f64;
+                let s = if cpu_time { thread_cpu_s() - c } else { t.elapsed().as_secs_f64() } / reps as f64;
                 let gbs = (n * row_bytes) as f64 / s / 1e9;
                 let gflops = 2.0 * (n * k * rows) as f64 / s / 1e9;
                 println!(

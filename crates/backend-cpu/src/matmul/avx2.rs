@@ -180,15 +180,15 @@ impl NextTile {
         NextTile::of(cols[0], 8, nb)
     }
 
+    /// `bytes` from `base`, into L1 when `l1`, else into L2.
+    pub(super) fn span(base: *const u8, bytes: usize, nb: usize, l1: bool) -> NextTile {
+        NextTile { base, lines: bytes.div_ceil(64), nb: nb.max(1), l1 }
+    }
+
     /// The `rows` weight rows after the `rows` starting at `first` (each as long as `first`).
     pub(super) fn of(first: &[u8], rows: usize, nb: usize) -> NextTile {
         let span = rows * first.len();
-        NextTile {
-            base: first.as_ptr().wrapping_add(span),
-            lines: span.div_ceil(64),
-            nb: nb.max(1),
-            l1: span <= 16 << 10,
-        }
+        NextTile::span(first.as_ptr().wrapping_add(span), span, nb, span <= 16 << 10)
     }
 
     /// The share of block iteration `b`.

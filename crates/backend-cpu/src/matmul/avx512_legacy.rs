@@ -146,29 +146,43 @@ fn entry16<T: Pair>(cols: &[&[u8]; 16], act: &ActQ, r0: usize, rt: usize) -> [f3
     // above bound every pointer the kernel forms.
     unsafe {
         match rt {
-            16 => tile16::<T, 1, 16>(cols, act, r0),
             8 => tile16::<T, 2, 8>(cols, act, r0),
             4 => tile16::<T, 4, 4>(cols, act, r0),
             2 => tile16::<T, 8, 2>(cols, act, r0),
-            _ => tile16::<T, 16, 1>(cols, act, r0),
+            1 => tile16::<T, 16, 1>(cols, act, r0),
+            _ => panic!("legacy tile: {rt} rows (the 16-lane tiles take 8, 4, 2 or 1)"),
         }
     }
 }
 
 /// Sixteen i32 sums from eight vectors of two 8-lane halves: lane `ℓ` of the result is the sum of half `ℓ / 8`
-/// of `v[ℓ % 8]` (exact; a transposing tree of unpacks and adds, then one two-source permute).
+/// of `v[ℓ % 8]` (exact; a transposing tree of pairwise adds, then one two-source permute).
+///
+/// `SMALL`: every lane of `v` is below 2^14 in magnitude, so the first two levels pack pairs of vectors to i16
+/// (`vpackssdw`, exact) and add neighbours with `vpmaddwd` by ones (sums below 2^15, packed again exactly);
+/// otherwise they interleave with unpacks and add in i32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn reduce16(v: &[__m512i; 8]) -> __m512i {
-    // Per 128-bit quarter: [a0+a2, b0+b2, a1+a3, b1+b3] of v[2j] = a, v[2j + 1] = b.
-    let w: [__m512i; 4] = std::array::from_fn(|j| {
-        let (a, b) = (v[2 * j], v[2 * j + 1]);
-        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
-    });
-    // Per quarter q: the quarter-q sums of v[4k], v[4k + 1], v[4k + 2], v[4k + 3].
+unsafe fn reduce16<const SMALL: bool>(v: &[__m512i; 8]) -> __m512i {
+    let ones = _mm512_set1_epi16(1);
+    // Per 128-bit quarter, with a = v[2j], b = v[2j + 1] (four lanes each): pairs of a's lanes and of b's
+    // (packs: [a0+a1, a2+a3, b0+b1, b2+b3]; unpacks: [a0+a2, b0+b2, a1+a3, b1+b3]).
+    let pair = |a: __m512i, b: __m512i| {
+        if SMALL {
+            _mm512_madd_epi16(_mm512_packs_epi32(a, b), ones)
+        } else {
+            _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+        }
+    };
+    let w: [__m512i; 4] = std::array::from_fn(|j| pair(v[2 * j], v[2 * j + 1]));
+    // Per quarter q: the quarter-q sums of v[4k], v[4k + 1], v[4k + 2], v[4k + 3] (either way).
     let x: [__m512i; 2] = std::array::from_fn(|k| {
         let (a, b) = (w[2 * k], w[2 * k + 1]);
-        _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+        if SMALL {
+            _mm512_madd_epi16(_mm512_packs_epi32(a, b), ones)
+        } else {
+            _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+        }
     });
     // Quarters [x0.q0, x1.q0, x0.q2, x1.q2] + [x0.q1, x1.q1, x0.q3, x1.q3]: half 0 of v[0..8], then half 1.
     let lo = _mm512_permutex2var_epi64(x[0], _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), x[1]);
@@ -184,8 +198,7 @@ unsafe fn pattern16_ps<const RT: usize>(v: *const f32) -> __m512 {
         1 => _mm512_set1_ps(*v),
         2 => _mm512_castpd_ps(_mm512_set1_pd((v as *const f64).read_unaligned())),
         4 => _mm512_broadcast_f32x4(_mm_loadu_ps(v)),
-        8 => _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(v as *const f64))),
-        _ => _mm512_loadu_ps(v),
+        _ => _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(v as *const f64))),
     }
 }
 
@@ -204,40 +217,55 @@ fn lane_offsets16<const RT: usize>(cols: &[&[u8]; 16]) -> [i32; 16] {
     })
 }
 
-/// Lane `c · RT + r` ← the 32-bit word at byte `at` of weight row `c`: broadcasts for one or two rows, a gather
-/// otherwise.
+/// The f16 scales `d` (low half) and, with `min`, `m` (high half) of the 32-bit word at byte `at` of each lane's
+/// weight row, lane `c · RT + r` ← row `c`, as f32 by `vcvtph2ps` (`m` is `d` again without `min`). Two rows: their two words converted in one
+/// 128-bit register and spread by a permute; more: a gather of the words.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn words16<const C: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m512i) -> __m512i {
+unsafe fn scales16<const C: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m512i, min: bool) -> (__m512, __m512) {
     let word = |c: usize| (cols[c].as_ptr().add(at) as *const i32).read_unaligned();
-    match C {
-        1 => _mm512_set1_epi32(word(0)),
-        2 => _mm512_inserti64x4::<1>(_mm512_set1_epi32(word(0)), _mm256_set1_epi32(word(1))),
-        _ => _mm512_i32gather_epi32::<1>(offsets, cols[0].as_ptr().add(at) as *const _),
+    if C == 2 {
+        // [d0, m0, d1, m1] as f32.
+        let h = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_unpacklo_epi32(
+            _mm_cvtsi32_si128(word(0)),
+            _mm_cvtsi32_si128(word(1)),
+        )));
+        let d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), h);
+        let m = if min {
+            _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), h)
+        } else {
+            d
+        };
+        return (d, m);
     }
+    let g = _mm512_i32gather_epi32::<1>(offsets, cols[0].as_ptr().add(at) as *const _);
+    let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    let m = if min { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g))) } else { d };
+    (d, m)
 }
 
-/// The f16 in the low (`HI = false`) or high 16 bits of each of 16 lanes, as f32 (`vpmovdw` + `vcvtph2ps`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn f16_lanes16<const HI: bool>(g: __m512i) -> __m512 {
-    let g = if HI { _mm512_srli_epi32::<16>(g) } else { g };
-    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g))
-}
-
-/// `C` weight rows × `RT` activation rows (`C · RT = 16`) → 16 lanes, lane `c · RT + r`.
+/// `C` weight rows × `RT` activation rows (`C · RT = 16`, `C ≥ 2`) → 16 lanes, lane `c · RT + r`.
 ///
-/// Per block, eight `vpdpbusd` results of two dots each: for `C = 1`, the weight block in both halves against
-/// activation rows `j` and `j + 8`; otherwise weight rows `c` and `c + C / 2` against activation row `r` (in
-/// both halves), in `v[c · RT + r]`. Either way half `h` of `v[j]` is lane `8h + j`, which is how [`reduce16`]
-/// lays out its sums. Then the float steps of the reference on all 16 lanes at once.
+/// Per block, eight `vpdpbusd` results of two dots each: weight rows `c` and `c + C / 2` (one per half) against
+/// activation row `r` (in both halves), in `v[c · RT + r]`, so that half `h` of `v[j]` is lane `8h + j`, which is
+/// how [`reduce16`] lays out its sums. Then the float steps of the reference on all 16 lanes at once.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], act: &ActQ, r0: usize) -> [f32; 16] {
     let (k, rows) = (act.k, act.rows);
     let offsets = lane_offsets16::<RT>(cols);
     let offsets = _mm512_loadu_si512(offsets.as_ptr() as *const _);
-    let next = NextTile::of(cols[0], 16, act.nb);
-    let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
+    // The same `C` weight rows (consecutive) of the next 16-row tile, by the first row group only: the others
+    // find them in cache.
+    let len = cols[0].len();
+    let next = NextTile::span(
+        cols[0].as_ptr().wrapping_add(16 * len),
+        if r0 == 0 { C * len } else { 0 },
+        act.nb,
+        16 * len <= 16 << 10,
+    );
+    // What comes off `S` as `Σqx << log2`: the type's offset, or the 128 added to the signed quants.
+    let off_log2 = if T::SIGNED { 7 } else { T::OFFSET_LOG2 };
+    let shift = _mm_cvtsi32_si128(off_log2);
     let flip = _mm512_set1_epi8(-128);
     let zero = _mm512_setzero_si512();
     // `[RT]` rows of `[k]` quantized activations.
@@ -246,56 +274,32 @@ unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], a
     for b in 0..act.nb {
         next.at(b);
         let mut v = [zero; 8];
-        if C == 1 {
-            let w = _mm512_broadcast_i64x4(T::unpack(cols[0].as_ptr().add(b * T::BYTES)));
-            let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
-            for (j, v) in v.iter_mut().enumerate() {
-                let x = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(xq[j].add(32 * b) as *const __m256i)),
-                    _mm256_loadu_si256(xq[j + 8].add(32 * b) as *const __m256i),
-                );
-                *v = if T::SIGNED {
-                    _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, _mm512_xor_si512(x, flip), w), off)
-                } else {
-                    _mm512_dpbusd_epi32(zero, w, x)
-                };
-            }
-        } else {
-            // `[RT]` activation blocks, in both 256-bit halves (`x + 128` as u8 for the signed types).
-            let xx: [__m512i; RT] = std::array::from_fn(|r| {
-                let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(xq[r].add(32 * b) as *const __m256i));
-                if T::SIGNED {
-                    _mm512_xor_si512(x, flip)
-                } else {
-                    x
-                }
-            });
-            for c in 0..C / 2 {
-                let b0 = cols[c].as_ptr().add(b * T::BYTES);
-                let b1 = cols[c + C / 2].as_ptr().add(b * T::BYTES);
-                let w = T::unpack2(b0, b1);
-                let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
-                for r in 0..RT {
-                    v[c * RT + r] = if T::SIGNED {
-                        _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xx[r], w), off)
-                    } else {
-                        _mm512_dpbusd_epi32(zero, w, xx[r])
-                    };
-                }
+        // `[RT]` activation blocks, in both 256-bit halves.
+        let xx: [__m512i; RT] =
+            std::array::from_fn(|r| _mm512_broadcast_i64x4(_mm256_loadu_si256(xq[r].add(32 * b) as *const __m256i)));
+        for c in 0..C / 2 {
+            let b0 = cols[c].as_ptr().add(b * T::BYTES);
+            let b1 = cols[c + C / 2].as_ptr().add(b * T::BYTES);
+            // Signed quants as `w + 128` (`w ^ 0x80`, in `0..=255`): the u8 operand like the unsigned ones.
+            let w = if T::SIGNED { _mm512_xor_si512(T::unpack2(b0, b1), flip) } else { T::unpack2(b0, b1) };
+            for r in 0..RT {
+                v[c * RT + r] = _mm512_dpbusd_epi32(zero, w, xx[r]);
             }
         }
+        // Unsigned quants (≤ 31) times activations (≤ 127 in magnitude), four per lane: below 2^14. Signed ones
+        // plus 128: below 2^17.
+        let mut s = if T::SIGNED { reduce16::<false>(&v) } else { reduce16::<true>(&v) };
         // From here on, the float steps of `avx2_legacy` (and of the reference), lane by lane.
-        let mut s = reduce16(&v);
         let at = b * rows + r0;
         let sx = pattern16_epi32::<RT>(act.s_t.as_ptr().add(at));
-        if T::OFFSET_LOG2 != 0 {
+        if off_log2 != 0 {
             s = _mm512_sub_epi32(s, _mm512_sll_epi32(sx, shift));
         }
-        let g = words16::<C>(cols, b * T::BYTES, offsets);
+        let (dw, mw) = scales16::<C>(cols, b * T::BYTES, offsets, T::HAS_MIN);
         let dx = pattern16_ps::<RT>(act.d_t.as_ptr().add(at));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(f16_lanes16::<false>(g), dx), _mm512_cvtepi32_ps(s), acc);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s), acc);
         if T::HAS_MIN {
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(f16_lanes16::<true>(g), dx), _mm512_cvtepi32_ps(sx), acc);
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(mw, dx), _mm512_cvtepi32_ps(sx), acc);
         }
     }
     let mut out = [0f32; 16];
@@ -405,17 +409,20 @@ mod tests {
         if Isa::detect() < Isa::Avx512 {
             return;
         }
+        // Below 2^14 in magnitude, as `reduce16::<true>` needs.
         let vals: [[i32; 16]; 8] =
-            std::array::from_fn(|v| std::array::from_fn(|l| (v * 1000 + l * l * 7) as i32 - 3000));
+            std::array::from_fn(|v| std::array::from_fn(|l| (v * 1900 + l * l * 7) as i32 - 16000));
         // SAFETY: AVX-512 checked above.
         let got = unsafe {
             let p: [__m512i; 8] = std::array::from_fn(|v| _mm512_loadu_si512(vals[v].as_ptr() as *const _));
             let mut out = [0i32; 16];
-            _mm512_storeu_si512(out.as_mut_ptr() as *mut _, reduce16(&p));
-            out
+            let mut small = [0i32; 16];
+            _mm512_storeu_si512(out.as_mut_ptr() as *mut _, reduce16::<false>(&p));
+            _mm512_storeu_si512(small.as_mut_ptr() as *mut _, reduce16::<true>(&p));
+            (out, small)
         };
         let want: [i32; 16] = std::array::from_fn(|l| vals[l % 8][8 * (l / 8)..8 * (l / 8) + 8].iter().sum());
-        assert_eq!(got, want);
+        assert_eq!(got, (want, want));
     }
 
     /// `f16_lanes(h) * dx` has the bits of `f16_bits_to_f32(h) * dx` for every f16 `h`, NaNs included.

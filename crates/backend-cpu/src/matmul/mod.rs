@@ -6,9 +6,9 @@
 //!   [`CHUNK_COLS`] columns each for wide weights), and write their columns of `y` in place; a reduction is
 //!   never split;
 //! - inside a chunk, tiles of [`TILE_COLS`] weight rows (16 for the 16-lane checkpoint kernels); for each tile
-//!   the R activation rows are walked in groups of `RT` rows (16, 8, 4, 2 or 1, the largest that fits what is
-//!   left and the lanes), each group computing a `C × RT` block of outputs (`C·RT` = 8 or 16 lanes in checkpoint
-//!   mode, 4 pairs of registers in full mode) while the weight tile stays in cache. The per-output arithmetic is
+//!   the R activation rows are walked in groups of `RT` rows (8, 4, 2 or 1, the largest that fits what is left),
+//!   each group computing a `C × RT` block of outputs (`C·RT` = 8 or 16 lanes in checkpoint mode, 4 pairs of
+//!   registers in full mode) while the weight tile stays in cache. The per-output arithmetic is
 //!   the same whatever `C` and `RT` are: lanes never mix.
 //! - checkpoint mode quantizes each activation row once per call ([`act::ActQ`]); full mode dequantizes each
 //!   weight row of a tile once into a scratch buffer reused by every row group.
@@ -223,9 +223,9 @@ enum Job<'a> {
     Quant { act: ActQ, kernel: Kernel },
 }
 
-/// Rows per group for `left` remaining rows: the largest of 16, 8, 4, 2, 1 not above `left` (capped at `max`).
+/// Rows per group for `left` remaining rows: the largest of 8, 4, 2, 1 not above `left` (capped at `max`).
 fn row_group(left: usize, max: usize) -> usize {
-    [16, 8, 4, 2, 1].into_iter().find(|&g| g <= left && g <= max).unwrap_or(1)
+    [8, 4, 2, 1].into_iter().find(|&g| g <= left && g <= max).unwrap_or(1)
 }
 
 /// `y = x · wᵀ (+ bias)`: `x [R, K]`, `w [N, K]`, `bias [N]` → `[R, N]`. Row-exact: each output row depends only
@@ -402,7 +402,7 @@ fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ,
         let t1 = (t0 + L).min(c1);
         let mut r0 = 0;
         while r0 < rows {
-            let rt = row_group(rows - r0, L);
+            let rt = row_group(rows - r0, 8);
             let c = L / rt;
             for s0 in (t0..t1).step_by(c) {
                 // Lane (ci, ri) = column s0 + ci (clamped into the tile), row r0 + ri.
@@ -442,7 +442,7 @@ pub(crate) type QuantKernel = TileKernel<8>;
 pub(crate) type TileKernel<const L: usize> = fn(cols: &[&[u8]; L], act: &ActQ, r0: usize, rt: usize) -> [f32; L];
 
 /// [`QuantKernel`] with 16 lanes: weight rows `cols[0..16 / rt]` × activation rows `r0..r0 + rt`, lane
-/// `ci · rt + ri` (`rt` = 16, 8, 4, 2 or 1).
+/// `ci · rt + ri` (`rt` = 8, 4, 2 or 1: two weight rows at least, which is what the AVX-512 kernels pair).
 pub(crate) type QuantKernel16 = TileKernel<16>;
 
 /// A checkpoint kernel of either width.
