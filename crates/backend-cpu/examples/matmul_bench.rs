@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
-//! keeps only the named sets. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
+//! keeps only the named sets, `TF_BENCH_ROWS=1,8` only those row counts. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
 //! machine disturb much less than they do the wall clock.
 
@@ -94,6 +94,7 @@ fn main() {
     };
     let pool = Pool::new(threads);
     let sets = std::env::var("TF_BENCH_SETS").ok();
+    let row_list = std::env::var("TF_BENCH_ROWS").ok();
     let cpu_time = std::env::var("TF_BENCH_CPU").is_ok_and(|v| v == "1");
     let k = 1536;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -110,6 +111,9 @@ fn main() {
             // `count` weights of `[n, k]`.
             let ws: Vec<CpuWeight> = (0..count).map(|_| weight(&mut rng, dtype, n, k)).collect();
             for rows in [1, 4, 8, 16, 64] {
+                if !row_list.as_ref().is_none_or(|s| s.split(',').any(|x| x.parse() == Ok(rows))) {
+                    continue;
+                }
                 // `[rows, k]` activations.
                 let x =
                     Tensor::host(rows, k, (0..rows * k).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect());

@@ -1,32 +1,36 @@
 //! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! Q8_1): the integer dot of a weight block with its activation block by `vpdpbusd`, two weight rows per 512-bit
-//! register, then exactly the float steps of the AVX2 kernel (`avx2_legacy`) and of the reference.
+//! Q8_1) in 16-lane tiles: `C` weight rows × `RT` activation rows with `C · RT = 16` (2×8, 4×4, 8×2, 16×1), the
+//! integer dot of a weight block with an activation block by `vpdpbusd`, two weight rows per 512-bit register,
+//! the sixteen dots reduced to one register ([`reduce16`]), then the reference's float steps on 16 lanes at once.
 //!
 //! Exactness: `vpdpbusd` sums four u8 × s8 products into each i32 lane without saturation, so every lane's sum
 //! is the exact integer the reference forms (any grouping of an exact integer sum gives the same integer). The
 //! unsigned types (quants `0..=31`) go in as the u8 operand, the activations (`-127..=127`) as the s8 one. The
-//! signed Q8 types use `Σ x·w = Σ (x + 128)·w − Σ 128·w`: `x + 128` (`x ^ 0x80`, in `1..=255`) is the u8
-//! operand and `Σ 128·w` is a second `vpdpbusd` of the constant 128 with the same weights (both exact, |sum| <
-//! 2^17 per lane). The eight lanes' vectors are then reduced ([`reduce8`]) and updated in floats exactly as in
-//! `avx2_legacy`: `acc = fma(dw * dx, S, acc)` (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types).
+//! signed Q8 types use `Σ x·w = Σ x·(w + 128) − 128·Σx`: `w + 128` (`w ^ 0x80`, in `0..=255`) is the u8 operand
+//! and `128·Σx` comes off the reduced sum like the `8·Σx` of Q4_0 (`Σx` is the activation block's sum; |sums| <
+//! 2^21). Then per lane, in floats, exactly as the reference and `avx2_legacy`: `acc = fma(dw * dx, S, acc)`
+//! (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types). Lanes never mix.
 //!
-//! The f16 scales gathered from the blocks are converted by `vcvtph2ps` ([`f16_lanes`]): exact for every value
-//! but a signaling NaN, which comes out quiet — as the multiplication by the activation scale that always
-//! follows would make it anyway, so the products carry the reference's bits (tested for all 65,536 values).
+//! The f16 scales of the blocks are converted by `vcvtph2ps` ([`scales16`]): exact for every value but a
+//! signaling NaN, which comes out quiet — as the multiplication by the activation scale that always follows
+//! would make it anyway, so the products carry the reference's bits (tested for all 65,536 values and shapes).
 //!
 //! Unpacking two rows at once: Q4/Q5 nibbles of rows `c` and `c + 1` are loaded into one 256-bit register,
 //! spread to `[qs_c, qs_c, qs_c1, qs_c1]` (128-bit quarters), shifted by 0 / 4 per quarter and masked, which is
 //! each row's 32 quants in element order; the Q5 fifth bits come from one 64-bit mask (`qh_c | qh_c1 << 32`)
 //! and a masked byte add of 16.
+//!
+//! Speed (docs/perf-notes.md): per block and 16 outputs, one or more weight-pair unpacks, eight `vpdpbusd`, a
+//! 15-21 op reduction and ~10 float ops; the next tile's rows are prefetched by the first row group only.
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
 
 use super::act::ActQ;
-use super::avx2::{by_rows, lane_offsets, lanes, pattern_epi32, pattern_ps, reduce8, words, NextTile};
+use super::avx2::NextTile;
 use super::avx2_legacy::{Legacy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
-use super::{QuantKernel, QuantKernel16};
+use super::QuantKernel16;
 
 /// Two rows' blocks at once.
 trait Pair: Legacy {
@@ -58,14 +62,6 @@ unsafe fn nibbles2(q0: *const u8, q1: *const u8) -> __m512i {
 unsafe fn fifth_bits2(w: __m512i, h0: *const u8, h1: *const u8) -> __m512i {
     let m = (h0 as *const u32).read_unaligned() as u64 | ((h1 as *const u32).read_unaligned() as u64) << 32;
     _mm512_mask_add_epi8(w, m, w, _mm512_set1_epi8(16))
-}
-
-/// The f16 in the low (`HI = false`) or high 16 bits of each 32-bit lane, as f32 (`vpmovdw` + `vcvtph2ps`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn f16_lanes<const HI: bool>(g: __m256i) -> __m256 {
-    let g = if HI { _mm256_srli_epi32::<16>(g) } else { g };
-    _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g))
 }
 
 /// 32 bytes at `p0` and at `p1`.
@@ -209,38 +205,60 @@ unsafe fn pattern16_epi32<const RT: usize>(v: *const i32) -> __m512i {
     _mm512_castps_si512(pattern16_ps::<RT>(v as *const f32))
 }
 
-/// Byte offsets of each lane's weight row from the tile's first row: lane `c · RT + r` → `cols[c] - cols[0]`.
-fn lane_offsets16<const RT: usize>(cols: &[&[u8]; 16]) -> [i32; 16] {
+/// Byte offsets of weight row `c` from the tile's first row (`cols[c] - cols[0]`), by lanes `c · RT + r` when
+/// `BY_LANE`, else by `c` alone (then lanes `c ≥ 16 / RT` are 0).
+fn offsets16<const RT: usize, const BY_LANE: bool>(cols: &[&[u8]; 16]) -> [i32; 16] {
     let base = cols[0].as_ptr() as isize;
     std::array::from_fn(|lane| {
-        i32::try_from(cols[lane / RT].as_ptr() as isize - base).expect("weight tile spans less than 2 GiB")
+        let c = if BY_LANE {
+            lane / RT
+        } else if lane < 16 / RT {
+            lane
+        } else {
+            0
+        };
+        i32::try_from(cols[c].as_ptr() as isize - base).expect("weight tile spans less than 2 GiB")
     })
 }
 
 /// The f16 scales `d` (low half) and, with `min`, `m` (high half) of the 32-bit word at byte `at` of each lane's
-/// weight row, lane `c · RT + r` ← row `c`, as f32 by `vcvtph2ps` (`m` is `d` again without `min`). Two rows: their two words converted in one
-/// 128-bit register and spread by a permute; more: a gather of the words.
+/// weight row, lane `c · RT + r` ← row `c`, as f32 by `vcvtph2ps` (`m` is `d` again without `min`). Up to eight
+/// rows: their words (loaded, or gathered by `offsets` from [`offsets16`] by row) converted at once, then spread
+/// to the lanes by a permute; sixteen rows, one per lane: gathered by lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn scales16<const C: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m512i, min: bool) -> (__m512, __m512) {
-    let word = |c: usize| (cols[c].as_ptr().add(at) as *const i32).read_unaligned();
-    if C == 2 {
-        // [d0, m0, d1, m1] as f32.
-        let h = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_unpacklo_epi32(
-            _mm_cvtsi32_si128(word(0)),
-            _mm_cvtsi32_si128(word(1)),
-        )));
-        let d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), h);
-        let m = if min {
-            _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), h)
-        } else {
-            d
-        };
+unsafe fn scales16<const C: usize, const RT: usize>(
+    cols: &[&[u8]; 16],
+    at: usize,
+    offsets: __m512i,
+    min: bool,
+) -> (__m512, __m512) {
+    let base = cols[0].as_ptr().add(at);
+    if C == 16 {
+        let g = _mm512_i32gather_epi32::<1>(offsets, base as *const _);
+        let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+        let m = if min { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g))) } else { d };
         return (d, m);
     }
-    let g = _mm512_i32gather_epi32::<1>(offsets, cols[0].as_ptr().add(at) as *const _);
-    let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-    let m = if min { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g))) } else { d };
+    // [d0, m0, d1, m1, ..] as f32, for rows 0..C.
+    let h = match C {
+        2 => {
+            let word = |c: usize| (cols[c].as_ptr().add(at) as *const i32).read_unaligned();
+            _mm512_castps128_ps512(_mm_cvtph_ps(_mm_unpacklo_epi32(
+                _mm_cvtsi32_si128(word(0)),
+                _mm_cvtsi32_si128(word(1)),
+            )))
+        }
+        4 => _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_i32gather_epi32::<1>(
+            base as *const i32,
+            _mm512_castsi512_si128(offsets),
+        ))),
+        _ => _mm512_cvtph_ps(_mm256_i32gather_epi32::<1>(base as *const i32, _mm512_castsi512_si256(offsets))),
+    };
+    let idx: [i32; 16] = std::array::from_fn(|lane| 2 * (lane / RT) as i32);
+    let idx = _mm512_loadu_si512(idx.as_ptr() as *const _);
+    let d = _mm512_permutexvar_ps(idx, h);
+    let m = if min { _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(1)), h) } else { d };
     (d, m)
 }
 
@@ -252,7 +270,7 @@ unsafe fn scales16<const C: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m51
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], act: &ActQ, r0: usize) -> [f32; 16] {
     let (k, rows) = (act.k, act.rows);
-    let offsets = lane_offsets16::<RT>(cols);
+    let offsets = if C == 16 { offsets16::<RT, true>(cols) } else { offsets16::<RT, false>(cols) };
     let offsets = _mm512_loadu_si512(offsets.as_ptr() as *const _);
     // The same `C` weight rows (consecutive) of the next 16-row tile, by the first row group only: the others
     // find them in cache.
@@ -261,7 +279,7 @@ unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], a
         cols[0].as_ptr().wrapping_add(16 * len),
         if r0 == 0 { C * len } else { 0 },
         act.nb,
-        16 * len <= 16 << 10,
+        16 * len <= 32 << 10,
     );
     // What comes off `S` as `Σqx << log2`: the type's offset, or the 128 added to the signed quants.
     let off_log2 = if T::SIGNED { 7 } else { T::OFFSET_LOG2 };
@@ -295,7 +313,7 @@ unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], a
         if off_log2 != 0 {
             s = _mm512_sub_epi32(s, _mm512_sll_epi32(sx, shift));
         }
-        let (dw, mw) = scales16::<C>(cols, b * T::BYTES, offsets, T::HAS_MIN);
+        let (dw, mw) = scales16::<C, RT>(cols, b * T::BYTES, offsets, T::HAS_MIN);
         let dx = pattern16_ps::<RT>(act.d_t.as_ptr().add(at));
         acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s), acc);
         if T::HAS_MIN {
@@ -305,98 +323,6 @@ unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], a
     let mut out = [0f32; 16];
     _mm512_storeu_ps(out.as_mut_ptr(), acc);
     out
-}
-
-/// The AVX-512 kernel of a legacy `dtype`, if there is one.
-pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
-    Some(match dtype {
-        DType::Q4_0 => entry::<Q4_0>,
-        DType::Q4_1 => entry::<Q4_1>,
-        DType::Q5_0 => entry::<Q5_0>,
-        DType::Q5_1 => entry::<Q5_1>,
-        DType::Q8_0 => entry::<Q8_0>,
-        DType::Q8_1 => entry::<Q8_1>,
-        _ => return None,
-    })
-}
-
-fn entry<T: Pair>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
-    assert!(act.block == 32 && r0 + rt <= act.rows, "legacy tile: activation rows");
-    assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "legacy tile: weight rows");
-    // SAFETY: this kernel is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; the asserts
-    // above bound every pointer the kernel forms.
-    unsafe { by_rows!(rt, tile::<T>(cols, act, r0)) }
-}
-
-/// `C` weight rows × `RT` activation rows → 8 lanes, lane `c · RT + r` (as `avx2_legacy::tile`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
-    let (k, rows) = (act.k, act.rows);
-    let offsets = lane_offsets::<RT>(cols);
-    let next = NextTile::new(cols, act.nb);
-    let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
-    let flip = _mm512_set1_epi8(-128);
-    let zero = _mm512_setzero_si512();
-    // `[RT]` rows of `[k]` quantized activations.
-    let xq: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k));
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..act.nb {
-        next.at(b);
-        let mut p = [_mm256_setzero_si256(); 8];
-        // `[RT]` activation blocks, in both 256-bit halves (`x + 128` as u8 for the signed types).
-        let xx: [__m512i; RT] = std::array::from_fn(|r| {
-            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(xq[r].add(32 * b) as *const __m256i));
-            if T::SIGNED {
-                _mm512_xor_si512(v, flip)
-            } else {
-                v
-            }
-        });
-        if C == 1 {
-            let blk = cols[0].as_ptr().add(b * T::BYTES);
-            let w = T::unpack(blk);
-            let z = _mm256_setzero_si256();
-            let off = if T::SIGNED { _mm256_dpbusd_epi32(z, _mm512_castsi512_si256(flip), w) } else { z };
-            for r in 0..RT {
-                let x = _mm512_castsi512_si256(xx[r]);
-                p[r] = if T::SIGNED {
-                    _mm256_sub_epi32(_mm256_dpbusd_epi32(z, x, w), off)
-                } else {
-                    _mm256_dpbusd_epi32(z, w, x)
-                };
-            }
-        } else {
-            for cp in 0..C / 2 {
-                let b0 = cols[2 * cp].as_ptr().add(b * T::BYTES);
-                let b1 = cols[2 * cp + 1].as_ptr().add(b * T::BYTES);
-                let w = T::unpack2(b0, b1);
-                let off = if T::SIGNED { _mm512_dpbusd_epi32(zero, flip, w) } else { zero };
-                for r in 0..RT {
-                    let d = if T::SIGNED {
-                        _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xx[r], w), off)
-                    } else {
-                        _mm512_dpbusd_epi32(zero, w, xx[r])
-                    };
-                    p[2 * cp * RT + r] = _mm512_castsi512_si256(d);
-                    p[(2 * cp + 1) * RT + r] = _mm512_extracti64x4_epi64::<1>(d);
-                }
-            }
-        }
-        // From here on, the float steps of `avx2_legacy` (and of the reference), lane by lane.
-        let mut s = reduce8(&p);
-        let at = b * rows + r0;
-        let sx = pattern_epi32::<RT>(act.s_t.as_ptr().add(at));
-        if T::OFFSET_LOG2 != 0 {
-            s = _mm256_sub_epi32(s, _mm256_sll_epi32(sx, shift));
-        }
-        let g = words::<C>(cols, b * T::BYTES, offsets);
-        let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(at));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes::<false>(g), dx), _mm256_cvtepi32_ps(s), acc);
-        if T::HAS_MIN {
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes::<true>(g), dx), _mm256_cvtepi32_ps(sx), acc);
-        }
-    }
-    lanes(acc)
 }
 
 #[cfg(test)]
@@ -425,29 +351,45 @@ mod tests {
         assert_eq!(got, (want, want));
     }
 
-    /// `f16_lanes(h) * dx` has the bits of `f16_bits_to_f32(h) * dx` for every f16 `h`, NaNs included.
+    /// The scales of every tile shape, times an activation scale, have the bits of `f16_bits_to_f32(h) * dx` for
+    /// every f16 `h` (NaNs included: `vcvtph2ps` quiets a signaling NaN, as the product would), in the right lanes.
     #[test]
     fn scale_products_match_the_exact_conversion_for_every_f16() {
         if Isa::detect() < Isa::Avx512 {
             return;
         }
-        for dx in [1.0f32, -3.5e-3, 0.0, 7.0e-5, f32::INFINITY] {
-            for start in (0..=u16::MAX as u32).step_by(8) {
-                let h: [i32; 8] = std::array::from_fn(|i| ((start + i as u32) | 0x5a5a_0000) as i32);
-                let swapped: [i32; 8] = std::array::from_fn(|i| (((start + i as u32) << 16) | 0x1234) as i32);
-                // SAFETY: AVX-512 checked above.
-                let (lo, hi) = unsafe {
-                    let d = _mm256_set1_ps(dx);
-                    let v = _mm256_loadu_si256(h.as_ptr() as *const __m256i);
-                    let w = _mm256_loadu_si256(swapped.as_ptr() as *const __m256i);
-                    (lanes(_mm256_mul_ps(f16_lanes::<false>(v), d)), lanes(_mm256_mul_ps(f16_lanes::<true>(w), d)))
-                };
-                for i in 0..8 {
-                    let want = std::hint::black_box(tf_quant::f16_bits_to_f32((start + i as u32) as u16)) * dx;
-                    let bits = start + i as u32;
-                    assert_eq!(lo[i].to_bits(), want.to_bits(), "{bits:#06x} * {dx}");
-                    assert_eq!(hi[i].to_bits(), want.to_bits(), "{bits:#06x} * {dx} (high half)");
+        /// Lane `c · RT + r` of `scales16::<C, RT>` × `dx` against row `c`'s `d` and `m` (`words[c]`).
+        fn check<const C: usize, const RT: usize>(words: &[u32; 16], dx: f32) {
+            // `[16][4]`: row `c` is the word alone, at byte 0.
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let cols: [&[u8]; 16] = std::array::from_fn(|c| &bytes[4 * c..4 * c + 4]);
+            let offsets = if C == 16 { offsets16::<RT, true>(&cols) } else { offsets16::<RT, false>(&cols) };
+            let (mut d, mut m) = ([0f32; 16], [0f32; 16]);
+            // SAFETY: AVX-512 checked by the caller; every row holds the word at byte 0.
+            unsafe {
+                let (dv, mv) = scales16::<C, RT>(&cols, 0, _mm512_loadu_si512(offsets.as_ptr() as *const _), true);
+                let x = _mm512_set1_ps(dx);
+                _mm512_storeu_ps(d.as_mut_ptr(), _mm512_mul_ps(dv, x));
+                _mm512_storeu_ps(m.as_mut_ptr(), _mm512_mul_ps(mv, x));
+            }
+            for lane in 0..16 {
+                let w = words[lane / RT];
+                for (got, h) in [(d[lane], w as u16), (m[lane], (w >> 16) as u16)] {
+                    let want = std::hint::black_box(tf_quant::f16_bits_to_f32(h)) * dx;
+                    assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x} * {dx}, {C} x {RT} lane {lane}");
                 }
+            }
+        }
+        for dx in [1.0f32, -3.5e-3, 0.0, 7.0e-5, f32::INFINITY] {
+            for start in (0..=u16::MAX as u32).step_by(16) {
+                let words: [u32; 16] = std::array::from_fn(|c| {
+                    let h = start + c as u32;
+                    h | (h ^ 0x5a5a) << 16
+                });
+                check::<2, 8>(&words, dx);
+                check::<4, 4>(&words, dx);
+                check::<8, 2>(&words, dx);
+                check::<16, 1>(&words, dx);
             }
         }
     }

@@ -458,7 +458,7 @@ fn pick_quant_kernel(isa: Isa, dtype: DType) -> Kernel {
         if let Some(k) = avx512_legacy::kernel16(dtype) {
             return Kernel::Lanes16(k);
         }
-        if let Some(k) = avx512_legacy::kernel(dtype).or_else(|| avx512_kquant::kernel(dtype)) {
+        if let Some(k) = avx512_kquant::kernel(dtype) {
             return Kernel::Lanes8(k);
         }
     }
