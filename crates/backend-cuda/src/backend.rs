@@ -222,6 +222,18 @@ impl CudaBackend {
         &self.gpu.name
     }
 
+    /// Records a timing event on the stream (for profiling: GPU time between marks, no waiting).
+    #[doc(hidden)]
+    pub fn mark(&self) -> crate::device::Mark {
+        self.gpu.mark()
+    }
+
+    /// Milliseconds of GPU time between two completed marks.
+    #[doc(hidden)]
+    pub fn elapsed_ms(&self, a: &crate::device::Mark, b: &crate::device::Mark) -> f32 {
+        self.gpu.elapsed_ms(a, b)
+    }
+
     /// Waits for all queued work (for timing).
     pub fn synchronize(&self) {
         self.gpu.sync()
@@ -778,8 +790,14 @@ impl Backend for CudaBackend {
             None => x.host.clone(),
             Some(s) => {
                 let t = s.downcast_ref::<CudaTensor>().expect("tensor of another backend");
-                let mut out = vec![0f32; x.rows * x.cols];
-                self.gpu.download(&t.buf, bytemuck::cast_slice_mut(&mut out));
+                let n = x.rows * x.cols;
+                let mut out: Vec<f32> = Vec::with_capacity(n);
+                // SAFETY: the download writes all 4n bytes of the reserved capacity before the length is set (no
+                // zero-filling first: for a window's logits that alone costs ~0.5 ms).
+                unsafe {
+                    self.gpu.download_into(&t.buf, out.as_mut_ptr().cast(), 4 * n);
+                    out.set_len(n);
+                }
                 out
             }
         }

@@ -66,13 +66,87 @@ fn keep_pool_memory(ctx: &CudaContext) -> Result<(), BackendError> {
     Ok(())
 }
 
+/// A timing event recorded on the stream ([`Gpu::mark`]), destroyed on drop.
+pub struct Mark(sys::CUevent);
+
+// SAFETY: an event handle may be used from any thread of the process; these are only recorded, waited on and
+// destroyed.
+unsafe impl Send for Mark {}
+
+impl Drop for Mark {
+    fn drop(&mut self) {
+        // SAFETY: an event created by `Gpu::mark`, not used after this.
+        unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
+
 /// A device buffer of `bytes` bytes and its address.
 pub struct Buf {
-    /// Owns the allocation (freed on drop, in stream order); `None` for a buffer carved from a graph arena.
-    _slice: Option<CudaSlice<u8>>,
+    /// Owns the allocation; `None` for a buffer carved from a graph arena.
+    slice: Option<CudaSlice<u8>>,
+    /// Where the allocation goes back on drop (else it is freed, in stream order).
+    pool: Option<Arc<Mutex<Pool>>>,
     pub ptr: u64,
     pub bytes: usize,
 }
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let (Some(slice), Some(pool)) = (self.slice.take(), &self.pool) {
+            pool.lock().unwrap_or_else(|e| e.into_inner()).put(slice);
+        }
+    }
+}
+
+/// Freed activation buffers by size, handed to later allocations of the same size (a decode step allocates the
+/// same sizes every step). Every op runs on the one stream, so a buffer taken here is written only after the
+/// kernels that used it before, like a stream-ordered allocation; it saves the driver's allocation and free calls
+/// (two per op) on the host.
+#[derive(Default)]
+pub(crate) struct Pool {
+    free: HashMap<usize, Vec<CudaSlice<u8>>>,
+    held: usize,
+    enabled: bool,
+}
+
+/// Largest buffer the pool keeps, and most bytes it holds.
+const POOL_MAX_BUF: usize = 64 << 20;
+const POOL_MAX_HELD: usize = 1 << 30;
+
+impl Pool {
+    fn take(&mut self, bytes: usize) -> Option<CudaSlice<u8>> {
+        let s = self.free.get_mut(&bytes)?.pop()?;
+        self.held -= bytes;
+        Some(s)
+    }
+
+    fn put(&mut self, s: CudaSlice<u8>) {
+        let n = s.len();
+        if self.enabled && n <= POOL_MAX_BUF && self.held + n <= POOL_MAX_HELD {
+            self.held += n;
+            self.free.entry(n).or_default().push(s);
+        }
+    }
+}
+
+/// Page-locked host memory that downloads land in (the DMA engine writes it directly; a copy into pageable memory
+/// goes through the driver's own small staging buffers at a fraction of the bus speed), grown on demand and freed
+/// with the device, and the events that mark its chunks as arrived.
+struct HostStage {
+    ptr: *mut u8,
+    cap: usize,
+    events: Vec<sys::CUevent>,
+}
+
+// SAFETY: the staging memory and events are only used under `Gpu::stage`'s mutex, with the context bound.
+unsafe impl Send for HostStage {}
+
+/// Bytes per chunk of a download: chunk c + 1 crosses the bus while the host copies chunk c out of the stage.
+const STAGE_CHUNK: usize = 1 << 20;
+/// Most threads that copy a download out of the stage, and bytes per thread below which fewer are used.
+/// (`TF_CUDA_COPY_THREADS` overrides the first; on the H200 host 4 beat 1 and 8 for 9.7 MB of logits.)
+const COPY_THREADS: usize = 4;
+const COPY_THREAD_BYTES: usize = 2 << 20;
 
 /// The context, its stream and the loaded kernels.
 pub struct Gpu {
@@ -83,6 +157,32 @@ pub struct Gpu {
     pub cc: (i32, i32),
     /// Graph mode, arenas and launch signature (`src/graph.rs`).
     pub(crate) arena: Mutex<Arena>,
+    /// The pinned download stage.
+    stage: Mutex<HostStage>,
+    /// Freed activation buffers for reuse.
+    pool: Arc<Mutex<Pool>>,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let st = self.stage.get_mut().unwrap_or_else(|e| e.into_inner());
+        if st.ptr.is_null() && st.events.is_empty() {
+            return;
+        }
+        // SAFETY: the stage and events were created in this context and nothing uses them any more (the stream is
+        // idle: every download waits for its copies).
+        unsafe {
+            if self.ctx.bind_to_thread().is_ok() {
+                let _ = self.stream.synchronize();
+                if !st.ptr.is_null() {
+                    sys::cuMemFreeHost(st.ptr.cast());
+                }
+                for &e in &st.events {
+                    sys::cuEventDestroy_v2(e);
+                }
+            }
+        }
+    }
 }
 
 fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BackendError + '_ {
@@ -108,7 +208,12 @@ impl Gpu {
         }
         let stream = ctx.new_stream().map_err(err("stream"))?;
         keep_pool_memory(&ctx)?;
-        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()) })
+        let stage = Mutex::new(HostStage { ptr: std::ptr::null_mut(), cap: 0, events: Vec::new() });
+        let pool = Arc::new(Mutex::new(Pool {
+            enabled: std::env::var("TF_CUDA_POOL").map_or(true, |v| v != "0"),
+            ..Default::default()
+        }));
+        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool })
     }
 
     /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that
@@ -136,7 +241,7 @@ impl Gpu {
     /// A buffer carved from the activation arena when a graph forward is in progress.
     fn carved(&self, bytes: usize) -> Option<Buf> {
         let mut a = self.arena();
-        (a.mode != Mode::Eager).then(|| Buf { _slice: None, ptr: a.carve(bytes), bytes })
+        (a.mode != Mode::Eager).then(|| Buf { slice: None, pool: None, ptr: a.carve(bytes), bytes })
     }
 
     /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
@@ -145,8 +250,18 @@ impl Gpu {
             self.memset0(&b);
             return Ok(b);
         }
+        if let Some(slice) = self.pooled(bytes) {
+            let b = self.wrap(slice, bytes);
+            self.memset0(&b);
+            return Ok(b);
+        }
         let slice = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(err("alloc"))?;
         Ok(self.wrap(slice, bytes))
+    }
+
+    /// A freed buffer of exactly `bytes` bytes (at least 1) from the pool.
+    fn pooled(&self, bytes: usize) -> Option<CudaSlice<u8>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).take(bytes.max(1))
     }
 
     /// A buffer of `bytes` bytes left uninitialized, for outputs a kernel writes entirely.
@@ -155,6 +270,9 @@ impl Gpu {
         // anything reads it.
         if let Some(b) = self.carved(bytes) {
             return Ok(b);
+        }
+        if let Some(slice) = self.pooled(bytes) {
+            return Ok(self.wrap(slice, bytes));
         }
         let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(err("alloc"))?;
         Ok(self.wrap(slice, bytes))
@@ -165,11 +283,21 @@ impl Gpu {
         {
             let mut a = self.arena();
             if a.mode != Mode::Eager {
-                return Ok(Buf { _slice: None, ptr: a.stage(data), bytes: data.len() });
+                return Ok(Buf { slice: None, pool: None, ptr: a.stage(data), bytes: data.len() });
             }
         }
         if data.is_empty() {
             return self.zeros(0);
+        }
+        if let Some(slice) = self.pooled(data.len()) {
+            let b = self.wrap(slice, data.len());
+            // SAFETY: a live device buffer of data.len() bytes; the source is pageable, so the call returns once
+            // the driver has staged the bytes and `data` may go away.
+            self.bind();
+            let r =
+                unsafe { sys::cuMemcpyHtoDAsync_v2(b.ptr, data.as_ptr().cast(), data.len(), self.stream.cu_stream()) };
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA upload");
+            return Ok(b);
         }
         let slice = self.stream.clone_htod(data).map_err(err("upload"))?;
         Ok(self.wrap(slice, data.len()))
@@ -180,23 +308,111 @@ impl Gpu {
             let (p, _sync) = slice.device_ptr(&self.stream);
             p
         };
-        Buf { _slice: Some(slice), ptr, bytes }
+        Buf { slice: Some(slice), pool: Some(self.pool.clone()), ptr, bytes }
     }
 
     /// The buffer's bytes on the host (waits for the work queued before it).
     pub fn download(&self, buf: &Buf, out: &mut [u8]) {
-        assert!(out.len() <= buf.bytes, "download of {} bytes from a buffer of {}", out.len(), buf.bytes);
-        if out.is_empty() {
+        // SAFETY: `out` is a live, writable host buffer of out.len() bytes.
+        unsafe { self.download_into(buf, out.as_mut_ptr(), out.len()) }
+    }
+
+    /// Copies the first `len` bytes of `buf` to `dst` (waits for the work queued before it). The bytes cross the
+    /// bus into the pinned stage in chunks of `STAGE_CHUNK`, each followed by an event; the host copies a chunk
+    /// out as soon as its event completes, while the next ones are still in flight. Large downloads (logits of a
+    /// window: 16 × 152k × 4 B) are copied out by up to `COPY_THREADS` threads, chunk c by thread c mod threads:
+    /// writing fresh host pages (page faults) is the slow part there.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes (it may be uninitialized).
+    pub unsafe fn download_into(&self, buf: &Buf, dst: *mut u8, len: usize) {
+        assert!(len <= buf.bytes, "download of {len} bytes from a buffer of {}", buf.bytes);
+        if len == 0 {
             return;
         }
         assert_eq!(self.arena().mode, Mode::Eager, "download inside a graph forward");
-        // SAFETY: `out` is a live host buffer of out.len() bytes, the source a live device buffer at least that
-        // long; the copy completes before `sync` returns.
+        let mut st = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         self.bind();
-        let r =
-            unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), buf.ptr, out.len(), self.stream.cu_stream()) };
-        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA download");
-        self.sync();
+        let chunks = len.div_ceil(STAGE_CHUNK);
+        let range = |c: usize| (c * STAGE_CHUNK, STAGE_CHUNK.min(len - c * STAGE_CHUNK));
+        // SAFETY: driver calls in the bound context; the stage holds at least `len` bytes (grown first), each async
+        // copy reads a live device buffer of at least `len` bytes (asserted) and writes its own range of the stage,
+        // and the host reads a range only after that range's event has completed.
+        unsafe {
+            if st.cap < len {
+                if !st.ptr.is_null() {
+                    self.sync();
+                    sys::cuMemFreeHost(st.ptr.cast());
+                    st.ptr = std::ptr::null_mut();
+                    st.cap = 0;
+                }
+                let cap = len.next_multiple_of(STAGE_CHUNK);
+                let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+                let r = sys::cuMemAllocHost_v2(&mut p, cap);
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA pinned host allocation of {cap} bytes");
+                st.ptr = p.cast();
+                st.cap = cap;
+            }
+            while st.events.len() < chunks {
+                let mut e: sys::CUevent = std::ptr::null_mut();
+                let r = sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32);
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA event");
+                st.events.push(e);
+            }
+            let s = self.stream.cu_stream();
+            for c in 0..chunks {
+                let (off, n) = range(c);
+                let r = sys::cuMemcpyDtoHAsync_v2(st.ptr.add(off).cast(), buf.ptr + off as u64, n, s);
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA download");
+                let r = sys::cuEventRecord(st.events[c], s);
+                assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA event record");
+            }
+        }
+        // Addresses as integers so the copy-out threads may hold them.
+        let (stage, out) = (st.ptr as usize, dst as usize);
+        let events: Vec<usize> = st.events[..chunks].iter().map(|&e| e as usize).collect();
+        let copy_out = |first: usize, step: usize| -> sys::CUresult {
+            for c in (first..chunks).step_by(step) {
+                let (off, n) = range(c);
+                // SAFETY: as above; chunk ranges are disjoint, so threads never write the same bytes.
+                unsafe {
+                    let r = sys::cuEventSynchronize(events[c] as sys::CUevent);
+                    if r != sys::CUresult::CUDA_SUCCESS {
+                        return r;
+                    }
+                    std::ptr::copy_nonoverlapping((stage as *const u8).add(off), (out as *mut u8).add(off), n);
+                }
+            }
+            sys::CUresult::CUDA_SUCCESS
+        };
+        static MOST: OnceLock<usize> = OnceLock::new();
+        let most = *MOST.get_or_init(|| {
+            std::env::var("TF_CUDA_COPY_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(COPY_THREADS).max(1)
+        });
+        let threads = (len / COPY_THREAD_BYTES).clamp(1, most).min(chunks);
+        let results: Vec<sys::CUresult> = if threads == 1 {
+            vec![copy_out(0, 1)]
+        } else {
+            std::thread::scope(|sc| {
+                let handles: Vec<_> = (1..threads)
+                    .map(|t| {
+                        let copy_out = &copy_out;
+                        sc.spawn(move || {
+                            self.bind();
+                            copy_out(t, threads)
+                        })
+                    })
+                    .collect();
+                let mut rs = vec![copy_out(0, threads)];
+                rs.extend(handles.into_iter().map(|h| h.join().expect("download copy thread")));
+                rs
+            })
+        };
+        if let Some(r) = results.into_iter().find(|&r| r != sys::CUresult::CUDA_SUCCESS) {
+            // A kernel queued before the download failed: report it as `sync` does.
+            self.sync();
+            panic!("CUDA download: {r:?}");
+        }
     }
 
     /// Copies `bytes` bytes from `src` to `dst` on the stream.
@@ -271,6 +487,30 @@ impl Gpu {
             sys::cuMemcpyHtoDAsync_v2(a.meta_ptr, a.staging.as_ptr().cast(), a.staging.len(), self.stream.cu_stream())
         };
         assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA metadata upload");
+    }
+
+    /// Records a timing event on the stream (for measuring GPU time between two points without waiting).
+    pub fn mark(&self) -> Mark {
+        self.bind();
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: driver calls in the bound context with a valid out-pointer; the event is recorded on our stream.
+        unsafe {
+            let r = sys::cuEventCreate(&mut e, 0);
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA event");
+            let r = sys::cuEventRecord(e, self.stream.cu_stream());
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA event record");
+        }
+        Mark(e)
+    }
+
+    /// Milliseconds of GPU time from `a` to `b` (both complete: call after a synchronization).
+    pub fn elapsed_ms(&self, a: &Mark, b: &Mark) -> f32 {
+        self.bind();
+        let mut ms = 0f32;
+        // SAFETY: two recorded timing events of this context.
+        let r = unsafe { sys::cuEventElapsedTime_v2(&mut ms, a.0, b.0) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA event elapsed time");
+        ms
     }
 
     /// Waits for every queued op; panics with the CUDA error of a failed kernel.
