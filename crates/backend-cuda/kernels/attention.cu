@@ -3,12 +3,30 @@
 // l_c = Σ e in visit order, o_c[d] = fma(e, v[d], o_c[d]) in visit order; chunks merged in increasing order.
 //
 // Chunks are fixed by absolute position, so they are computed in parallel (`attention_chunk`, one block per
-// (head, row, chunk)) and merged in order by `attention_merge`: the same operations as one sequential pass.
+// (head, row, chunk)) and merged in order by `attention_merge`: the same operations as one sequential pass. When
+// every row visits one chunk (cmax = 1: decode up to 256 positions), attention_chunk writes o_c / l_c itself.
 
 #define ATTN_CHUNK 256
 #define MAX_HEAD_DIM 256
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
+// float4 loads per thread for one V stage (ATTN_VSTAGE * MAX_HEAD_DIM / 4 / ATTN_THREADS).
+#define ATTN_PREFETCH 16
+
+// l_c = ((0 + e_0) + e_1) + ... in visit order, with the loads 8 ahead of the additions.
+__device__ __forceinline__ float sum_in_order(const float* e, int n) {
+    float l = 0.0f;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = e[i + u];
+#pragma unroll
+        for (int u = 0; u < 8; u++) l += v[u];
+    }
+    for (; i < n; i++) l += e[i];
+    return l;
+}
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -19,15 +37,23 @@
 extern "C" __global__ void attention_chunk(const float* q, const float* k, const float* v, const i32* rows,
                                            const u32* bt, const i32* bt_off, const u32* tree, const i32* chunks,
                                            int cmax, int heads, int kv_heads, int hd, int block_size, float scale_,
-                                           int window, int has_cap, float softcap, float* part) {
+                                           int window, int has_cap, float softcap, float* part, float* out) {
     __shared__ float qs[MAX_HEAD_DIM];
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ float sc[ATTN_CHUNK];
     __shared__ float red[ATTN_THREADS / 32];
+    __shared__ float lc_s;
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     int h = blockIdx.x, r = blockIdx.y, c = blockIdx.z, tid = threadIdx.x;
     i64 cid = chunks[(i64)r * cmax + c];
-    if (cid < 0) return;
+    if (cid < 0) {
+        // One chunk per row (no merge launched): a row without visits gets zeros, as attention_merge writes.
+        if (cmax == 1) {
+            float* outh = out + ((i64)r * heads + h) * hd;
+            for (int d = tid; d < hd; d += ATTN_THREADS) outh[d] = 0.0f;
+        }
+        return;
+    }
     int kvh = h / (heads / kv_heads);
     const i32* row = rows + 5 * r;
     i64 pos = row[0];
@@ -106,20 +132,64 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
     for (int i = tid; i < n; i += ATTN_THREADS) sc[i] = tf_exp(sc[i] - mc);
     __syncthreads();
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
-    // threads loading with float4).
+    // threads loading with float4). The next stage's loads are issued into registers before the current stage is
+    // consumed, so they cross memory while the chains run; the chains read 8 positions' operands ahead of their
+    // fmas (same fmas, same order).
     float oc[MAX_HEAD_DIM / ATTN_THREADS];
 #pragma unroll
     for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) oc[t] = 0.0f;
     int stage = ATTN_VSTAGE * MAX_HEAD_DIM / hd;
     int per_row = hd / 4;
+    float4 pf[ATTN_PREFETCH];
+    {
+        int lim = min(stage, n) * per_row;
+#pragma unroll
+        for (int k = 0; k < ATTN_PREFETCH; k++) {
+            int f = tid + k * ATTN_THREADS;
+            if (f < lim) pf[k] = *(const float4*)(vh + (i64)slots[f / per_row] * stride_slot + 4 * (f % per_row));
+        }
+    }
     for (int base = 0; base < n; base += stage) {
         int cnt = min(stage, n - base);
-        for (int f = tid; f < cnt * per_row; f += ATTN_THREADS) {
-            int pi = f / per_row, cc = f % per_row;
-            vs[pi * per_row + cc] = *(const float4*)(vh + (i64)slots[base + pi] * stride_slot + 4 * cc);
+#pragma unroll
+        for (int k = 0; k < ATTN_PREFETCH; k++) {
+            int f = tid + k * ATTN_THREADS;
+            if (f < cnt * per_row) vs[f] = pf[k];
         }
         __syncthreads();
-        for (int i = 0; i < cnt; i++) {
+        int nb = base + stage;
+        if (nb < n) {
+            int lim = min(stage, n - nb) * per_row;
+#pragma unroll
+            for (int k = 0; k < ATTN_PREFETCH; k++) {
+                int f = tid + k * ATTN_THREADS;
+                if (f < lim)
+                    pf[k] = *(const float4*)(vh + (i64)slots[nb + f / per_row] * stride_slot + 4 * (f % per_row));
+            }
+        }
+        int i = 0;
+        for (; i + 8 <= cnt; i += 8) {
+            float e[8], vv[8][MAX_HEAD_DIM / ATTN_THREADS];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                e[u] = sc[base + i + u];
+                const float* vr = (const float*)(vs + (i + u) * per_row);
+#pragma unroll
+                for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
+                    int dd = tid + ATTN_THREADS * t;
+                    vv[u][t] = dd < hd ? vr[dd] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+#pragma unroll
+                for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
+                    int dd = tid + ATTN_THREADS * t;
+                    if (dd < hd) oc[t] = fmaf(e[u], vv[u][t], oc[t]);
+                }
+            }
+        }
+        for (; i < cnt; i++) {
             float e = sc[base + i];
             const float* vr = (const float*)(vs + i * per_row);
 #pragma unroll
@@ -130,13 +200,23 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
         }
         __syncthreads();
     }
+    if (cmax == 1) {
+        // The row's only chunk: the merge would output o_c / l_c; do it here and skip attention_merge.
+        if (tid == 0) lc_s = sum_in_order(sc, n);
+        __syncthreads();
+        float lc = lc_s;
+        float* outh = out + ((i64)r * heads + h) * hd;
+#pragma unroll
+        for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
+            int dd = tid + ATTN_THREADS * t;
+            if (dd < hd) outh[dd] = oc[t] / lc;
+        }
+        return;
+    }
     float* pp = part + (((i64)r * heads + h) * cmax + c) * (hd + 2);
     if (tid == 0) {
-        // l_c in visit order.
-        float lc = 0.0f;
-        for (int i = 0; i < n; i++) lc += sc[i];
         pp[0] = mc;
-        pp[1] = lc;
+        pp[1] = sum_in_order(sc, n);  // l_c in visit order
     }
 #pragma unroll
     for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {

@@ -88,6 +88,8 @@ struct Uploads {
     slots: Option<(Vec<u32>, Arc<Buf>)>,
     /// Attention metadata → its flattened buffers.
     attn: Option<(AttnMeta, KvSpec, Arc<AttnBufs>)>,
+    /// The chunk lists of that metadata per sliding window: (window, `[R, cmax]` chunk ids, cmax).
+    chunks: Vec<(Option<u32>, Arc<Buf>, usize)>,
 }
 
 /// cos and sin table rows `[R, rot_dims / 2]` of one call's positions.
@@ -675,14 +677,25 @@ impl Backend for CudaBackend {
         if q.rows == 0 || p.heads == 0 {
             return self.tensor(q.rows, q.cols, out);
         }
-        let bufs = {
+        let (bufs, chunks_b, cmax) = {
             let mut up = self.uploads();
-            match &up.attn {
+            let bufs = match &up.attn {
                 Some((m, sp, b)) if m == meta && *sp == spec => b.clone(),
                 _ => {
                     let b = Arc::new(self.attn_bufs(meta, spec));
                     up.attn = Some((meta.clone(), spec, b.clone()));
+                    up.chunks.clear();
                     b
+                }
+            };
+            // The chunks each row visits (kernels/attention.cu), uploaded once per metadata and window.
+            match up.chunks.iter().find(|c| c.0 == p.window) {
+                Some((_, b, cmax)) => (bufs, b.clone(), *cmax),
+                None => {
+                    let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
+                    let b = Arc::new(self.upload_or_panic(bytemuck::cast_slice(&chunks)));
+                    up.chunks.push((p.window, b.clone(), cmax));
+                    (bufs, b, cmax)
                 }
             }
         };
@@ -690,11 +703,10 @@ impl Backend for CudaBackend {
         let qb = &qs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let off = (layer * store.layer_len() * 4) as u64;
         let window = p.window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX));
-        // Chunks in parallel, then merged in order (kernels/attention.cu).
-        let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
-        let chunks_b = self.upload_or_panic(bytemuck::cast_slice(&chunks));
-        // part [R, heads, cmax, head_dim + 2]: m_c, l_c, o_c of every chunk.
-        let part = self.alloc_f32(q.rows * p.heads * cmax * (p.head_dim + 2));
+        // Chunks in parallel, then merged in order (kernels/attention.cu); with one chunk per row the chunk kernel
+        // writes the output itself. part [R, heads, cmax, head_dim + 2]: m_c, l_c, o_c of every chunk.
+        let part =
+            if cmax > 1 { self.alloc_f32(q.rows * p.heads * cmax * (p.head_dim + 2)) } else { self.alloc_f32(0) };
         self.gpu
             .launch("attention_chunk")
             .ptr(qb)
@@ -715,16 +727,19 @@ impl Backend for CudaBackend {
             .int(i32::from(p.softcap.is_some()))
             .f32(p.softcap.unwrap_or(0.0))
             .ptr(&part)
-            .go((p.heads as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, 1, 1));
-        self.gpu
-            .launch("attention_merge")
-            .ptr(&part)
-            .ptr(&chunks_b)
-            .i32(cmax)
-            .i32(p.heads)
-            .i32(p.head_dim)
             .ptr(&out)
-            .go((p.heads as u32, q.rows as u32, 1), (ATTN_THREADS, 1, 1));
+            .go((p.heads as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, 1, 1));
+        if cmax > 1 {
+            self.gpu
+                .launch("attention_merge")
+                .ptr(&part)
+                .ptr(&chunks_b)
+                .i32(cmax)
+                .i32(p.heads)
+                .i32(p.head_dim)
+                .ptr(&out)
+                .go((p.heads as u32, q.rows as u32, 1), (ATTN_THREADS, 1, 1));
+        }
         self.tensor(q.rows, q.cols, out)
     }
 
