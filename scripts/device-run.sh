@@ -2,7 +2,9 @@
 # Runs on the device machine what scripts/device-tests.sh built into .device/: `tests` (every CUDA test binary),
 # `cli` (tensorfold check with a draft model and token_sha CUDA vs CPU on the tiny models), `bench` (decode
 # timings of real shapes with random weights, copy bandwidth, and the transformers peer). No argument: all three.
-# `tensor` (not in the default): the tensor arithmetic, token_sha and check on a bf16 model, then its timings.
+# `tensor` (not in the default): the tensor arithmetic, token_sha and check on a bf16 model, then its timings
+# (the example, then the CLI: serial decode, 2048-token prefill, 1/8/32 streams). `quick`: the example only, both
+# arithmetics, 1.5B and 7B.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -100,6 +102,16 @@ print(f"transformers {torch.__version__} qwen2.5-1.5b-shaped bf16 greedy decode:
 PY
     } 2>&1 | tee "$OUT/bench.log"
 fi
+if [ "$what" = quick ]; then
+    {
+        # Forward-only timings of both arithmetics: 1 row vs a 16-row window, per op (synchronized, and GPU time
+        # between events), attention alone at several context lengths, the MLP matmuls alone.
+        for cfg in "qwen2.5-1.5b bf16 full" "qwen2.5-7b bf16 full" "qwen2.5-1.5b bf16 full tensor" \
+            "qwen2.5-7b bf16 full tensor"; do
+            timeout 200 $B/bench $cfg || echo "bench $cfg failed or timed out"
+        done
+    } 2>&1 | tee "$OUT/quick.log"
+fi
 if [ "$what" = tensor ]; then
     {
         # A bf16 model (the tiny llama's shapes, dummy weights): token_sha in each arithmetic (tensor differs from
@@ -126,6 +138,9 @@ if [ "$what" = tensor ]; then
             timeout 120 $T $c --prompt-tokens 64 --gen-tokens 128 --runs 3 || echo "decode $shape failed"
             timeout 150 $T $c --prompt-tokens 2048 --prefill-chunk 256 --gen-tokens 2 --runs 2 ||
                 echo "prefill $shape failed"
+            for n in 1 8 32; do
+                timeout 120 $T $c --prompt-tokens 64 --gen-tokens 64 --runs 2 --streams $n || echo "streams $n $shape failed"
+            done
         done
     } 2>&1 | tee "$OUT/tensor.log"
 fi

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
+use tf_backend_cuda::device::Mark;
 use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RowAttn, Tensor,
@@ -48,9 +49,21 @@ fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positi
     let t = Instant::now();
     let n = positions.len();
     let batch = batch(table, positions);
-    let logits = be.to_host(&m.forward(be, &batch, kv));
+    let y = m.forward(be, &batch, kv);
+    HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
+    let logits = be.to_host(&y);
     assert_eq!(logits.len(), n * m.vocab_size());
     t.elapsed().as_secs_f64()
+}
+
+thread_local! {
+    /// Seconds from the start of the last step until its forward returned (the host's side: op calls, launches;
+    /// the GPU may still be running), to tell a step bound by the host from one bound by the kernels.
+    static HOST: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+fn last_host() -> f64 {
+    HOST.with(|h| h.get())
 }
 
 /// [`step`] through a CUDA graph (`CudaBackend::graph_forward`).
@@ -64,7 +77,9 @@ fn graph_step(
     let t = Instant::now();
     let n = positions.len();
     let batch = batch(table, positions);
-    let logits = be.to_host(&be.graph_forward(&mut || m.forward(be, &batch, kv)));
+    let y = be.graph_forward(&mut || m.forward(be, &batch, kv));
+    HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
+    let logits = be.to_host(&y);
     assert_eq!(logits.len(), n * m.vocab_size());
     t.elapsed().as_secs_f64()
 }
@@ -83,15 +98,44 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
     }
 }
 
-/// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel.
+/// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel;
+/// or, with `gpu`, records events around each op without waiting (GPU time from the end of the previous op to the
+/// end of this one, read after the step).
 struct Timed<'a> {
     be: &'a CudaBackend,
     /// op → (calls, seconds)
     times: Mutex<BTreeMap<&'static str, (usize, f64)>>,
+    gpu: bool,
+    marks: Mutex<Vec<(&'static str, Mark, Mark)>>,
 }
 
 impl Timed<'_> {
+    fn new(be: &CudaBackend, gpu: bool) -> Timed<'_> {
+        Timed { be, times: Mutex::new(BTreeMap::new()), gpu, marks: Mutex::new(Vec::new()) }
+    }
+
+    /// Adds the GPU times of the marked ops (call after a synchronization).
+    fn collect(&self) {
+        self.be.synchronize();
+        let mut m = self.times.lock().unwrap();
+        for (op, a, b) in self.marks.lock().unwrap().drain(..) {
+            let e = m.entry(op).or_default();
+            e.0 += 1;
+            e.1 += self.be.elapsed_ms(&a, &b) as f64 / 1e3;
+        }
+    }
+
     fn time<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        if self.gpu {
+            let a = self.be.mark();
+            let r = f();
+            let b = self.be.mark();
+            self.marks.lock().unwrap().push((op, a, b));
+            if op == "to_host" {
+                self.collect();
+            }
+            return r;
+        }
         self.be.synchronize();
         let t = Instant::now();
         let r = f();
@@ -210,6 +254,48 @@ fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize) {
     }
 }
 
+/// Attention alone (GPU time between events, median of 20 after 3 warm-ups) for 1 row and a 16-row window at
+/// several context lengths, head_dim 128: separates its fixed latency from its cost per 256-position chunk.
+fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
+    let (hd, block) = (128, 16);
+    let spec = KvSpec { layers: 1, blocks: 128, block_size: block, kv_heads, head_dim: hd };
+    let mut kv = be.alloc_kv(spec).expect("kv");
+    let slots = spec.blocks * block;
+    let kvals: Vec<f32> = (0..slots * kv_heads * hd).map(|i| ((i * 7919 % 2001) as f32 - 1000.0) / 1000.0).collect();
+    let k = Tensor::host(slots, kv_heads * hd, kvals.clone());
+    be.kv_write(&mut kv, 0, &k, &k, &(0..slots as u32).collect::<Vec<_>>());
+    let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 0.088, window: None, softcap: None };
+    let mut parts = Vec::new();
+    for rows in [1usize, 16] {
+        for ctx in [16usize, 256, 600, 2048] {
+            let q = Tensor::host(rows, heads * hd, kvals[..rows * heads * hd].to_vec());
+            let qd = be.select_rows(&q, &(0..rows).collect::<Vec<_>>());
+            let meta = AttnMeta {
+                block_tables: vec![(0..spec.blocks as u32).collect()],
+                rows: (0..rows)
+                    .map(|i| {
+                        let c = ctx - rows + 1 + i;
+                        RowAttn { pos: c as u32 - 1, seq: 0, ctx: c as u32, tree: vec![] }
+                    })
+                    .collect(),
+            };
+            let mut times = Vec::new();
+            for i in 0..23 {
+                let a = be.mark();
+                let y = be.attention(&qd, &kv, 0, &meta, &p);
+                let b = be.mark();
+                be.synchronize();
+                if i >= 3 {
+                    times.push(be.elapsed_ms(&a, &b) as f64);
+                }
+                drop(y);
+            }
+            parts.push(format!("{rows} row(s) ctx {ctx} {:.1} µs", median(times) * 1e3));
+        }
+    }
+    println!("  attention alone ({heads} heads, {kv_heads} kv heads, GPU time): {}", parts.join(" | "));
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -247,18 +333,30 @@ fn main() {
         precision.name(),
         be.describe()
     );
+    if std::env::var_os("TF_BENCH_DECODE_ONLY").is_some() {
+        // For a profiler: a 64-row prefill, then 100 one-row steps and nothing else.
+        step(&be, model.as_ref(), &mut kv, &table, 0..64);
+        let mut one = Vec::new();
+        for pos in 64..164 {
+            one.push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1));
+        }
+        println!("decode only: 100 one-row steps, median {:.3} ms", median(one) * 1e3);
+        return;
+    }
     if matches!(dtype, DType::BF16 | DType::F16) {
         matmul_rates(&be, dtype, shape.1, shape.2);
     }
+    attention_rates(&be, shape.4, shape.5);
     let prefill = step(&be, model.as_ref(), &mut kv, &table, 0..64);
     let prefill2 = step(&be, model.as_ref(), &mut kv, &table, 64..128);
     let mut pos = 128;
-    let mut one = Vec::new();
+    let (mut one, mut one_host) = (Vec::new(), Vec::new());
     for i in 0..23 {
         let s = step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1);
         pos += 1;
         if i >= 3 {
             one.push(s);
+            one_host.push(last_host());
         }
     }
     let mut window = Vec::new();
@@ -271,12 +369,13 @@ fn main() {
     }
     let (m1, m16) = (median(one), median(window));
     // The same steps through CUDA graphs (3 warm-ups: the capture, then replays).
-    let (mut g1, mut g16) = (Vec::new(), Vec::new());
+    let (mut g1, mut g16, mut g1_host) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..23 {
         let s = graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1);
         pos += 1;
         if i >= 3 {
             g1.push(s);
+            g1_host.push(last_host());
         }
     }
     for i in 0..13 {
@@ -287,11 +386,16 @@ fn main() {
         }
     }
     let (g1, g16) = (median(g1), median(g16));
+    println!(
+        "  host side of a 1-row step (until the forward returns): eager {:.2} ms, graph replay {:.2} ms",
+        median(one_host) * 1e3,
+        median(g1_host) * 1e3
+    );
     let mode = format!("{} {}", precision.name(), arithmetic.name());
     let (captured, replayed) = be.graph_counts();
     // One more set of steps with every op timed on its own (1 row, then 16 rows).
-    for rows in [1, 16] {
-        let timed = Timed { be: &be, times: Mutex::new(BTreeMap::new()) };
+    for (rows, gpu) in [(1, false), (16, false), (1, true), (16, true)] {
+        let timed = Timed::new(&be, gpu);
         let steps = 5;
         for _ in 0..steps {
             step(&timed, model.as_ref(), &mut kv, &table, pos..pos + rows);
@@ -303,7 +407,8 @@ fn main() {
             .iter()
             .map(|(op, (n, t))| format!("{op} {:.2} ms ({}×)", t / steps as f64 * 1e3, n / steps))
             .collect();
-        println!("  per op, {rows} row(s), each op synchronized: {:.2} ms = {}", total * 1e3, parts.join(", "));
+        let how = if gpu { "GPU time between events, not synchronized" } else { "each op synchronized" };
+        println!("  per op, {rows} row(s), {how}: {:.2} ms = {}", total * 1e3, parts.join(", "));
     }
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
