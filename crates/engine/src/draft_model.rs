@@ -152,19 +152,19 @@ impl Proposer for ModelProposer {
         }
     }
 
-    /// Context copies, when they have a match, under their own classes (1 + the copies' class); otherwise the
-    /// draft model, class 0. A match whose class is not worth drafting gives no draft this round (that class
-    /// relaxes and is probed again later) rather than a model draft.
+    /// Context copies, when they have a match, under their classes (by match length, 1 and up: matches are at
+    /// least 2 tokens); otherwise the draft model, class 0. A match whose class is not worth drafting gives no
+    /// draft this round (that class relaxes and is probed again later) rather than a model draft.
     fn propose_by_class(
         &mut self,
         context: &[u32],
         width: &mut dyn FnMut(usize) -> usize,
     ) -> (DraftTree, Option<usize>) {
         if let Some(ng) = self.ngram.as_mut() {
-            let (t, class) = ng.propose_by_class(context, &mut |c| width(c + 1));
+            let (t, class) = ng.propose_by_class(context, &mut |c| width(c.max(1)));
             if let Some(c) = class {
                 self.last_from_copies = true;
-                return (t, Some(c + 1));
+                return (t, Some(c.max(1)));
             }
         }
         self.last_from_copies = false;

@@ -25,7 +25,7 @@ pub(crate) mod tests;
 pub use ngram::{NgramConfig, NgramProposer, TAIL_CHECK};
 pub use tree::{DraftNode, DraftTree};
 pub use verify::{truncate_after, verify, Verdict};
-pub use width::{expected_tokens, AcceptStats, ClassStats, CostTable, CLASSES};
+pub use width::{expected_tokens, AcceptStats, ClassStats, CostTable, CLASSES, CLASS_PRIORS};
 
 /// A source of draft tokens for one stream. One instance per stream: it may keep per-stream state (an index
 /// of the context, acceptance history), so call [`Proposer::reset`] before reusing it for another request.
@@ -37,10 +37,11 @@ pub trait Proposer: Send {
     /// last). An empty tree means "no guess this round".
     fn propose(&mut self, context: &[u32], max_tokens: usize) -> DraftTree;
 
-    /// Drafts with the width chosen for the class of guess this proposer has: it names the class (any
-    /// `usize`; classes are compared only with earlier ones of the same proposer), `width(class)` returns the
-    /// most tokens to draft, and the tree of at most that many comes back with the class. `None`: no guess this
-    /// round (`width` not called). The default has one class, 0.
+    /// Drafts with the width chosen for the class of guess this proposer has: it names the class, `width(class)`
+    /// returns the most tokens to draft, and the tree of at most that many comes back with the class. `None`: no
+    /// guess this round (`width` not called). Classes are ordered by the evidence behind a guess: a higher class
+    /// starts from a higher acceptance estimate ([`CLASS_PRIORS`]) before its own outcomes are learned. The
+    /// default has one class, 0.
     fn propose_by_class(
         &mut self,
         context: &[u32],

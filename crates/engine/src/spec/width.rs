@@ -113,18 +113,24 @@ impl AcceptStats {
 /// Classes a proposer may name ([`crate::spec::Proposer::propose_by_class`]); higher ones share the last.
 pub const CLASSES: usize = 8;
 
+/// The starting estimate of each class. Classes are ordered by the evidence behind a guess (for context copies,
+/// class `c` is a match of `2^c` to `2^(c+1) − 1` tokens), so a higher class starts higher: a class whose
+/// start were too low for the measured window costs would never be drafted and so never learn.
+pub const CLASS_PRIORS: [f64; CLASSES] = [0.5, 0.5, 0.6, 0.75, 0.85, 0.9, 0.9, 0.9];
+
 /// Acceptance estimates kept apart by the class of guess a proposer names for each proposal: a context copy
 /// backed by a 40-token match is accepted far more often than one backed by 2 tokens, and one average over
 /// both would draft too little for the first and too much for the second.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassStats {
-    /// `[CLASSES]` estimates, each an [`AcceptStats::default`] at first.
+    /// `[CLASSES]` estimates, class `c` starting at (and relaxing toward) [`CLASS_PRIORS`]`[c]`, with
+    /// [`AcceptStats::default`]'s `alpha` and `relax`.
     classes: Vec<AcceptStats>,
 }
 
 impl Default for ClassStats {
     fn default() -> Self {
-        ClassStats { classes: vec![AcceptStats::default(); CLASSES] }
+        ClassStats { classes: CLASS_PRIORS.iter().map(|&p| AcceptStats::new(p, 0.1, 0.05)).collect() }
     }
 }
 
@@ -303,10 +309,11 @@ mod tests {
         assert_eq!(s.best_width(1, &shallow, 15), 0);
         assert!(s.best_width(5, &shallow, 15) >= 12, "{}", s.best_width(5, &shallow, 15));
         assert_eq!(s.widest(&shallow, 15), s.best_width(5, &shallow, 15));
-        // An untouched class keeps the prior; classes past the last share it.
-        assert_eq!(s.class(3).rate(), AcceptStats::default().rate());
+        // An untouched class keeps its prior, and higher classes start higher; classes past the last share it.
+        assert_eq!(s.class(3).rate(), CLASS_PRIORS[3]);
+        assert!(CLASS_PRIORS.windows(2).all(|w| w[0] <= w[1]));
         s.observe(CLASSES + 4, 3, 0);
-        assert!(s.class(CLASSES - 1).rate() < AcceptStats::default().rate());
+        assert!(s.class(CLASSES - 1).rate() < CLASS_PRIORS[CLASSES - 1]);
         assert_eq!(s.class(CLASSES + 9), s.class(CLASSES - 1));
         // A failing class probes again after rounds without drafts (relaxing), without touching the others.
         let before = s.class(5).clone();
@@ -318,6 +325,6 @@ mod tests {
         assert_eq!(s.class(5), &before);
         // Relaxing every class moves each toward the prior, the good one included.
         s.relax_all();
-        assert!(s.class(5).rate() < before.rate() && s.class(5).rate() > AcceptStats::default().rate());
+        assert!(s.class(5).rate() < before.rate() && s.class(5).rate() > CLASS_PRIORS[5]);
     }
 }
