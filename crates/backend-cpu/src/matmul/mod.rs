@@ -449,6 +449,8 @@ pub(crate) type QuantKernel16 = TileKernel<16>;
 #[derive(Clone, Copy)]
 enum Kernel {
     Lanes8(QuantKernel),
+    /// The AVX-512 legacy kernels (x86_64 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Lanes16(QuantKernel16),
 }
 
