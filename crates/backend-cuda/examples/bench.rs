@@ -100,9 +100,12 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
 
 /// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel;
 /// or, with `gpu`, records events around each op without waiting (GPU time from the end of the previous op to the
-/// end of this one, read after the step).
+/// end of this one, read after the step). Without `timing` it only passes the ops on; without `fuse` it runs
+/// `add_rms_norm` as `add` then `rms_norm` (the trait's default), for an A/B of the fused kernel.
 struct Timed<'a> {
     be: &'a CudaBackend,
+    timing: bool,
+    fuse: bool,
     /// op → (calls, seconds)
     times: Mutex<BTreeMap<&'static str, (usize, f64)>>,
     gpu: bool,
@@ -111,7 +114,12 @@ struct Timed<'a> {
 
 impl Timed<'_> {
     fn new(be: &CudaBackend, gpu: bool) -> Timed<'_> {
-        Timed { be, times: Mutex::new(BTreeMap::new()), gpu, marks: Mutex::new(Vec::new()) }
+        Timed { be, timing: true, fuse: true, times: Mutex::new(BTreeMap::new()), gpu, marks: Mutex::new(Vec::new()) }
+    }
+
+    /// Passes every op on untimed; `fuse: false` splits `add_rms_norm` into `add` then `rms_norm`.
+    fn plain(be: &CudaBackend, fuse: bool) -> Timed<'_> {
+        Timed { timing: false, fuse, ..Timed::new(be, false) }
     }
 
     /// Adds the GPU times of the marked ops (call after a synchronization).
@@ -126,6 +134,9 @@ impl Timed<'_> {
     }
 
     fn time<T>(&self, op: &'static str, f: impl FnOnce() -> T) -> T {
+        if !self.timing {
+            return f();
+        }
         if self.gpu {
             let a = self.be.mark();
             let r = f();
@@ -191,6 +202,13 @@ impl Backend for Timed<'_> {
     }
     fn add(&self, a: &mut Tensor, b: &Tensor) {
         self.time("add", || self.be.add(a, b))
+    }
+    fn add_rms_norm(&self, a: &mut Tensor, b: &Tensor, w: &Weight, eps: f32) -> Tensor {
+        if !self.fuse {
+            self.add(a, b);
+            return self.rms_norm(a, w, a.cols, eps);
+        }
+        self.time("add_rms_norm", || self.be.add_rms_norm(a, b, w, eps))
     }
     fn scale(&self, x: &mut Tensor, s: f32) {
         self.time("scale", || self.be.scale(x, s))
@@ -325,8 +343,8 @@ fn main() {
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     be.synchronize();
     let load_s = t.elapsed().as_secs_f64();
-    let table: Vec<u32> = (0..64).collect();
-    let mut kv = be.alloc_kv(model.kv_spec(64, BLOCK)).expect("kv");
+    let table: Vec<u32> = (0..128).collect();
+    let mut kv = be.alloc_kv(model.kv_spec(128, BLOCK)).expect("kv");
     let gb = src.total_bytes() as f64 / 1e9;
     println!(
         "# {shape_name} {dtype} {} on {}: {gb:.2} GB of weights (random), generated {gen_s:.1} s, uploaded {load_s:.1} s",
@@ -410,6 +428,25 @@ fn main() {
         let how = if gpu { "GPU time between events, not synchronized" } else { "each op synchronized" };
         println!("  per op, {rows} row(s), {how}: {:.2} ms = {}", total * 1e3, parts.join(", "));
     }
+    // A/B of the fused residual add + RMSNorm: alternating steps with and without it (medians of 20 each).
+    let mut ab = Vec::new();
+    for rows in [1, 16] {
+        let (mut fused, mut split) = (Vec::new(), Vec::new());
+        for i in 0..44 {
+            let fuse = i % 2 == 0;
+            let s = step(&Timed::plain(&be, fuse), model.as_ref(), &mut kv, &table, pos..pos + rows);
+            pos += rows;
+            if i >= 4 {
+                if fuse { &mut fused } else { &mut split }.push(s);
+            }
+        }
+        ab.push(format!(
+            "{rows} row(s) {:.3} ms fused vs {:.3} ms add + rms_norm",
+            median(fused) * 1e3,
+            median(split) * 1e3
+        ));
+    }
+    println!("  fused residual add + RMSNorm, alternating steps: {}", ab.join(" | "));
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
          ({:.0} GB/s of weights) | 16-row window {:.2} ms = {:.2}x one row",

@@ -33,6 +33,41 @@ extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u
     for (int i = tid; i < group; i += blockDim.x) yg[i] = (xg[i] * inv) * deq_elem(w_dt, w, i);
 }
 
+// The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =
+// cols. One block of 256 threads per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`:
+// the block writes each sum to a and to the shared chunk, threads 0..15 accumulate Σ s² in the same order, and
+// y_i = (s_i * inv) * w_i reads the sums back. Saves one launch and a read of the row.
+extern "C" __global__ void add_rms_norm(float* a, const float* b, int cols, const u8* w, int w_dt, float eps,
+                                        float* y) {
+    __shared__ float xs[NORM_CHUNK];
+    __shared__ float inv_s;
+    int r = blockIdx.x, tid = threadIdx.x;
+    float* ar = a + (i64)r * cols;
+    const float* br = b + (i64)r * cols;
+    float* yr = y + (i64)r * cols;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < cols; c0 += NORM_CHUNK) {
+        int n = min(NORM_CHUNK, cols - c0);
+        for (int i = tid; i < n; i += blockDim.x) {
+            float s = ar[c0 + i] + br[c0 + i];
+            ar[c0 + i] = s;
+            xs[i] = s;
+        }
+        __syncthreads();
+        if (tid < 16) {
+            for (int i = tid; i < n; i += 16) acc = fmaf(xs[i], xs[i], acc);
+        }
+        __syncthreads();
+    }
+    if (tid < 32) {
+        float ss = tree16(tid < 16 ? acc : 0.0f);
+        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)cols + eps);
+    }
+    __syncthreads();
+    float inv = inv_s;
+    for (int i = tid; i < cols; i += blockDim.x) yr[i] = (ar[i] * inv) * deq_elem(w_dt, w, i);
+}
+
 // RoPE of x [R, cols] in place: thread per (row, head, pair i). cos/sin: [R, half] table rows of each row's
 // position (computed on the host in f64, rounded once). neox: pairs (i, i + half), else (2i, 2i + 1).
 extern "C" __global__ void rope(float* x, int R, int cols, int head_dim, int half, const float* cos_t,

@@ -774,6 +774,30 @@ impl Backend for CudaBackend {
         self.gpu.launch("add").ptr(&at.buf).ptr(bb).i64(n).go(g, blk);
     }
 
+    fn add_rms_norm(&self, a: &mut Tensor, b: &Tensor, w: &Weight, eps: f32) -> Tensor {
+        assert!(a.rows == b.rows && a.cols == b.cols, "add_rms_norm: {a:?} += {b:?}");
+        let cw = weight(w);
+        assert_eq!(cw.out_dim * cw.in_dim, a.cols, "add_rms_norm: weight length");
+        let (rows, cols) = (a.rows, a.cols);
+        let out = self.alloc_f32(rows * cols);
+        if rows > 0 && cols > 0 {
+            let bs = self.input(b);
+            let bb = &bs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            let at = self.make_unique(a);
+            self.gpu
+                .launch("add_rms_norm")
+                .ptr(&at.buf)
+                .ptr(bb)
+                .i32(cols)
+                .ptr(&cw.buf)
+                .int(cw.code)
+                .f32(eps)
+                .ptr(&out)
+                .go((rows as u32, 1, 1), (256, 1, 1));
+        }
+        self.tensor(rows, cols, out)
+    }
+
     fn scale(&self, x: &mut Tensor, s: f32) {
         let n = x.rows * x.cols;
         if n == 0 {

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 21] = [
+pub const KERNELS: [&str; 22] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -22,6 +22,7 @@ pub const KERNELS: [&str; 21] = [
     "matmul_bf16w",
     "matmul_quant",
     "rms_norm",
+    "add_rms_norm",
     "rope",
     "glu",
     "add",

@@ -415,3 +415,57 @@ fn kv_copy_in_order_then_attention_sees_it() {
         }
     }
 }
+
+/// The fused residual add + RMSNorm equals `add` then `rms_norm` on the GPU bit for bit (both the updated residual
+/// and the normed output), equals the CPU's (whose default is the unfused pair), and is row-exact, for row counts
+/// 1..=256; rows longer than one shared-memory chunk (4096) included.
+#[test]
+fn add_rms_norm_equals_add_then_rms_norm() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let pool = 300;
+    let mut counts = vec![1, 7, 16, 33, 64, 100, 256];
+    counts.extend((0..5).map(|_| rng.gen_range(1..=256)));
+    for (cols, wdt) in [(1536, DType::F32), (3584, DType::BF16), (5000, DType::F32), (40, DType::F16)] {
+        let a = values(&mut rng, pool * cols, 30.0);
+        let b = values(&mut rng, pool * cols, 30.0);
+        let w = random_weight(wdt, 1, cols, &mut rng);
+        let (wg, wc) = (up(&g, "n", wdt, &[cols], &w), up(&c, "n", wdt, &[cols], &w));
+        let eps = 1e-6;
+        // On the GPU with device-resident inputs (fused, then unfused), and on the CPU from host tensors.
+        let dev = |rows: &[usize], x: &[f32]| g.select_rows(&pick(x, cols, rows), &(0..rows.len()).collect::<Vec<_>>());
+        let fused = |rows: &[usize]| {
+            let (mut x, d) = (dev(rows, &a), dev(rows, &b));
+            let y = g.add_rms_norm(&mut x, &d, &wg, eps);
+            (g.to_host(&x), g.to_host(&y))
+        };
+        for &count in &counts {
+            let target = rng.gen_range(0..pool);
+            let at = rng.gen_range(0..count);
+            let rows: Vec<usize> = (0..count).map(|i| if i == at { target } else { rng.gen_range(0..pool) }).collect();
+            let what = format!("add_rms_norm {cols} {wdt:?}, {count} rows");
+            let (sum, y) = fused(&rows);
+            let mut x2 = dev(&rows, &a);
+            g.add(&mut x2, &dev(&rows, &b));
+            let y2 = g.rms_norm(&x2, &wg, cols, eps);
+            same(&sum, &g.to_host(&x2), &format!("{what}: residual, fused vs add"));
+            same(&y, &g.to_host(&y2), &format!("{what}: output, fused vs add + rms_norm"));
+            let mut xc = pick(&a, cols, &rows);
+            let yc = c.add_rms_norm(&mut xc, &pick(&b, cols, &rows), &wc, eps);
+            same(&sum, &c.to_host(&xc), &format!("{what}: residual, cuda vs cpu"));
+            same(&y, &c.to_host(&yc), &format!("{what}: output, cuda vs cpu"));
+            let (sum1, y1) = fused(&[target]);
+            same(&sum[at * cols..(at + 1) * cols], &sum1, &format!("{what}: residual, row alone vs at {at}"));
+            same(&y[at * cols..(at + 1) * cols], &y1, &format!("{what}: output, row alone vs at {at}"));
+        }
+        // Host inputs, and a residual whose storage is shared: the clone keeps its values.
+        let rows = [3, 1, 4];
+        let x = dev(&rows, &a);
+        let mut x2 = x.clone();
+        let y = g.add_rms_norm(&mut x2, &pick(&b, cols, &rows), &wg, eps);
+        same(&g.to_host(&x), &pick(&a, cols, &rows).host, "add_rms_norm: clone untouched");
+        let (sum, want) = fused(&rows);
+        same(&g.to_host(&x2), &sum, "add_rms_norm: host delta, residual");
+        same(&g.to_host(&y), &want, "add_rms_norm: host delta, output");
+    }
+}

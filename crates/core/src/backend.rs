@@ -269,6 +269,13 @@ pub trait Backend: Send + Sync {
     fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor;
     /// `a += b`, elementwise.
     fn add(&self, a: &mut Tensor, b: &Tensor);
+    /// The residual add and the RMSNorm after it in one call: `a += b`, then the norm of the new `a` over whole
+    /// rows (`w [cols]`) → `[R, cols]`. By default [`Backend::add`] then [`Backend::rms_norm`]; a backend that
+    /// fuses them must give exactly those bits (the same per-element sum and the same reduction order).
+    fn add_rms_norm(&self, a: &mut Tensor, b: &Tensor, w: &Weight, eps: f32) -> Tensor {
+        self.add(a, b);
+        self.rms_norm(a, w, a.cols, eps)
+    }
     /// `x *= s`, elementwise.
     fn scale(&self, x: &mut Tensor, s: f32);
     /// The listed rows, in that order.

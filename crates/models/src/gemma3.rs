@@ -10,7 +10,9 @@
 //! with a second +1 moves its logits by most of their range (tests/all/gguf_reference.rs).
 
 use crate::config::ModelConfig;
-use crate::layers::{self, attention, glu_mlp, logits, residual, rms_norm, trace, AttnSpec, AttnWeights, GluMlp};
+use crate::layers::{
+    self, attention, glu_mlp, logits, residual, residual_norm, rms_norm, trace, AttnSpec, AttnWeights, GluMlp,
+};
 use crate::load::{self, Loader, Name, ATTN_NORM, OUTPUT_NORM};
 use crate::model::{Batch, Model, ModelError};
 use tf_core::{Backend, ConfigFormat, KvCache, KvSpec, Tensor, Weight, WeightSource};
@@ -103,19 +105,24 @@ impl Model for Gemma3 {
         let mut x = be.embed(&self.embd, &batch.tokens); // [R, H]
         be.scale(&mut x, self.embd_scale);
         trace("inp_scaled", layers::NO_LAYER, &x);
+        // The next layer's attention input, when the previous layer's last residual add already normed it. The
+        // post-norms act on the block outputs before their residual add, so only add-then-norm is fused.
+        let mut next_h: Option<Tensor> = None;
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(be, &x, &layer.attn_norm, eps);
+            let h = next_h.take().unwrap_or_else(|| rms_norm(be, &x, &layer.attn_norm, eps));
             trace("attn_norm", l, &h);
             let attn_out = attention(be, &h, &layer.attn, &self.specs[l], l, batch, kv);
             let attn_out = rms_norm(be, &attn_out, &layer.post_attn_norm, eps);
             trace("attn_post_norm", l, &attn_out);
-            residual(be, &mut x, &attn_out);
-            let h = rms_norm(be, &x, &layer.ffn_norm, eps);
+            let h = residual_norm(be, &mut x, &attn_out, &layer.ffn_norm, eps);
             trace("ffn_norm", l, &h);
             let ffn_out = glu_mlp(be, &h, &layer.mlp, self.cfg.act, l);
             let ffn_out = rms_norm(be, &ffn_out, &layer.post_ffw_norm, eps);
             trace("ffn_post_norm", l, &ffn_out);
-            residual(be, &mut x, &ffn_out);
+            match self.layers.get(l + 1) {
+                Some(next) => next_h = Some(residual_norm(be, &mut x, &ffn_out, &next.attn_norm, eps)),
+                None => residual(be, &mut x, &ffn_out),
+            }
             trace("l_out", l, &x);
         }
         logits(be, &x, &self.output_norm, &self.output, eps, batch)

@@ -89,6 +89,12 @@ pub fn residual(be: &dyn Backend, x: &mut Tensor, delta: &Tensor) {
     be.add(x, delta);
 }
 
+/// The residual connection `x += delta` and the RMSNorm of the new `x` that follows it (`w [H]`), in one backend
+/// op ([`Backend::add_rms_norm`]: the same bits as [`residual`] then [`rms_norm`]).
+pub fn residual_norm(be: &dyn Backend, x: &mut Tensor, delta: &Tensor, w: &Weight, eps: f32) -> Tensor {
+    be.add_rms_norm(x, delta, w, eps)
+}
+
 /// The weights of one self-attention block.
 #[derive(Clone, Debug)]
 pub struct AttnWeights {
