@@ -161,7 +161,7 @@ pub(super) unsafe fn lanes(v: __m256) -> [f32; 8] {
     out
 }
 
-/// Prefetches the tile after the current one (the next 8 weight rows, contiguous after `cols[0]`) line by line in
+/// Prefetches (a span of) the tile after the current one (weight rows are contiguous) line by line in
 /// address order, a share of it per block iteration, so the next tile streams in while this one is computed.
 /// A prefetch is never dereferenced and changes no value; addresses past the weight's end are harmless.
 pub(super) struct NextTile {
@@ -176,19 +176,9 @@ pub(super) struct NextTile {
 }
 
 impl NextTile {
-    pub(super) fn new(cols: &[&[u8]; 8], nb: usize) -> NextTile {
-        NextTile::of(cols[0], 8, nb)
-    }
-
     /// `bytes` from `base`, into L1 when `l1`, else into L2.
     pub(super) fn span(base: *const u8, bytes: usize, nb: usize, l1: bool) -> NextTile {
         NextTile { base, lines: bytes.div_ceil(64), nb: nb.max(1), l1 }
-    }
-
-    /// The `rows` weight rows after the `rows` starting at `first` (each as long as `first`).
-    pub(super) fn of(first: &[u8], rows: usize, nb: usize) -> NextTile {
-        let span = rows * first.len();
-        NextTile::span(first.as_ptr().wrapping_add(span), span, nb, span <= 16 << 10)
     }
 
     /// The share of block iteration `b`.

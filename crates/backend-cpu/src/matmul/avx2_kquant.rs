@@ -335,20 +335,48 @@ unsafe fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
+/// Whether a tile call prefetches its rows of the next tile: only the first row group's calls do (`First`), as a
+/// type so that the kernel of each kind carries no branch for it.
+trait Fetch {
+    const ON: bool;
+}
+
+struct First;
+struct Later;
+
+impl Fetch for First {
+    const ON: bool = true;
+}
+
+impl Fetch for Later {
+    const ON: bool = false;
+}
+
 fn entry<T: KQuant>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
     assert!(act.block == 256 && r0 + rt <= act.rows, "K-quant tile: activation rows");
     assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "K-quant tile: weight rows");
     // SAFETY: this kernel is only picked for `Isa::Avx2`, which `matmul` checks against the CPU; the asserts above
     // bound every pointer the kernel forms.
-    unsafe { by_rows!(rt, tile::<T>(cols, act, r0)) }
+    unsafe {
+        if r0 == 0 {
+            by_rows!(rt, tile::<T, First>(cols, act, r0))
+        } else {
+            by_rows!(rt, tile::<T, Later>(cols, act, r0))
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile<T: KQuant, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
+unsafe fn tile<T: KQuant, P: Fetch, const C: usize, const RT: usize>(
+    cols: &[&[u8]; 8],
+    act: &ActQ,
+    r0: usize,
+) -> [f32; 8] {
     let (k, rows, nb) = (act.k, act.rows, act.nb);
     let offsets = lane_offsets::<RT>(cols);
     // The same block of the row one tile (8 rows) further: the rows of a tile are contiguous, so this streams the
-    // next tile into L2 while this one is computed.
+    // next tile into L2 while this one is computed. Only the first row group does it: the later ones would ask
+    // again for lines already on their way or in cache (2x at 16 rows, 8x at 64).
     let ahead = 8 * cols[0].len();
     let neg = _mm256_set1_ps(-0.0);
     let mut acc = _mm256_setzero_ps();
@@ -362,7 +390,9 @@ unsafe fn tile<T: KQuant, const C: usize, const RT: usize>(cols: &[&[u8]; 8], ac
             let mut sc = [_mm256_setzero_si256(); RT];
             let mut mc = [_mm256_setzero_si256(); RT];
             let blk = cols[c].as_ptr().add(b * T::BYTES);
-            prefetch(blk.wrapping_add(ahead), T::BYTES);
+            if P::ON {
+                prefetch(blk.wrapping_add(ahead), T::BYTES);
+            }
             T::block::<RT>(blk, &x, &bs, &mut sc, &mut mc);
             s[c * RT..(c + 1) * RT].copy_from_slice(&sc);
             m[c * RT..(c + 1) * RT].copy_from_slice(&mc);

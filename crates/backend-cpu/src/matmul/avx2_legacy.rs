@@ -160,7 +160,15 @@ fn entry<T: Legacy>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32
 unsafe fn tile<T: Legacy, const C: usize, const RT: usize>(cols: &[&[u8]; 8], act: &ActQ, r0: usize) -> [f32; 8] {
     let (k, rows) = (act.k, act.rows);
     let offsets = lane_offsets::<RT>(cols);
-    let next = NextTile::new(cols, act.nb);
+    // The same `C` weight rows (consecutive) of the next 8-row tile, by the first row group only: the other calls
+    // of the row group fetch their own rows, and the later row groups find them in cache.
+    let len = cols[0].len();
+    let next = NextTile::span(
+        cols[0].as_ptr().wrapping_add(8 * len),
+        if r0 == 0 { C * len } else { 0 },
+        act.nb,
+        8 * len <= 16 << 10,
+    );
     let ones = _mm256_set1_epi16(1);
     let shift = _mm_cvtsi32_si128(T::OFFSET_LOG2);
     // `[RT]` rows of `[k]` quantized activations.
