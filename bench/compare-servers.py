@@ -141,7 +141,8 @@ def main():
         procs["llama.cpp spec"] = sp_proc
         spec = Engine("llama.cpp spec", sp_port, {"cache_prompt": False})
     out = {"model": args.model, "threads": args.threads, "runs": args.runs, "commit": git_commit(),
-           "cpu": cpu_name(), "decode": {}, "prefill": {}, "long_decode": None, "drafted": [], "peak_rss_mib": {}}
+           "cpu": cpu_name(), "llama_build": llama_build(args.llama_server), "decode": {}, "prefill": {},
+           "long_decode": None, "drafted": [], "peak_rss_mib": {}}
     try:
         msgs = [{"role": "user", "content": DECODE_PROMPT}]
         for e in [tf, ll]:  # warm-up
@@ -199,7 +200,7 @@ def main():
 def report(out):
     d = out["decode"]
     print(f"\n# {os.path.basename(out['model'])} — commit {out['commit']}, {out['cpu']}, {out['threads']} threads, "
-          f"medians of {out['runs']} runs")
+          f"medians of {out['runs']} runs; llama-server: {out.get('llama_build', 'unknown build')}")
     base = d["llama.cpp serial"]["median"]
     print("| decode | tok/s | / llama.cpp serial |\n|---|---:|---:|")
     for k, v in d.items():
@@ -231,6 +232,15 @@ def report(out):
     print("\n| peak RSS MiB | " + " | ".join(f"{k}: {v:.0f}" for k, v in rss.items()) + " |")
     if rss.get("llama.cpp"):
         print(f"TensorFold / llama.cpp peak RSS: {rss['tensorfold'] / rss['llama.cpp']:.2f}")
+
+
+def llama_build(server):
+    """The flags bench/build-llama-server.sh recorded next to the binary, if any."""
+    try:
+        with open(server + ".flags") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown build (no .flags file)"
 
 
 def git_commit():
