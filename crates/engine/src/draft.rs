@@ -137,14 +137,15 @@ impl<'a> Generator<'a> {
             let mut class = None;
             let tree = match (&config, proposer.as_mut()) {
                 (Some(c), Some(prop)) => {
+                    // The window costs plus the proposer's own cost per drafted token (no copy when that is 0).
                     let costs = if propose_cost > 0.0 {
                         let mut costs = c.costs.clone();
                         for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
                             *x += (w - 1) as f64 * propose_cost;
                         }
-                        costs
+                        std::borrow::Cow::Owned(costs)
                     } else {
-                        c.costs.clone()
+                        std::borrow::Cow::Borrowed(&c.costs)
                     };
                     let cap = (c.max_window - 1).min(remaining);
                     let width =
