@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
-//! keeps only the named sets, `TF_BENCH_ROWS=1,8` only those row counts. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
+//! keeps only the named sets, `TF_BENCH_ROWS=1,8` only those row counts, `TF_BENCH_K=8960` sets the input width
+//! (default 1536; a multiple of 256 for the K-quants). `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
 //! machine disturb much less than they do the wall clock.
 
@@ -96,7 +97,7 @@ fn main() {
     let sets = std::env::var("TF_BENCH_SETS").ok();
     let row_list = std::env::var("TF_BENCH_ROWS").ok();
     let cpu_time = std::env::var("TF_BENCH_CPU").is_ok_and(|v| v == "1");
-    let k = 1536;
+    let k: usize = std::env::var("TF_BENCH_K").ok().and_then(|v| v.parse().ok()).unwrap_or(1536);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     println!("threads {}, isa {}, K = {k}{}", pool.threads(), isa.name(), if cpu_time { ", CPU time" } else { "" });
     println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");

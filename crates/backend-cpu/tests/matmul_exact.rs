@@ -232,6 +232,36 @@ fn legacy_windows_of_every_size_equal_the_reference() {
     }
 }
 
+/// Checkpoint windows of the K-quants across the row counts where kernels change (row groups of 8/4/2/1, the
+/// AVX-512 wide Q4_K kernel from 16 rows with its groups of 4 and its 16-lane column groups), over column counts
+/// that are not multiples of 8 or 16: every ISA == the reference.
+#[test]
+fn kquant_windows_of_every_size_equal_the_reference() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+        for rows in (1..=20).chain([31, 33, 47, 64]) {
+            let out = [rng.gen_range(1..16), rng.gen_range(17..48), 16 * rng.gen_range(1..4) + rng.gen_range(1..16)]
+                [rows % 3];
+            let inn = 256 * rng.gen_range(1..4);
+            let case = Case::new(&mut rng, dtype, out, inn);
+            let x = random_x(&mut rng, rows, inn);
+            let want = case.reference(Precision::Checkpoint, &x);
+            for isa in Isa::available() {
+                let got = case.run(&pool, isa, Precision::Checkpoint, &x);
+                assert!(
+                    bits(&got) == bits(&want),
+                    "{} {} rows={rows}: {} (TF_SEED={seed})",
+                    case.name(),
+                    isa.name(),
+                    first_diff(&got, &want)
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn rows_are_exact_whatever_their_company() {
     let seed = seed();

@@ -28,6 +28,8 @@ mod avx2_legacy;
 mod avx512_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;
+#[cfg(target_arch = "x86_64")]
+mod avx512_wide;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
@@ -261,7 +263,7 @@ pub fn matmul(
     }
     let job = match checkpoint_block(w.dtype) {
         Some(block) if precision == Precision::Checkpoint => {
-            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w.dtype) }
+            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w.dtype, rows) }
         }
         _ => Job::Full { x: &x.host },
     };
@@ -270,7 +272,7 @@ pub fn matmul(
     let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
     // Chunks are whole tiles of the kernel's width.
     let tile = match &job {
-        Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
+        Job::Quant { kernel: Kernel::Lanes16(_) | Kernel::WideQ4K, .. } => 16,
         _ => TILE_COLS,
     };
     let tiles = n.div_ceil(tile);
@@ -282,6 +284,12 @@ pub fn matmul(
             Job::Full { x } => chunk_full(isa, w, x, c0, c1, &out),
             Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::WideQ4K } => {
+                avx512_wide::q4k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Job::Quant { kernel: Kernel::WideQ4K, .. } => unreachable!("the wide Q4_K kernel is x86_64 only"),
         }
         if let Some(b) = &bias_values {
             for r in 0..rows {
@@ -397,7 +405,9 @@ fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ,
     let rows = act.rows;
     // The first tile's rows, all at once: the kernels prefetch each next tile while computing one, but the first
     // tile of a chunk would otherwise arrive line by line as the kernel touches it.
-    prefetch_l2(&w.bytes()[c0 * w.row_bytes..(c0 + L).min(c1) * w.row_bytes]);
+    // The weight's bytes, looked up once (a mapped weight's slice is not free to form per tile).
+    let (bytes, rb) = (w.bytes(), w.row_bytes);
+    prefetch_l2(&bytes[c0 * rb..(c0 + L).min(c1) * rb]);
     for t0 in (c0..c1).step_by(L) {
         let t1 = (t0 + L).min(c1);
         let mut r0 = 0;
@@ -406,7 +416,10 @@ fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ,
             let c = L / rt;
             for s0 in (t0..t1).step_by(c) {
                 // Lane (ci, ri) = column s0 + ci (clamped into the tile), row r0 + ri.
-                let cols: [&[u8]; L] = std::array::from_fn(|i| w.row_bytes_of((s0 + i).min(t1 - 1)));
+                let cols: [&[u8]; L] = std::array::from_fn(|i| {
+                    let c = (s0 + i).min(t1 - 1);
+                    &bytes[c * rb..(c + 1) * rb]
+                });
                 let res = kernel(&cols, act, r0, rt);
                 for ci in 0..c.min(t1 - s0) {
                     for ri in 0..rt {
@@ -452,9 +465,19 @@ enum Kernel {
     /// The AVX-512 legacy kernels (x86_64 only).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Lanes16(QuantKernel16),
+    /// Q4_K windows of `avx512_wide::MIN_ROWS`+ rows on AVX-512 (x86_64 only): 16 weight rows per register lane
+    /// group, repacked per call.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    WideQ4K,
 }
 
-fn pick_quant_kernel(isa: Isa, dtype: DType) -> Kernel {
+/// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
+fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && dtype == DType::Q4K && rows >= avx512_wide::MIN_ROWS {
+        return Kernel::WideQ4K;
+    }
+    let _ = rows;
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
         if let Some(k) = avx512_legacy::kernel16(dtype) {
