@@ -272,7 +272,7 @@ pub fn matmul(
     let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
     // Chunks are whole tiles of the kernel's width.
     let tile = match &job {
-        Job::Quant { kernel: Kernel::Lanes16(_) | Kernel::WideQ4K, .. } => 16,
+        Job::Quant { kernel: Kernel::Lanes16(_) | Kernel::WideQ4K | Kernel::WideQ6K, .. } => 16,
         _ => TILE_COLS,
     };
     let tiles = n.div_ceil(tile);
@@ -288,8 +288,14 @@ pub fn matmul(
             Job::Quant { act, kernel: Kernel::WideQ4K } => {
                 avx512_wide::q4k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::WideQ6K } => {
+                avx512_wide::q6k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Job::Quant { kernel: Kernel::WideQ4K, .. } => unreachable!("the wide Q4_K kernel is x86_64 only"),
+            Job::Quant { kernel: Kernel::WideQ4K | Kernel::WideQ6K, .. } => {
+                unreachable!("the wide kernels are x86_64 only")
+            }
         }
         if let Some(b) = &bias_values {
             for r in 0..rows {
@@ -469,13 +475,20 @@ enum Kernel {
     /// group, repacked per call.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     WideQ4K,
+    /// The same for Q6_K.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    WideQ6K,
 }
 
 /// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
 fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && dtype == DType::Q4K && rows >= avx512_wide::MIN_ROWS {
-        return Kernel::WideQ4K;
+    if isa == Isa::Avx512 && rows >= avx512_wide::MIN_ROWS {
+        match dtype {
+            DType::Q4K => return Kernel::WideQ4K,
+            DType::Q6K => return Kernel::WideQ6K,
+            _ => {}
+        }
     }
     let _ = rows;
     #[cfg(target_arch = "x86_64")]
