@@ -1,31 +1,41 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K windows of [`MIN_ROWS`] rows or more (prefill chunks): sixteen
-//! weight rows side by side, one per i32 lane, so that the integer sums of a sub-block accumulate in place and
-//! need no horizontal reduction, and the sub-block scales cost one multiply per sub-block instead of one per
-//! four elements.
+//! Checkpoint mode with AVX-512 VNNI for Q4_K and Q6_K windows of [`min_rows`] rows or more (verify windows,
+//! prefill chunks): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a sub-block
+//! accumulate in place and need no horizontal reduction, and the sub-block scales cost one multiply per sub-block
+//! instead of one per four elements.
 //!
 //! `avx512_kquant` computes one weight row per register: each `vpdpbusd` lane sums four products of one
 //! sub-block, so every lane then needs its scale (`vpackssdw` + `vpdpwssd`, a third of the multiplies) and every
 //! super-block ends in a horizontal reduction. Here, per group of 16 weight rows and super-block, the weights are
-//! first repacked into a scratch buffer (once per matmul call and group, shared by every activation row of the
-//! window): for chunk `c` (64 elements) and step `g` (0..8), one 64-byte line holds, for each of the 16 weight
-//! rows, the four `qs` bytes `32 c + 4 g ..` — whose low nibbles are elements `64 c + 4 g ..+4` and whose high
-//! nibbles are elements `64 c + 32 + 4 g ..+4`. A `vpdpbusd` of a line's nibbles with four activation bytes
-//! broadcast to every lane adds four products of one sub-block to each weight row's lane; eight of them make
-//! that sub-block's sum `P_j` (`|P_j| ≤ 32·15·127`), and `S += sc_j · P_j` (`vpmulld`) per sub-block. The mins
-//! term `M = Σ_j min_j · (bsum_2j + bsum_2j+1)` is four `vpdpwssd` per row and super-block. All of it is exact
-//! integer arithmetic, so `S` and `M` are the reference's; the float steps per lane are then exactly
+//! first repacked into a scratch buffer (per matmul call and group, shared by every activation row of the window;
+//! 16 × 16 word transposes of the rows' blocks, the next group prefetched meanwhile): for Q4_K chunk `c` (64
+//! elements) and step `g` (0..8), one 64-byte line holds, for each of the 16 weight rows, the four `qs` bytes
+//! `32 c + 4 g ..` — whose low nibbles are elements `64 c + 4 g ..+4` and whose high nibbles are elements
+//! `64 c + 32 + 4 g ..+4`. A `vpdpbusd` of a line's nibbles with four activation bytes broadcast to every lane adds
+//! four products of one sub-block to each weight row's lane; eight of them make that sub-block's sum `P_j`
+//! (`|P_j| ≤ 32·15·127`), and `S += sc_j · P_j` (`vpmulld`) per sub-block. The mins term
+//! `M = Σ_j min_j · (bsum_2j + bsum_2j+1)` is four `vpdpwssd` per row and super-block. All of it is exact integer
+//! arithmetic, so `S` and `M` are the reference's; the float steps per lane are then exactly
 //! `avx512_kquant::tile`'s and the reference's: `acc = fma(dw · dx, S, acc)`, `acc = fma(-(dmin · dx), M, acc)`,
-//! super-blocks in order.
+//! super-blocks in order. Q6_K likewise (below).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use tf_core::DType;
+
 use super::act::ActQ;
 use super::Out;
 
-/// Activation rows from which `matmul` runs Q4_K through this kernel (below it, repacking a group would cost more
-/// than it saves; the bits are the same either way).
-pub(crate) const MIN_ROWS: usize = 16;
+/// Activation rows from which `matmul` runs `dtype` through this kernel (`None`: never). Below it the repack of
+/// a group costs more than it saves (measured with `matmul_bench`, weights streamed from memory: Q4_K gains from
+/// 4 rows, Q6_K breaks even at 8); the bits are the same either way.
+pub(crate) fn min_rows(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::Q4K => Some(4),
+        DType::Q6K => Some(8),
+        _ => None,
+    }
+}
 
 /// Weight rows per group: the i32 lanes of a 512-bit register.
 const LANES: usize = 16;
@@ -63,9 +73,15 @@ pub(super) fn q4k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
             })
         }));
         group.resize(nb * WORDS, 0);
+        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);
-            repack(bytes, row_bytes, g0, live, group);
+            // The next group's rows, requested into L2 a slice per super-block while this group's first rows are
+            // computed (the loads of 16 rows at once do not train the hardware prefetchers).
+            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
+            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
+            // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
+            unsafe { repack(bytes, row_bytes, g0, live, group) };
             let mut r0 = 0;
             while r0 < rows {
                 let rt = (rows - r0).min(4);
@@ -73,10 +89,10 @@ pub(super) fn q4k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
                 // `act` every row's data (the asserts above).
                 let res: [[f32; LANES]; 4] = unsafe {
                     match rt {
-                        4 => group_rows::<4>(group, act, pairs, r0),
-                        3 => group_rows::<3>(group, act, pairs, r0),
-                        2 => group_rows::<2>(group, act, pairs, r0),
-                        _ => group_rows::<1>(group, act, pairs, r0),
+                        4 => group_rows::<4>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        3 => group_rows::<3>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        2 => group_rows::<2>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        _ => group_rows::<1>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
                     }
                 };
                 for (r, lanes) in res.iter().enumerate().take(rt) {
@@ -91,26 +107,152 @@ pub(super) fn q4k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
     });
 }
 
-/// Weight rows `g0..g0 + live` into `group` (lanes past `live` repeat the last live row; their sums are dropped).
-fn repack(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
-    for lane in 0..LANES {
-        let row = &bytes[(g0 + lane.min(live - 1)) * row_bytes..][..row_bytes];
-        for (b, blk) in row.chunks_exact(BLOCK).enumerate() {
-            let s = &mut group[b * WORDS..(b + 1) * WORDS];
-            let half = |at: usize| tf_quant::f16_bits_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]]));
-            s[D_AT + lane] = half(0).to_bits();
-            s[DMIN_AT + lane] = half(2).to_bits();
-            let (sc, mn) = tf_quant::q4k_scale_min(blk[4..16].try_into().expect("12 scale bytes"));
-            for j in 0..8 {
-                s[SC_AT + j * LANES + lane] = sc[j] as u32;
-            }
-            for i in 0..4 {
-                s[MN_AT + i * LANES + lane] = mn[2 * i] as u32 | (mn[2 * i + 1] as u32) << 16;
-            }
-            for (line, q) in blk[16..].chunks_exact(4).enumerate() {
-                // `qs` bytes 32 c + 4 g.. → line 8 c + g.
-                s[QS_AT + line * LANES + lane] = u32::from_le_bytes(q.try_into().expect("4 bytes"));
-            }
+/// Bytes to request into L2 while a group is computed, `per_block` of them per super-block (never read: a prefetch
+/// changes no value).
+#[derive(Clone, Copy)]
+struct Ahead {
+    p: *const u8,
+    per_block: usize,
+}
+
+impl Ahead {
+    const NONE: Ahead = Ahead { p: std::ptr::null(), per_block: 0 };
+
+    /// Requests super-block `b`'s share.
+    #[inline]
+    fn block(self, b: usize) {
+        let start = self.p.wrapping_add(b * self.per_block);
+        let mut at = 0;
+        while at < self.per_block {
+            // SAFETY: a prefetch never faults and changes no value; SSE is part of x86_64.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(at) as *const i8) };
+            at += 64;
+        }
+    }
+}
+
+/// The byte offset of each lane's weight row from row `g0` (lanes past `live` repeat the last live row; their sums
+/// are dropped).
+fn lane_offsets(row_bytes: usize, live: usize) -> [i32; LANES] {
+    std::array::from_fn(|lane| i32::try_from(lane.min(live - 1) * row_bytes).expect("row offsets fit an i32"))
+}
+
+/// A 16 × 16 matrix of 32-bit words transposed: `out[c]` word `r` = `m[r]` word `c`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn transpose16(m: &[__m512i; 16]) -> [__m512i; 16] {
+    // Within each 128-bit lane k, rows 4i..4i+4 × words 4k..4k+4 become u[4i + j] = word 4k + j of those rows.
+    // (Plain loops: closures would not inherit this function's target features and would not be inlined.)
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]);
+    }
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        for h in 0..2 {
+            let (a, b) = (t[4 * i + h], t[4 * i + 2 + h]);
+            u[4 * i + 2 * h] = _mm512_unpacklo_epi64(a, b);
+            u[4 * i + 2 * h + 1] = _mm512_unpackhi_epi64(a, b);
+        }
+    }
+    let mut out = [_mm512_setzero_si512(); 16];
+    for j in 0..4 {
+        let x01 = _mm512_shuffle_i32x4::<0b01_00_01_00>(u[j], u[4 + j]);
+        let y01 = _mm512_shuffle_i32x4::<0b01_00_01_00>(u[8 + j], u[12 + j]);
+        let x23 = _mm512_shuffle_i32x4::<0b11_10_11_10>(u[j], u[4 + j]);
+        let y23 = _mm512_shuffle_i32x4::<0b11_10_11_10>(u[8 + j], u[12 + j]);
+        out[j] = _mm512_shuffle_i32x4::<0b10_00_10_00>(x01, y01);
+        out[4 + j] = _mm512_shuffle_i32x4::<0b11_01_11_01>(x01, y01);
+        out[8 + j] = _mm512_shuffle_i32x4::<0b10_00_10_00>(x23, y23);
+        out[12 + j] = _mm512_shuffle_i32x4::<0b11_01_11_01>(x23, y23);
+    }
+    out
+}
+
+/// The `words` (≤ 16) 32-bit words from byte `at` of each lane's block as lines: `out[w]` = word `w` of the 16
+/// lanes (`base` = block of lane 0; lines past `words` are 0 and nothing past them is read).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn block_lines(offs: &[i32; LANES], base: *const u8, at: usize, words: usize) -> [__m512i; 16] {
+    let mask: __mmask16 = if words >= 16 { 0xffff } else { (1u16 << words) - 1 };
+    let mut m = [_mm512_setzero_si512(); 16];
+    for l in 0..LANES {
+        m[l] = _mm512_maskz_loadu_epi32(mask, base.add(offs[l] as usize + at) as *const i32);
+    }
+    transpose16(&m)
+}
+
+/// The u16 at byte `at` of each lane's block, zero-extended (`base` = block of lane 0).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn block_u16(offs: &[i32; LANES], base: *const u8, at: usize) -> __m512i {
+    let mut v = [0u32; LANES];
+    for l in 0..LANES {
+        v[l] = (base.add(offs[l] as usize + at) as *const u16).read_unaligned() as u32;
+    }
+    _mm512_loadu_si512(v.as_ptr() as *const __m512i)
+}
+
+/// The f16 in the low 16 bits of each lane, as f32 bits (`vcvtph2ps`: exact but for a signaling NaN, which comes
+/// out quiet, as the product with the activation scale that always follows makes it anyway).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn f16_lanes(v: __m512i) -> __m512i {
+    _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)))
+}
+
+/// Byte `i` (0..4) of each 32-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn byte(v: __m512i, i: usize) -> __m512i {
+    _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(8 * i as i32)), _mm512_set1_epi32(0xff))
+}
+
+/// Q4_K weight rows `g0..g0 + live` into `group` by 16-lane gathers (the layout of the `*_AT` constants): `qs`
+/// words as they are, the scales and mins unpacked as `tf_quant::q4k_scale_min` (GGML's `get_scale_min_k4`) does.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; rows `g0..g0 + live` of `row_bytes` (whole blocks) lie in `bytes`, `live ≥ 1`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn repack(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
+    assert!((g0 + live) * row_bytes <= bytes.len() && group.len() >= row_bytes / BLOCK * WORDS);
+    let offs = lane_offsets(row_bytes, live);
+    let base = bytes.as_ptr().add(g0 * row_bytes);
+    let (m15, m63, m3) = (_mm512_set1_epi32(15), _mm512_set1_epi32(63), _mm512_set1_epi32(3));
+    for b in 0..row_bytes / BLOCK {
+        let blk = base.add(b * BLOCK);
+        let s = group.as_mut_ptr().add(b * WORDS);
+        let put = |at: usize, v: __m512i| _mm512_storeu_si512(s.add(at) as *mut __m512i, v);
+        // Block words: 0 = d | dmin, 1..4 = the 12 scale bytes, 4..36 = `qs`.
+        let w0 = block_lines(&offs, blk, 0, 16);
+        let w1 = block_lines(&offs, blk, 64, 16);
+        let w2 = block_lines(&offs, blk, 128, 4);
+        put(D_AT, f16_lanes(w0[0]));
+        put(DMIN_AT, f16_lanes(_mm512_srli_epi32::<16>(w0[0])));
+        let (l0, l1, l2) = (w0[1], w0[2], w0[3]);
+        let mut mn = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let (b0, b1, b2) = (byte(l0, j), byte(l1, j), byte(l2, j));
+            put(SC_AT + j * LANES, _mm512_and_si512(b0, m63));
+            mn[j] = _mm512_and_si512(b1, m63);
+            let hi0 = _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(b0), m3));
+            put(SC_AT + (j + 4) * LANES, _mm512_or_si512(_mm512_and_si512(b2, m15), hi0));
+            let hi1 = _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(b1), m3));
+            mn[j + 4] = _mm512_or_si512(_mm512_srli_epi32::<4>(b2), hi1);
+        }
+        for i in 0..4 {
+            put(MN_AT + i * LANES, _mm512_or_si512(mn[2 * i], _mm512_slli_epi32::<16>(mn[2 * i + 1])));
+        }
+        // `qs` word `line` (bytes 32 c + 4 g.. → line 8 c + g) is block word 4 + line.
+        for line in 0..32 {
+            let w = 4 + line;
+            let v = match w / 16 {
+                0 => w0[w % 16],
+                1 => w1[w % 16],
+                _ => w2[w % 16],
+            };
+            put(QS_AT + line * LANES, v);
         }
     }
 }
@@ -121,13 +263,20 @@ fn repack(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u
 /// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked super-blocks, `pairs` `[act.rows][act.nb][4]` words and
 /// `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_rows<const RT: usize>(group: &[u32], act: &ActQ, pairs: &[u32], r0: usize) -> [[f32; LANES]; 4] {
+unsafe fn group_rows<const RT: usize>(
+    group: &[u32],
+    act: &ActQ,
+    pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
     let m4 = _mm512_set1_epi8(0x0f);
     let sign = _mm512_set1_epi32(i32::MIN);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); RT];
     for b in 0..nb {
+        ahead.block(b);
         let p = group.as_ptr().add(b * WORDS);
         // `[RT]` activation blocks of super-block `b`.
         let x: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b));
@@ -201,9 +350,15 @@ pub(super) fn q6k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
     assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q6_K wide kernel");
     SCRATCH.with_borrow_mut(|(group, _)| {
         group.resize(nb * Q6_WORDS, 0);
+        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);
-            repack_q6k(bytes, row_bytes, g0, live, group);
+            // The next group's rows, requested into L2 a slice per super-block while this group's first rows are
+            // computed (the loads of 16 rows at once do not train the hardware prefetchers).
+            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
+            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
+            // SAFETY: as for Q4_K.
+            unsafe { repack_q6k(bytes, row_bytes, g0, live, group) };
             let mut r0 = 0;
             while r0 < rows {
                 let rt = (rows - r0).min(4);
@@ -211,10 +366,10 @@ pub(super) fn q6k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
                 // every row's data (the asserts above).
                 let res: [[f32; LANES]; 4] = unsafe {
                     match rt {
-                        4 => group_rows_q6k::<4>(group, act, r0),
-                        3 => group_rows_q6k::<3>(group, act, r0),
-                        2 => group_rows_q6k::<2>(group, act, r0),
-                        _ => group_rows_q6k::<1>(group, act, r0),
+                        4 => group_rows_q6k::<4>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        3 => group_rows_q6k::<3>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        2 => group_rows_q6k::<2>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
+                        _ => group_rows_q6k::<1>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
                     }
                 };
                 for (r, lanes) in res.iter().enumerate().take(rt) {
@@ -229,30 +384,46 @@ pub(super) fn q6k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c
     });
 }
 
-/// Q6_K weight rows `g0..g0 + live` into `group` (as [`repack`]).
-fn repack_q6k(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
-    for lane in 0..LANES {
-        let row = &bytes[(g0 + lane.min(live - 1)) * row_bytes..][..row_bytes];
-        for (b, blk) in row.chunks_exact(Q6_BLOCK).enumerate() {
-            let s = &mut group[b * Q6_WORDS..(b + 1) * Q6_WORDS];
-            let word = |at: usize| u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"));
-            for h in 0..2 {
-                for g in 0..8 {
-                    let at = Q6_LINES_AT + ((8 * h + g) * 3) * LANES + lane;
-                    s[at] = word(64 * h + 4 * g);
-                    s[at + LANES] = word(64 * h + 32 + 4 * g);
-                    s[at + 2 * LANES] = word(128 + 32 * h + 4 * g);
-                }
+/// Q6_K weight rows `g0..g0 + live` into `group` by 16-lane gathers (as [`repack`]).
+///
+/// # Safety
+/// As [`repack`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn repack_q6k(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
+    assert!((g0 + live) * row_bytes <= bytes.len() && group.len() >= row_bytes / Q6_BLOCK * Q6_WORDS);
+    let offs = lane_offsets(row_bytes, live);
+    let base = bytes.as_ptr().add(g0 * row_bytes);
+    let m16 = _mm512_set1_epi32(0xffff);
+    for b in 0..row_bytes / Q6_BLOCK {
+        let blk = base.add(b * Q6_BLOCK);
+        let s = group.as_mut_ptr().add(b * Q6_WORDS);
+        let put = |at: usize, v: __m512i| _mm512_storeu_si512(s.add(at) as *mut __m512i, v);
+        // Block words 0..32 `ql`, 32..48 `qh`, 48..52 the scales; `d` is the u16 at byte 208.
+        let ql: [[__m512i; 16]; 2] = [block_lines(&offs, blk, 0, 16), block_lines(&offs, blk, 64, 16)];
+        let qh = block_lines(&offs, blk, 128, 16);
+        for h in 0..2 {
+            for g in 0..8 {
+                let at = Q6_LINES_AT + ((8 * h + g) * 3) * LANES;
+                put(at, ql[h][g]);
+                put(at + LANES, ql[h][8 + g]);
+                put(at + 2 * LANES, qh[8 * h + g]);
             }
-            let sc = |j: usize| blk[192 + j] as i8 as i32;
-            for j in 0..16 {
-                s[Q6_SC_AT + j * LANES + lane] = sc(j) as u32;
-            }
-            for i in 0..8 {
-                s[Q6_SCP_AT + i * LANES + lane] = sc(2 * i) as u16 as u32 | (sc(2 * i + 1) as u16 as u32) << 16;
-            }
-            s[Q6_D_AT + lane] = tf_quant::f16_bits_to_f32(u16::from_le_bytes([blk[208], blk[209]])).to_bits();
         }
+        // The 16 i8 scales, sign-extended: scale 4 w + i is byte i of word 48 + w.
+        let sw = block_lines(&offs, blk, 192, 4);
+        let mut sc = [_mm512_setzero_si512(); 16];
+        for w in 0..4 {
+            for i in 0..4 {
+                let up = _mm512_sll_epi32(sw[w], _mm_cvtsi32_si128(24 - 8 * i as i32));
+                sc[4 * w + i] = _mm512_srai_epi32::<24>(up);
+                put(Q6_SC_AT + (4 * w + i) * LANES, sc[4 * w + i]);
+            }
+        }
+        for i in 0..8 {
+            let pair = _mm512_or_si512(_mm512_and_si512(sc[2 * i], m16), _mm512_slli_epi32::<16>(sc[2 * i + 1]));
+            put(Q6_SCP_AT + i * LANES, pair);
+        }
+        put(Q6_D_AT, f16_lanes(block_u16(&offs, blk, 208)));
     }
 }
 
@@ -261,13 +432,14 @@ fn repack_q6k(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mu
 /// # Safety
 /// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked super-blocks and `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_rows_q6k<const RT: usize>(group: &[u32], act: &ActQ, r0: usize) -> [[f32; LANES]; 4] {
+unsafe fn group_rows_q6k<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
     let m4 = _mm512_set1_epi8(0x0f);
     let m30 = _mm512_set1_epi8(0x30);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); RT];
     for b in 0..nb {
+        ahead.block(b);
         let p = group.as_ptr().add(b * Q6_WORDS);
         let x: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b));
         let mut s = [zero; RT];

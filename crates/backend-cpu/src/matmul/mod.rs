@@ -471,7 +471,7 @@ enum Kernel {
     /// The AVX-512 legacy kernels (x86_64 only).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Lanes16(QuantKernel16),
-    /// Q4_K windows of `avx512_wide::MIN_ROWS`+ rows on AVX-512 (x86_64 only): 16 weight rows per register lane
+    /// Q4_K windows of `avx512_wide::min_rows`+ rows on AVX-512 (x86_64 only): 16 weight rows per register lane
     /// group, repacked per call.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     WideQ4K,
@@ -483,7 +483,7 @@ enum Kernel {
 /// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
 fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && rows >= avx512_wide::MIN_ROWS {
+    if isa == Isa::Avx512 && avx512_wide::min_rows(dtype).is_some_and(|m| rows >= m) {
         match dtype {
             DType::Q4K => return Kernel::WideQ4K,
             DType::Q6K => return Kernel::WideQ6K,
