@@ -1,71 +1,60 @@
 // Row and elementwise ops, bit-equal to tf_quant::reference::ops: rms_norm, RoPE rotation, GLU, add, scale,
 // embedding rows, row selection, and the paged KV writes and copies.
 
-// One block of 256 threads per (group g, row r): grid (cols / group, R). Threads 0..15 are dot16's lane
-// accumulators of Σ x² (elements i ≡ lane mod 16, increasing), fed from shared memory that the whole block fills
-// NORM_CHUNK elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / group + eps).
-// w: `group` values of type w_dt.
+// RMSNorm of n consecutive floats x by one block of 256 threads: threads 0..15 are dot16's lane accumulators of
+// Σ x² (elements i ≡ lane mod 16, increasing), fed from shared memory that the whole block fills NORM_CHUNK
+// elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of type w_dt.
+// With ADD, the residual add comes first with exactly the arithmetic of `add`: x_i = x_i + b_i is written back to x
+// and to the shared chunk (the sums are what the norm sees), and the last loop reads the sums back from x.
 #define NORM_CHUNK 4096
-extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
-                                    float* y) {
+template <bool ADD>
+__device__ __forceinline__ void norm_block(float* x, const float* b, int n, const u8* w, int w_dt, float eps,
+                                           float* y) {
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
-    int g = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
-    const float* xg = x + (i64)r * cols + (i64)g * group;
-    float* yg = y + (i64)r * cols + (i64)g * group;
+    int tid = threadIdx.x;
     float acc = 0.0f;
-    for (int c0 = 0; c0 < group; c0 += NORM_CHUNK) {
-        int n = min(NORM_CHUNK, group - c0);
-        for (int i = tid; i < n; i += blockDim.x) xs[i] = xg[c0 + i];
-        __syncthreads();
-        if (tid < 16) {
-            // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
-            for (int i = tid; i < n; i += 16) acc = fmaf(xs[i], xs[i], acc);
-        }
-        __syncthreads();
-    }
-    if (tid < 32) {
-        float ss = tree16(tid < 16 ? acc : 0.0f);
-        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)group + eps);
-    }
-    __syncthreads();
-    float inv = inv_s;
-    for (int i = tid; i < group; i += blockDim.x) yg[i] = (xg[i] * inv) * deq_elem(w_dt, w, i);
-}
-
-// The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =
-// cols. One block of 256 threads per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`:
-// the block writes each sum to a and to the shared chunk, threads 0..15 accumulate Σ s² in the same order, and
-// y_i = (s_i * inv) * w_i reads the sums back. Saves one launch and a read of the row.
-extern "C" __global__ void add_rms_norm(float* a, const float* b, int cols, const u8* w, int w_dt, float eps,
-                                        float* y) {
-    __shared__ float xs[NORM_CHUNK];
-    __shared__ float inv_s;
-    int r = blockIdx.x, tid = threadIdx.x;
-    float* ar = a + (i64)r * cols;
-    const float* br = b + (i64)r * cols;
-    float* yr = y + (i64)r * cols;
-    float acc = 0.0f;
-    for (int c0 = 0; c0 < cols; c0 += NORM_CHUNK) {
-        int n = min(NORM_CHUNK, cols - c0);
-        for (int i = tid; i < n; i += blockDim.x) {
-            float s = ar[c0 + i] + br[c0 + i];
-            ar[c0 + i] = s;
+    for (int c0 = 0; c0 < n; c0 += NORM_CHUNK) {
+        int m = min(NORM_CHUNK, n - c0);
+        for (int i = tid; i < m; i += blockDim.x) {
+            float s = x[c0 + i];
+            if (ADD) {
+                s = s + b[c0 + i];
+                x[c0 + i] = s;
+            }
             xs[i] = s;
         }
         __syncthreads();
         if (tid < 16) {
-            for (int i = tid; i < n; i += 16) acc = fmaf(xs[i], xs[i], acc);
+            // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
+            for (int i = tid; i < m; i += 16) acc = fmaf(xs[i], xs[i], acc);
         }
         __syncthreads();
     }
     if (tid < 32) {
         float ss = tree16(tid < 16 ? acc : 0.0f);
-        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)cols + eps);
+        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)n + eps);
     }
     __syncthreads();
     float inv = inv_s;
-    for (int i = tid; i < cols; i += blockDim.x) yr[i] = (ar[i] * inv) * deq_elem(w_dt, w, i);
+    for (int i = tid; i < n; i += blockDim.x) y[i] = (x[i] * inv) * deq_elem(w_dt, w, i);
+}
+
+// One block of 256 threads per (group g, row r): grid (cols / group, R); the norm of each group of `group` values.
+extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
+                                    float* y) {
+    i64 off = (i64)blockIdx.y * cols + (i64)blockIdx.x * group;
+    // Not written: without ADD norm_block only reads x.
+    norm_block<false>((float*)(x + off), nullptr, group, w, w_dt, eps, y + off);
+}
+
+// The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =
+// cols. One block of 256 threads per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`
+// (norm_block). Saves one launch and a read of the row.
+extern "C" __global__ void add_rms_norm(float* a, const float* b, int cols, const u8* w, int w_dt, float eps,
+                                        float* y) {
+    i64 off = (i64)blockIdx.x * cols;
+    norm_block<true>(a + off, b + off, cols, w, w_dt, eps, y + off);
 }
 
 // RoPE of x [R, cols] in place: thread per (row, head, pair i). cos/sin: [R, half] table rows of each row's
