@@ -112,6 +112,19 @@ __device__ __forceinline__ float ld_w(const u8* row, int i) {
     return bf16_bits_to_f32(((const u16*)row)[i]);
 }
 
+// ld_w through the read-only path without allocating in L1.
+template <int DT>
+__device__ __forceinline__ float ld_w_stream(const u8* row, int i) {
+    if (DT == DT_F32) {
+        float v;
+        asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];" : "=f"(v) : "l"((const float*)row + i));
+        return v;
+    }
+    unsigned short h;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(h) : "l"((const u16*)row + i));
+    return DT == DT_F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+}
+
 template <int DT>
 __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
                              float* y) {
@@ -128,13 +141,17 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
 #pragma unroll
         for (int t = 0; t < FLOAT_GROUP; t++) acc[t] = 0.0f;
         if (nr == 1) {
+            // The weights bypass L1 and the activations they meet are loaded before the first fma (else each fma
+            // waits on its activation's round trip).
             int i = j;
             for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
-                float wv[FLOAT_UNROLL];
+                float wv[FLOAT_UNROLL], xv[FLOAT_UNROLL];
 #pragma unroll
-                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
+                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w_stream<DT>(wr, i + 16 * u);
 #pragma unroll
-                for (int u = 0; u < FLOAT_UNROLL; u++) acc[0] = fmaf(xr[i + 16 * u], wv[u], acc[0]);
+                for (int u = 0; u < FLOAT_UNROLL; u++) xv[u] = xr[i + 16 * u];
+#pragma unroll
+                for (int u = 0; u < FLOAT_UNROLL; u++) acc[0] = fmaf(xv[u], wv[u], acc[0]);
             }
             for (; i < K; i += 16) acc[0] = fmaf(xr[i], ld_w<DT>(wr, i), acc[0]);
         } else {
