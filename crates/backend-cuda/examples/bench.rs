@@ -6,7 +6,9 @@
 //! f32), PRECISION `checkpoint` | `full`, ARITHMETIC `portable` | `tensor`. The weights are `tf_loader::dummy` (what `tensorfold --load-format dummy` loads), seed 0.
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them), and for
-//! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s).
+//! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s), in the portable arithmetic for both
+//! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=1` loads the model's float matrices interleaved
+//! (`CudaWeight::interleaved`), for an A/B of whole steps.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -222,8 +224,11 @@ impl Backend for Timed<'_> {
 }
 
 /// The gate/up (`[inter, hidden]`) and down (`[hidden, inter]`) matmuls alone, random weights of `dtype`, at 1 to
-/// 2048 rows: median of 10 synchronized calls after 2 warm-ups.
-fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize) {
+/// 2048 rows: median of 10 synchronized calls after 2 warm-ups. In the portable arithmetic, for the weight stored
+/// unpermuted and interleaved (`CudaWeight::interleaved`), then one row by GPU time (events, median of 20) for each
+/// layout and for the interleaved kernel's block widths. `interleave`: the model's setting, restored.
+fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize, interleave: bool) {
+    let layouts: &[bool] = if be.arithmetic() == Arithmetic::Portable { &[false, true] } else { &[false] };
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
         x ^= x << 13;
@@ -244,32 +249,72 @@ fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize) {
             })
             .collect();
         let info = TensorInfo { name: "w".into(), dtype, shape: vec![n as u64, k as u64] };
-        let w = be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"));
-        let mut parts = Vec::new();
-        for rows in [1usize, 16, 64, 256, 2048] {
-            let host: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-            let xd = be.select_rows(&Tensor::host(rows, k, host), &(0..rows).collect::<Vec<_>>());
+        let x1: Vec<f32> = (0..k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+        let x1 = be.select_rows(&Tensor::host(1, k, x1), &[0]);
+        let gpu_us = |w: &Weight| {
             let mut times = Vec::new();
-            for i in 0..12 {
+            for i in 0..23 {
+                let a = be.mark();
+                let y = be.matmul(&x1, w, None);
+                let b = be.mark();
                 be.synchronize();
-                let t = Instant::now();
-                let y = be.matmul(&xd, &w, None);
-                be.synchronize();
-                if i >= 2 {
-                    times.push(t.elapsed().as_secs_f64());
+                if i >= 3 {
+                    times.push(be.elapsed_ms(&a, &b) as f64 * 1e3);
                 }
                 drop(y);
             }
-            let s = median(times);
-            parts.push(format!(
-                "{rows} rows {:.3} ms = {:.1} TFLOP/s, {:.0} GB/s",
-                s * 1e3,
-                2.0 * (rows * n * k) as f64 / s / 1e12,
-                (2 * n * k) as f64 / s / 1e9
-            ));
+            let us = median(times);
+            format!("{us:.1} µs = {:.0} GB/s", (2 * n * k) as f64 / us / 1e3)
+        };
+        let mut one = Vec::new();
+        for &il in layouts {
+            be.set_float_tuning(il, 0);
+            let w = be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"));
+            let layout = if !layouts.contains(&true) {
+                ""
+            } else if il {
+                " interleaved"
+            } else {
+                " unpermuted"
+            };
+            let mut parts = Vec::new();
+            for rows in [1usize, 16, 64, 256, 2048] {
+                let host: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+                let xd = be.select_rows(&Tensor::host(rows, k, host), &(0..rows).collect::<Vec<_>>());
+                let mut times = Vec::new();
+                for i in 0..12 {
+                    be.synchronize();
+                    let t = Instant::now();
+                    let y = be.matmul(&xd, &w, None);
+                    be.synchronize();
+                    if i >= 2 {
+                        times.push(t.elapsed().as_secs_f64());
+                    }
+                    drop(y);
+                }
+                let s = median(times);
+                parts.push(format!(
+                    "{rows} rows {:.3} ms = {:.1} TFLOP/s, {:.0} GB/s",
+                    s * 1e3,
+                    2.0 * (rows * n * k) as f64 / s / 1e12,
+                    (2 * n * k) as f64 / s / 1e9
+                ));
+            }
+            println!("  matmul {what} [{n}, {k}] {dtype}{layout}: {}", parts.join(" | "));
+            if !il {
+                one.push(format!("unpermuted {}", gpu_us(&w)));
+                continue;
+            }
+            one.push(format!("interleaved (by shape) {}", gpu_us(&w)));
+            for cols in [2, 8, 16] {
+                be.set_float_tuning(true, cols);
+                one.push(format!("{cols} cols {}", gpu_us(&w)));
+            }
+            be.set_float_tuning(true, 0);
         }
-        println!("  matmul {what} [{n}, {k}] {dtype}: {}", parts.join(" | "));
+        println!("  matmul {what} [{n}, {k}] {dtype} 1 row, GPU time: {}", one.join(" | "));
     }
+    be.set_float_tuning(interleave, 0);
 }
 
 /// Attention alone (GPU time between events, median of 20 after 3 warm-ups) for 1 row and a 16-row window at
@@ -339,6 +384,9 @@ fn main() {
     let src = DummyWeights::new(&cfg, dtype, 0).unwrap_or_else(|e| panic!("{e}"));
     let gen_s = t.elapsed().as_secs_f64();
     let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("{e}"));
+    // TF_CUDA_INTERLEAVE=1: the model's float matrices interleaved (the backend's default is unpermuted).
+    let interleave = std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "1");
+    be.set_float_tuning(interleave, 0);
     let t = Instant::now();
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     be.synchronize();
@@ -347,9 +395,10 @@ fn main() {
     let mut kv = be.alloc_kv(model.kv_spec(128, BLOCK)).expect("kv");
     let gb = src.total_bytes() as f64 / 1e9;
     println!(
-        "# {shape_name} {dtype} {} on {}: {gb:.2} GB of weights (random), generated {gen_s:.1} s, uploaded {load_s:.1} s",
+        "# {shape_name} {dtype} {} on {}: {gb:.2} GB of weights (random), generated {gen_s:.1} s, uploaded {load_s:.1} s{}",
         precision.name(),
-        be.describe()
+        be.describe(),
+        if interleave { ", float matrices interleaved (TF_CUDA_INTERLEAVE=1)" } else { "" }
     );
     if std::env::var_os("TF_BENCH_DECODE_ONLY").is_some() {
         // For a profiler: a 64-row prefill, then 100 one-row steps and nothing else.
@@ -362,7 +411,7 @@ fn main() {
         return;
     }
     if matches!(dtype, DType::BF16 | DType::F16) {
-        matmul_rates(&be, dtype, shape.1, shape.2);
+        matmul_rates(&be, dtype, shape.1, shape.2, interleave);
     }
     attention_rates(&be, shape.4, shape.5);
     let prefill = step(&be, model.as_ref(), &mut kv, &table, 0..64);

@@ -31,6 +31,8 @@ typedef unsigned long long u64;
 #define DT_Q5K 12
 #define DT_Q6K 13
 #define DT_Q8K 14
+// Added to a float tag (`CudaWeight::tag`) when the weight's rows are interleaved (il_index below).
+#define DT_INTERLEAVED 256
 
 __device__ __forceinline__ u32 ld_u16(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8); }
 __device__ __forceinline__ u32 ld_u32(const u8* p) {
@@ -182,8 +184,23 @@ __device__ __forceinline__ int q6k_q(const u8* b, int e) {
     return (low | (high << 4)) - 32;
 }
 
-// Element `i` of a row stored as `dt` starting at `row`.
+// Interleaved float weights (`CudaWeight::interleaved`, the portable arithmetic's layout for float matrices whose
+// rows are whole blocks of 16·EPV elements, EPV = 16 bytes / element size: 8 for F16/BF16, 4 for F32): within each
+// block of 16·EPV elements, lane chain j's EPV elements (logical 16t + j, t = 0..EPV-1) are stored contiguously as
+// the j-th 16-byte vector, physical[16·EPV·b + EPV·j + t] = logical[16·EPV·b + 16t + j]. Rows are whole blocks, so
+// the map applies to an index into the whole tensor as well as to an index into one row. The physical index of
+// logical element i:
+__device__ __forceinline__ int il_index(int i, int epv) {
+    int blk = 16 * epv;
+    return i - i % blk + (i % 16) * epv + (i % blk) / 16;
+}
+
+// Element `i` of a row stored as `dt` starting at `row` (a float tag plus DT_INTERLEAVED reads through il_index).
 __device__ float deq_elem(int dt, const u8* row, int i) {
+    if (dt & DT_INTERLEAVED) {
+        dt &= ~DT_INTERLEAVED;
+        i = il_index(i, dt == DT_F32 ? 4 : 8);
+    }
     if (dt == DT_F32) return __uint_as_float(ld_u32(row + 4 * i));
     if (dt == DT_F16) return ld_f16(row + 2 * i);
     if (dt == DT_BF16) return bf16_bits_to_f32(ld_u16(row + 2 * i));

@@ -142,7 +142,7 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
         for (int t = 0; t < FLOAT_GROUP; t++) acc[t] = 0.0f;
         if (nr == 1) {
             // The weights bypass L1 and the activations they meet are loaded before the first fma (else each fma
-            // waits on its activation's round trip).
+            // waits on its activation's round trip; see the interleaved kernels below).
             int i = j;
             for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
                 float wv[FLOAT_UNROLL], xv[FLOAT_UNROLL];
@@ -200,6 +200,199 @@ extern "C" __global__ void matmul_f16w(const float* x, int R, int K, const u8* w
 extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                         int bias_dt, float* y) {
     matmul_float<DT_BF16>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+// ---- interleaved float weights (il_index in common.cu) -----------------------------------------------------------
+
+// The arithmetic of matmul_float (lane j of a half-warp is dot16's lane accumulator j, its fma chain over k = j,
+// j + 16, ... in increasing order, then tree16) on rows stored interleaved: one 16-byte load gives lane j the next
+// EPV elements of its own chain (logical 16·EPV·b + 16t + j, t = 0..EPV-1), and a half-warp's 16 loads of block b
+// are one contiguous 256-byte segment. Activations are read at the logical indices. Needs K a multiple of 16·EPV.
+// Opt-in (TF_CUDA_INTERLEAVE=1, src/backend.rs): on the H200 one row runs ~25% faster than matmul_float (decode
+// step 1.5B 3.35 -> 2.54 ms, 7B 7.23 -> 5.47 ms) but row groups ~2x slower (16-row window 12.7 -> 22.0 ms), and
+// why `_ilg` trails matmul_float's identical loop is not yet known (docs/perf-notes.md, issue 8).
+//
+// Two kernels per weight type with the same fma sequence per output: `_il1` for one row (the decode step) and
+// `_ilg` for any number of rows. They are separate entry points only because registers are allotted per kernel:
+// the one-row kernel holds a batch of activations in registers, the row-group kernel 16 accumulators. Which one
+// runs changes no output's bits (the device tests compare a row alone with the same row in windows of 2..256
+// rows). The block is blockDim.x / 16 columns wide, chosen by N on the host; grid (ceil(N / cols),
+// ceil(R / FLOAT_ROWS)).
+//
+// One row: each thread issues IL_DEPTH weight vectors (IL_DEPTH·EPV chain elements) and then the activations
+// they meet, all before the first fma of the batch. Weight loads bypass L1 (read once per step); the activations
+// (re-read by every column) stay cached there. Loading the activations ahead is what pays: with them read next
+// to each fma the chain waited on an L1/L2 round trip per element, and long rows (K = 8960, 18944) ran at
+// 0.8-1.0 TB/s.
+#define IL_DEPTH 8
+// Row groups: IL_GROUP_DEPTH vectors per batch, full batches unpredicated (as matmul_float's FLOAT_UNROLL), then
+// the remaining vectors one at a time.
+#define IL_GROUP_DEPTH 4
+
+// Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
+template <int DT>
+__device__ __forceinline__ float vec_elem(const uint4& v, int e) {
+    if (DT == DT_F32) {
+        u32 w = e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+        return __uint_as_float(w);
+    }
+    int m = e >> 1;
+    u32 w = m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w;
+    u32 h = (e & 1) ? (w >> 16) : (w & 0xffffu);
+    if (DT == DT_F16) return f16_bits_to_f32(h);
+    return bf16_bits_to_f32(h);
+}
+
+// A 16-byte weight load through the read-only path, not allocated in L1.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// ONE: the one-row kernel (R == 1), else the row-group kernel.
+template <int DT, bool ONE>
+__device__ __forceinline__ void matmul_float_il(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                                int bias_dt, float* y) {
+    const int EPV = DT == DT_F32 ? 4 : 8;
+    const int BLK = 16 * EPV;
+    int half = threadIdx.x / 16, j = threadIdx.x % 16;
+    int n = blockIdx.x * (blockDim.x / 16) + half;
+    bool live = n < N;
+    int nn = live ? n : N - 1;
+    // Lane j's vector of block b: wq[16 b].
+    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
+    int nb = K / BLK;
+    if (ONE) {
+        const float* xr = x + j;
+        float acc = 0.0f;
+        for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
+            uint4 v[IL_DEPTH];
+#pragma unroll
+            for (int u = 0; u < IL_DEPTH; u++) {
+                if (b0 + u < nb) v[u] = ld_stream(wq + 16 * (b0 + u));
+            }
+            float xv[IL_DEPTH][EPV];
+#pragma unroll
+            for (int u = 0; u < IL_DEPTH; u++) {
+#pragma unroll
+                for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < IL_DEPTH; u++) {
+                if (b0 + u < nb) {
+#pragma unroll
+                    for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
+                }
+            }
+        }
+        float s = tree16(acc);
+        if (live && j == 0) {
+            if (bias) s = s + deq_elem(bias_dt, bias, n);
+            y[n] = s;
+        }
+        return;
+    }
+    int rend = min(R, (int)(blockIdx.y + 1) * FLOAT_ROWS);
+    for (int r0 = blockIdx.y * FLOAT_ROWS; r0 < rend; r0 += FLOAT_GROUP) {
+        int nr = min(FLOAT_GROUP, rend - r0);
+        const float* xr = x + (i64)r0 * K + j;
+        float acc[FLOAT_GROUP];
+#pragma unroll
+        for (int t = 0; t < FLOAT_GROUP; t++) acc[t] = 0.0f;
+        // matmul_float's loop (FLOAT_UNROLL = IL_GROUP_DEPTH·EPV chain elements per batch, element u of the
+        // batch at i + 16u) with the batch's weights from IL_GROUP_DEPTH vector loads.
+        int i = 0;
+        int b = 0;
+        for (; b + IL_GROUP_DEPTH <= nb; b += IL_GROUP_DEPTH, i += IL_GROUP_DEPTH * BLK) {
+            uint4 v[IL_GROUP_DEPTH];
+#pragma unroll
+            for (int u = 0; u < IL_GROUP_DEPTH; u++) v[u] = wq[16 * (b + u)];
+            float wv[IL_GROUP_DEPTH * EPV];
+#pragma unroll
+            for (int u = 0; u < IL_GROUP_DEPTH * EPV; u++) wv[u] = vec_elem<DT>(v[u / EPV], u % EPV);
+#pragma unroll
+            for (int u = 0; u < IL_GROUP_DEPTH * EPV; u++) {
+#pragma unroll
+                for (int t = 0; t < FLOAT_GROUP; t++) {
+                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * u], wv[u], acc[t]);
+                }
+            }
+        }
+        for (; b < nb; b++, i += BLK) {
+            uint4 v = wq[16 * b];
+#pragma unroll
+            for (int e = 0; e < EPV; e++) {
+                float wv = vec_elem<DT>(v, e);
+#pragma unroll
+                for (int t = 0; t < FLOAT_GROUP; t++) {
+                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * e], wv, acc[t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < FLOAT_GROUP; t++) {
+            float s = tree16(acc[t]);
+            if (live && j == 0 && t < nr) {
+                if (bias) s = s + deq_elem(bias_dt, bias, n);
+                y[(i64)(r0 + t) * N + n] = s;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void matmul_f32w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                           int bias_dt, float* y) {
+    matmul_float_il<DT_F32, true>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_f32w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                           int bias_dt, float* y) {
+    matmul_float_il<DT_F32, false>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_f16w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                           int bias_dt, float* y) {
+    matmul_float_il<DT_F16, true>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_f16w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                           int bias_dt, float* y) {
+    matmul_float_il<DT_F16, false>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_bf16w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                            int bias_dt, float* y) {
+    matmul_float_il<DT_BF16, true>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+extern "C" __global__ void matmul_bf16w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                            int bias_dt, float* y) {
+    matmul_float_il<DT_BF16, false>(x, R, K, w, N, bias, bias_dt, y);
+}
+
+// Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv
+// bytes each); thread j of each half-warp reads lane j's elements 16t + j of its block, the half-warp syncs, and
+// the thread writes them as the block's j-th 16-byte vector. grid (ceil(16 nblk / 256)), 256 threads.
+extern "C" __global__ void interleave_rows(u8* w, i64 nblk, int epv) {
+    i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    i64 b = g / 16;
+    int j = (int)(g % 16);
+    bool live = b < nblk;
+    u32 v[4] = {0u, 0u, 0u, 0u};
+    if (live) {
+        if (epv == 4) {
+            const u32* src = (const u32*)(w + b * 256);
+            for (int t = 0; t < 4; t++) v[t] = src[16 * t + j];
+        } else {
+            const u16* src = (const u16*)(w + b * 256);
+            for (int t = 0; t < 8; t++) v[t / 2] |= (u32)src[16 * t + j] << (16 * (t % 2));
+        }
+    }
+    __syncwarp();
+    if (live) ((uint4*)(w + b * 256))[j] = make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 // ---- checkpoint precision: per-block integer dots folded in block order -----------------------------------------

@@ -97,12 +97,13 @@ extern "C" __global__ void scale(float* x, i64 n, float s) {
     if (i < n) x[i] = x[i] * s;
 }
 
-// out [R, hidden] = rows ids[r] of table [vocab, hidden] (type dt), dequantized.
+// out [R, hidden] = rows ids[r] of table [vocab, hidden] (tag dt), dequantized.
 extern "C" __global__ void embed(const u8* table, int dt, int hidden, const u32* ids, int R, float* out) {
     i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)R * hidden) return;
     int r = (int)(idx / hidden), c = (int)(idx % hidden);
-    i64 row_bytes = (i64)(hidden / block_elems(dt)) * block_bytes(dt);
+    int base = dt & ~DT_INTERLEAVED;  // an interleaved table (tied to a matmul) is read through il_index
+    i64 row_bytes = (i64)(hidden / block_elems(base)) * block_bytes(base);
     out[idx] = deq_elem(dt, table + (i64)ids[r] * row_bytes, c);
 }
 

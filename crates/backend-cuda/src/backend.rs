@@ -4,12 +4,13 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, dtype_code, elementwise_grid, matmul_float_grid, matmul_full_grid, matmul_quant_grid, mma_launch,
-    ATTN_THREADS, MAX_HEAD_DIM, MMA_CHUNK,
+    attn_chunks, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid, matmul_full_grid,
+    matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_THREADS, DT_INTERLEAVED, FULL_COLS, MAX_HEAD_DIM, MMA_CHUNK,
 };
 use crate::graph::Mode;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
@@ -23,15 +24,34 @@ pub struct CudaTensor {
     pub buf: Buf,
 }
 
-/// A weight on the device in its checkpoint format: `[out, in]` (or a vector `[n]`), raw GGUF blocks.
+/// A weight on the device in its checkpoint format: `[out, in]` (or a vector `[n]`), raw GGUF blocks; float
+/// matrices of the portable arithmetic may be stored interleaved instead (`interleaved`).
 pub struct CudaWeight {
     pub dtype: DType,
     /// The kernels' tag of `dtype`.
     pub code: i32,
     pub out_dim: usize,
     pub in_dim: usize,
-    /// `[out * row_bytes]` raw little-endian bytes.
+    /// `[out * row_bytes]` raw little-endian bytes, in the checkpoint's element order unless `interleaved`.
     pub buf: Buf,
+    /// The elements of each block of [`interleave_block`] elements are permuted so that each of dot16's 16 lane
+    /// chains is contiguous (`il_index` in kernels/common.cu): set at upload when interleaving is on
+    /// (`TF_CUDA_INTERLEAVE=1`; off by default), in the portable arithmetic only, for F32/F16/BF16 tensors of two
+    /// or more dimensions whose rows are whole blocks. Every kernel reading such a weight reads through the map:
+    /// the matmul's `_il*` kernels by construction, the others by [`Self::tag`].
+    pub interleaved: bool,
+}
+
+impl CudaWeight {
+    /// The tag that kernels reading single elements (`deq_elem`: embedding rows, norm weights, biases) take:
+    /// `code`, plus `DT_INTERLEAVED` for an interleaved weight.
+    pub fn tag(&self) -> i32 {
+        if self.interleaved {
+            self.code | DT_INTERLEAVED
+        } else {
+            self.code
+        }
+    }
 }
 
 /// The paged KV store: K and V each `[layers, slots, kv_heads * head_dim]` f32.
@@ -66,6 +86,17 @@ pub struct CudaBackend {
     graph: Mutex<Option<Captured>>,
     /// Graph forwards that captured a graph, and that replayed one.
     graph_counts: Mutex<(usize, usize)>,
+    /// The float-weight layout switch and block-width override ([`CudaBackend::set_float_tuning`]).
+    tune: FloatTuning,
+}
+
+/// Choices of the float matmuls that change no output's bits: the weight layout and the interleaved block width.
+#[derive(Default)]
+struct FloatTuning {
+    /// Upload float matrices unpermuted even in the portable arithmetic.
+    no_interleave: AtomicBool,
+    /// Columns per block of the interleaved kernels (0: [`il_cols`]).
+    cols: AtomicU32,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -156,7 +187,24 @@ impl CudaBackend {
             uploads: Mutex::new(Uploads::default()),
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
+            tune: FloatTuning {
+                // Off unless TF_CUDA_INTERLEAVE=1: interleaved rows make one-row steps ~25% faster but row groups
+                // (windows, prefill) ~2x slower than matmul_f*w's (docs/perf-notes.md, issue 8).
+                no_interleave: AtomicBool::new(!std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "1")),
+                ..FloatTuning::default()
+            },
         })
+    }
+
+    /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on with
+    /// `TF_CUDA_INTERLEAVE=1`, else off), and the columns per block of the interleaved kernels (a power of two in
+    /// 2..=64, 0 = by shape), for tests and measurements. The arithmetic of every output stays the same.
+    #[doc(hidden)]
+    pub fn set_float_tuning(&self, interleave: bool, cols: u32) {
+        // Whole warps per block (the reduction tree shuffles across all 32 lanes).
+        assert!(cols == 0 || (cols.is_power_of_two() && (2..=64).contains(&cols)), "columns per block {cols}");
+        self.tune.no_interleave.store(!interleave, Ordering::Relaxed);
+        self.tune.cols.store(cols, Ordering::Relaxed);
     }
 
     /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
@@ -351,7 +399,7 @@ impl CudaBackend {
             Some(b) => {
                 let cb = weight(b);
                 assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
-                (cb.buf.ptr, cb.code)
+                (cb.buf.ptr, cb.tag())
             }
             None => (0, 0),
         };
@@ -399,6 +447,35 @@ impl CudaBackend {
                 // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
                 // their arithmetic.
                 let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
+                self.gpu
+                    .launch(kernel)
+                    .ptr(xb)
+                    .i32(rows)
+                    .i32(k)
+                    .ptr(&cw.buf)
+                    .i32(n)
+                    .addr(bias_ptr)
+                    .int(bias_code)
+                    .ptr(&out)
+                    .go(grid, blk);
+            }
+            None if cw.interleaved => {
+                // One row: the one-row kernel; else the row-group kernel. The same fma sequence per output either
+                // way (kernels/matmul.cu).
+                let cols = match self.tune.cols.load(Ordering::Relaxed) {
+                    0 if rows == 1 => il_cols(n),
+                    0 => FULL_COLS,
+                    c => c,
+                };
+                let kernel = match (cw.dtype, rows) {
+                    (DType::F32, 1) => "matmul_f32w_il1",
+                    (DType::F32, _) => "matmul_f32w_ilg",
+                    (DType::F16, 1) => "matmul_f16w_il1",
+                    (DType::F16, _) => "matmul_f16w_ilg",
+                    (_, 1) => "matmul_bf16w_il1",
+                    _ => "matmul_bf16w_ilg",
+                };
+                let (grid, blk) = matmul_il_grid(rows, n, cols);
                 self.gpu
                     .launch(kernel)
                     .ptr(xb)
@@ -480,7 +557,20 @@ impl Backend for CudaBackend {
             return Err(err(format!("expected {total} bytes, got {}", bytes.len())));
         }
         let buf = self.gpu.upload(bytes)?;
-        let w = CudaWeight { dtype, code, out_dim, in_dim, buf };
+        // Float matrices of the portable arithmetic, when interleaving is on: permuted in place on the device
+        // (kernels/matmul.cu, interleave_rows). The tensor arithmetic's kernels read the checkpoint order, so
+        // nothing is permuted there.
+        let interleaved = self.arithmetic == Arithmetic::Portable
+            && !self.tune.no_interleave.load(Ordering::Relaxed)
+            && shape.len() >= 2
+            && interleave_block(dtype).is_some_and(|b| in_dim.is_multiple_of(b) && in_dim > 0 && out_dim > 0);
+        if interleaved {
+            let nblk = bytes.len() / 256;
+            let (g, b) = elementwise_grid(16 * nblk);
+            let epv = 16 / dtype.block_bytes();
+            self.gpu.launch("interleave_rows").ptr(&buf).i64(nblk).int(epv as i32).go(g, b);
+        }
+        let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved };
         Ok(Weight { name: info.name.clone(), dtype, shape, storage: Arc::new(w) })
     }
 
@@ -504,7 +594,7 @@ impl Backend for CudaBackend {
         if !ids.is_empty() {
             let idb = self.upload_or_panic(u32_bytes(ids));
             let (g, b) = elementwise_grid(ids.len() * hidden);
-            self.gpu.launch("embed").ptr(&t.buf).int(t.code).i32(hidden).ptr(&idb).i32(ids.len()).ptr(&out).go(g, b);
+            self.gpu.launch("embed").ptr(&t.buf).int(t.tag()).i32(hidden).ptr(&idb).i32(ids.len()).ptr(&out).go(g, b);
         }
         self.tensor(ids.len(), hidden, out)
     }
@@ -527,7 +617,7 @@ impl Backend for CudaBackend {
                 .i32(x.cols)
                 .i32(group)
                 .ptr(&cw.buf)
-                .int(cw.code)
+                .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
                 .go(((x.cols / group) as u32, x.rows as u32, 1), (256, 1, 1));
@@ -790,7 +880,7 @@ impl Backend for CudaBackend {
                 .ptr(bb)
                 .i32(cols)
                 .ptr(&cw.buf)
-                .int(cw.code)
+                .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
                 .go((rows as u32, 1, 1), (256, 1, 1));

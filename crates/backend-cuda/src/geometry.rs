@@ -14,12 +14,19 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 22] = [
+pub const KERNELS: [&str; 29] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
     "matmul_f16w",
     "matmul_bf16w",
+    "matmul_f32w_il1",
+    "matmul_f32w_ilg",
+    "matmul_f16w_il1",
+    "matmul_f16w_ilg",
+    "matmul_bf16w_il1",
+    "matmul_bf16w_ilg",
+    "interleave_rows",
     "matmul_quant",
     "rms_norm",
     "add_rms_norm",
@@ -70,6 +77,39 @@ pub fn dtype_code(dtype: DType) -> Option<i32> {
         DType::Q8K => 14,
         _ => return None,
     })
+}
+
+/// Added to a float weight's tag when its rows are interleaved (`DT_INTERLEAVED` in kernels/common.cu).
+pub const DT_INTERLEAVED: i32 = 256;
+
+/// Elements per interleaved block of a float weight type (16 lanes × one 16-byte vector each: 128 for F16 and
+/// BF16, 64 for F32), or `None` for types that are never interleaved.
+pub fn interleave_block(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::F32 => Some(64),
+        DType::F16 | DType::BF16 => Some(128),
+        _ => None,
+    }
+}
+
+/// Where logical element `i` of an interleaved tensor with blocks of `block` elements is stored (`il_index` in
+/// kernels/common.cu): within each block, lane j's elements `16t + j` become the j-th run of `block / 16`.
+pub fn il_index(i: usize, block: usize) -> usize {
+    let epv = block / 16;
+    i - i % block + (i % 16) * epv + (i % block) / 16
+}
+
+/// Output columns per block of the one-row interleaved kernels for `n` outputs (a half-warp per column). Measured on
+/// the H200 (one row, BF16, docs/perf-notes.md): 2, 4, 8 and 16 are within run-to-run noise (about ±8%) of each
+/// other for the four MLP shapes of Qwen2.5 1.5B and 7B. Chosen by shape (here: fixed), never by row count; row
+/// groups use `FULL_COLS` as matmul_float does.
+pub fn il_cols(_n: usize) -> u32 {
+    4
+}
+
+/// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
+pub fn matmul_il_grid(rows: usize, n: usize, cols: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.div_ceil(cols as usize) as u32, rows.div_ceil(FLOAT_ROWS as usize) as u32, 1), (16 * cols, 1, 1))
 }
 
 /// Rows per group of `matmul_full` (`FULL_ROWS` in kernels/matmul.cu) and of `matmul_quant` (`QUANT_ROWS`).
@@ -208,6 +248,38 @@ mod tests {
             assert!(tf_quant::is_supported(d), "{d}");
         }
         assert_eq!(dtype_code(DType::I32), None);
+        assert!(common.contains(&format!("#define DT_INTERLEAVED {DT_INTERLEAVED}\n")));
+        assert!(DT_INTERLEAVED > 14 && DT_INTERLEAVED.count_ones() == 1);
+    }
+
+    #[test]
+    fn interleaving_is_the_lane_chain_permutation() {
+        for (dtype, block) in [(DType::F32, 64), (DType::F16, 128), (DType::BF16, 128)] {
+            assert_eq!(interleave_block(dtype), Some(block));
+            let epv = block / 16;
+            // physical[block·b + epv·j + t] = logical[block·b + 16t + j], over three blocks.
+            let mut seen = vec![false; 3 * block];
+            for b in 0..3 {
+                for j in 0..16 {
+                    for t in 0..epv {
+                        let logical = block * b + 16 * t + j;
+                        let physical = il_index(logical, block);
+                        assert_eq!(physical, block * b + epv * j + t, "{dtype} element {logical}");
+                        assert!(!seen[physical]);
+                        seen[physical] = true;
+                    }
+                }
+            }
+            // Lane j's chain (k = j, j + 16, ...) is contiguous in runs of epv.
+            for j in 0..16 {
+                let chain: Vec<usize> = (j..3 * block).step_by(16).map(|k| il_index(k, block)).collect();
+                for w in chain.chunks(epv) {
+                    assert!(w.windows(2).all(|p| p[1] == p[0] + 1), "{dtype} lane {j}: {w:?}");
+                    assert_eq!(w[0] % epv, 0);
+                }
+            }
+        }
+        assert_eq!(interleave_block(DType::Q8_0), None);
     }
 
     #[test]
@@ -277,6 +349,11 @@ mod tests {
             assert!(g.0 as usize * FULL_COLS as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);
             let (g, _) = matmul_quant_grid(rows, n);
             assert!(g.0 as usize == n && g.1 as usize * QUANT_ROWS as usize >= rows);
+            for cols in [il_cols(n), 2, 4, 8, 16] {
+                let (g, b) = matmul_il_grid(rows, n, cols);
+                assert!(g.0 as usize * cols as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);
+                assert_eq!(b.0, 16 * cols);
+            }
         }
         for (rows, n) in [(1, 1), (16, 1536), (17, 9), (256, 8960), (3, 151936)] {
             for f16 in [false, true] {

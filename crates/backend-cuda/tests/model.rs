@@ -211,6 +211,16 @@ fn tiny_llama_f32_both_precisions() {
     check("llama", None, Precision::Full);
 }
 
+/// The portable arithmetic on the llama re-encoded to BF16 and F16. With `TF_CUDA_INTERLEAVE=1` float matrices whose
+/// rows are whole 128-element blocks (the MLP down-projection) are stored interleaved, the rest unpermuted (and the
+/// f32 fixtures interleave every matrix with rows of 64 elements, the gemma3 one including its tied embedding).
+#[test]
+fn tiny_llama_bf16_and_f16_portable() {
+    for q in [DType::BF16, DType::F16] {
+        check("llama", Some(q), Precision::Full);
+    }
+}
+
 #[test]
 fn tiny_llama_q8_0_and_q4_0_checkpoint_and_full() {
     for q in [DType::Q8_0, DType::Q4_0] {

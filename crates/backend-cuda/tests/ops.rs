@@ -469,3 +469,98 @@ fn add_rms_norm_equals_add_then_rms_norm() {
         same(&g.to_host(&y), &want, "add_rms_norm: host delta, output");
     }
 }
+
+fn interleaved(w: &Weight) -> bool {
+    w.storage.downcast_ref::<tf_backend_cuda::CudaWeight>().expect("a CUDA weight").interleaved
+}
+
+/// Float matrices stored interleaved (the portable arithmetic's opt-in layout for rows of whole 64/128-element blocks)
+/// against the CPU bit for bit, and row-exact, at 1, 7, 16, 33 and 64 rows: row lengths that are whole blocks
+/// (block counts 1, 5, 11, 12, 17 and 19: partial and whole batches of the one-row kernel's 8 vectors and the row
+/// groups' 4) and that are not (those stay unpermuted), N not a multiple of the block width, with 1-D and 2-D
+/// (interleaved) biases. A wrong map in the upload or in any reader gives other sums (the lane chains would
+/// accumulate other elements, or in another order).
+#[test]
+fn interleaved_float_weights_match_the_cpu() {
+    let (mut rng, _g) = rng();
+    let counts = [1usize, 7, 16, 33, 64];
+    let cases: [(DType, usize, usize, Precision); 10] = [
+        (DType::BF16, 75, 1408, Precision::Full),
+        (DType::BF16, 256, 2176, Precision::Full),
+        (DType::BF16, 2100, 1536, Precision::Full),
+        (DType::BF16, 4200, 1408, Precision::Full),
+        (DType::BF16, 75, 200, Precision::Full),
+        (DType::F16, 4200, 640, Precision::Checkpoint),
+        (DType::F16, 33, 96, Precision::Full),
+        (DType::F32, 75, 64 * 19, Precision::Full),
+        (DType::F32, 256, 96, Precision::Checkpoint),
+        (DType::BF16, 75, 128, Precision::Checkpoint),
+    ];
+    let (gf, gc, cf, cc) =
+        (gpu(Precision::Full), gpu(Precision::Checkpoint), cpu(Precision::Full), cpu(Precision::Checkpoint));
+    // Interleaving is off by default (TF_CUDA_INTERLEAVE=1 turns it on): on for these two backends.
+    gf.set_float_tuning(true, 0);
+    gc.set_float_tuning(true, 0);
+    for (dtype, n, k, precision) in cases {
+        let (g, c): (&dyn Backend, &dyn Backend) = if precision == Precision::Full { (&gf, &cf) } else { (&gc, &cc) };
+        let block = if dtype == DType::F32 { 64 } else { 128 };
+        let what = format!("{dtype} [{n}, {k}] {}", precision.name());
+        let w = random_weight(dtype, n, k, &mut rng);
+        let (wg, wc) = (up(g, "w", dtype, &[n, k], &w), up(c, "w", dtype, &[n, k], &w));
+        assert_eq!(interleaved(&wg), k % block == 0, "{what}: layout");
+        // A bias as a vector, or (N a whole number of blocks) as a [1, N] matrix, which is interleaved too.
+        let bias = values(&mut rng, n, 1.0);
+        let bshape: &[usize] = if n % block == 0 { &[1, n] } else { &[n] };
+        let (bg, bc) = (g.upload_f32("b", bshape, bias.clone()).unwrap(), c.upload_f32("b", bshape, bias).unwrap());
+        assert_eq!(interleaved(&bg), bshape.len() == 2, "{what}: bias layout");
+        let with_bias = n != 75;
+        let pool = 80;
+        let x = values(&mut rng, pool * k, 2.0);
+        let run = |be: &dyn Backend, w: &Weight, b: &Weight, rows: &[usize]| {
+            be.to_host(&be.matmul(&pick(&x, k, rows), w, if with_bias { Some(b) } else { None }))
+        };
+        for &count in &counts {
+            let rows: Vec<usize> = (0..count).map(|_| rng.gen_range(0..pool)).collect();
+            let got = run(g, &wg, &bg, &rows);
+            same(&got, &run(c, &wc, &bc, &rows), &format!("{what}: cuda vs cpu, {count} rows"));
+            let at = rng.gen_range(0..count);
+            let alone = run(g, &wg, &bg, &[rows[at]]);
+            same(&got[at * n..(at + 1) * n], &alone, &format!("{what}: row alone vs at {at} of {count}"));
+        }
+    }
+    // A tied embedding: one interleaved table gathered (embed) and multiplied (the lm_head), the gather's output
+    // fed to the matmul on the device; and an RMSNorm weight given as an interleaved [1, n] matrix.
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let (vocab, hidden) = (300, 1024);
+        let w = random_weight(dtype, vocab, hidden, &mut rng);
+        let (tg, tc) = (up(&gf, "e", dtype, &[vocab, hidden], &w), up(&cf, "e", dtype, &[vocab, hidden], &w));
+        assert!(interleaved(&tg), "{dtype} table");
+        for &count in &counts {
+            let ids: Vec<u32> = (0..count).map(|_| rng.gen_range(0..vocab as u32)).collect();
+            let (eg, ec) = (gf.embed(&tg, &ids), cf.embed(&tc, &ids));
+            same(&gf.to_host(&eg), &cf.to_host(&ec), &format!("tied {dtype}: embed, {count} rows"));
+            let (lg, lc) = (gf.matmul(&eg, &tg, None), cf.matmul(&ec, &tc, None));
+            same(&gf.to_host(&lg), &cf.to_host(&lc), &format!("tied {dtype}: logits, {count} rows"));
+        }
+        let nw = random_weight(dtype, 1, hidden, &mut rng);
+        let (ng, nc) = (up(&gf, "n", dtype, &[1, hidden], &nw), up(&cf, "n", dtype, &[1, hidden], &nw));
+        assert!(interleaved(&ng), "{dtype} norm as a matrix");
+        let x = values(&mut rng, 33 * hidden, 4.0);
+        let xt = Tensor::host(33, hidden, x.clone());
+        same(
+            &gf.to_host(&gf.rms_norm(&xt, &ng, hidden, 1e-6)),
+            &cf.to_host(&cf.rms_norm(&xt, &nc, hidden, 1e-6)),
+            &format!("rms_norm with an interleaved {dtype} weight"),
+        );
+        let (mut ag, mut ac) = (Tensor::host(33, hidden, x.clone()), Tensor::host(33, hidden, x));
+        let d = Tensor::host(33, hidden, values(&mut rng, 33 * hidden, 4.0));
+        let (yg, yc) = (gf.add_rms_norm(&mut ag, &d, &ng, 1e-6), cf.add_rms_norm(&mut ac, &d, &nc, 1e-6));
+        same(&gf.to_host(&yg), &cf.to_host(&yc), &format!("add_rms_norm with an interleaved {dtype} weight"));
+    }
+    // The tensor arithmetic reads the checkpoint order: nothing is interleaved there.
+    let t = tf_backend_cuda::CudaBackend::with_arithmetic(0, Precision::Full, tf_backend_cuda::Arithmetic::Tensor)
+        .unwrap_or_else(|e| panic!("{e}"));
+    t.set_float_tuning(true, 0);
+    let w = random_weight(DType::BF16, 8, 256, &mut rng);
+    assert!(!interleaved(&up(&t, "w", DType::BF16, &[8, 256], &w)), "tensor arithmetic");
+}
