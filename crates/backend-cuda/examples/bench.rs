@@ -329,7 +329,8 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
     be.kv_write(&mut kv, 0, &k, &k, &(0..slots as u32).collect::<Vec<_>>());
     let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 0.088, window: None, softcap: None };
     let mut parts = Vec::new();
-    for rows in [1usize, 16] {
+    for (cap, rows) in [(0usize, 1usize), (0, 16), (7, 1), (7, 16), (1, 1), (1, 16)] {
+        be.set_attn_heads(cap);
         for ctx in [16usize, 256, 600, 2048] {
             let q = Tensor::host(rows, heads * hd, kvals[..rows * heads * hd].to_vec());
             let qd = be.select_rows(&q, &(0..rows).collect::<Vec<_>>());
@@ -355,7 +356,9 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
             }
             parts.push(format!("{rows} row(s) ctx {ctx} {:.1} µs", median(times) * 1e3));
         }
+        parts.push(format!("[heads per block: {}]", if cap == 0 { "auto".to_string() } else { format!("≤ {cap}") }));
     }
+    be.set_attn_heads(0);
     println!("  attention alone ({heads} heads, {kv_heads} kv heads, GPU time): {}", parts.join(" | "));
 }
 

@@ -2,16 +2,15 @@
 // positions, scores s = dot16(q, k) * scale (softcap: cap * tanh(s / cap)), m_c = max s, e = exp(s - m_c),
 // l_c = Σ e in visit order, o_c[d] = fma(e, v[d], o_c[d]) in visit order; chunks merged in increasing order.
 //
-// Chunks are fixed by absolute position, so they are computed in parallel (`attention_chunk`, one block per
-// (head, row, chunk)) and merged in order by `attention_merge`: the same operations as one sequential pass. When
-// every row visits one chunk (cmax = 1: decode up to 256 positions), attention_chunk writes o_c / l_c itself.
+// Chunks are fixed by absolute position, so they are computed in parallel (`attention_chunk_s<S>`, one block per
+// (S heads of one KV group, row, chunk)) and merged in order by `attention_merge`: the same operations as one
+// sequential pass. When every row visits one chunk (cmax = 1: decode up to 256 positions), attention_chunk_s
+// writes o_c / l_c itself.
 
 #define ATTN_CHUNK 256
 #define MAX_HEAD_DIM 256
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
-// float4 loads per thread for one V stage (ATTN_VSTAGE * MAX_HEAD_DIM / 4 / ATTN_THREADS).
-#define ATTN_PREFETCH 16
 
 // l_c = ((0 + e_0) + e_1) + ... in visit order, with the loads 8 ahead of the additions.
 __device__ __forceinline__ float sum_in_order(const float* e, int n) {
@@ -32,19 +31,30 @@ __device__ __forceinline__ float sum_in_order(const float* e, int n) {
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
 // the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
 // [slots, kv_heads, hd]. part [R, heads, cmax, hd + 2]: per chunk m_c, l_c, o_c[hd].
-// grid (heads, R, cmax), ATTN_THREADS threads. Thread t scores the chunk's visits t, t + 128 (each score one
-// thread: its 16 lane accumulators in registers, then the fixed tree), and owns output dimensions t, t + 128.
-extern "C" __global__ void attention_chunk(const float* q, const float* k, const float* v, const i32* rows,
-                                           const u32* bt, const i32* bt_off, const u32* tree, const i32* chunks,
-                                           int cmax, int heads, int kv_heads, int hd, int block_size, float scale_,
-                                           int window, int has_cap, float softcap, float* part, float* out) {
-    __shared__ float qs[MAX_HEAD_DIM];
+// grid (heads / S, R, cmax), (ATTN_THREADS, S) threads: S query heads of one KV group per block (S divides the
+// group), each on its own ATTN_THREADS threads (threadIdx.y = the head within the block), so the K rows they
+// score and the V stages they consume are loaded once per block (K through L1, V into shared memory) instead of
+// once per head. Per head everything is as with S = 1: thread t scores the chunk's visits t, t + 128 (each score
+// one thread: its 16 lane accumulators in registers, then the fixed tree), and owns output dimensions t, t + 128.
+template <int S>
+__device__ void attention_chunk_s(const float* q, const float* k, const float* v, const i32* rows, const u32* bt,
+                                  const i32* bt_off, const u32* tree, const i32* chunks, int cmax, int heads,
+                                  int kv_heads, int hd, int block_size, float scale_, int window, int has_cap,
+                                  float softcap, float* part, float* out) {
+    // float4 loads per thread for one V stage.
+    constexpr int PF = (ATTN_VSTAGE * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
+    constexpr int T = ATTN_THREADS * S;
+    __shared__ float qs_all[S][MAX_HEAD_DIM];
     __shared__ u32 slots[ATTN_CHUNK];
-    __shared__ float sc[ATTN_CHUNK];
-    __shared__ float red[ATTN_THREADS / 32];
-    __shared__ float lc_s;
+    __shared__ float sc_all[S][ATTN_CHUNK];
+    __shared__ float red_all[S][ATTN_THREADS / 32];
+    __shared__ float lc_all[S];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
-    int h = blockIdx.x, r = blockIdx.y, c = blockIdx.z, tid = threadIdx.x;
+    int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
+    int h = blockIdx.x * S + sub, r = blockIdx.y, c = blockIdx.z;
+    float* qs = qs_all[sub];
+    float* sc = sc_all[sub];
+    float* red = red_all[sub];
     i64 cid = chunks[(i64)r * cmax + c];
     if (cid < 0) {
         // One chunk per row (no merge launched): a row without visits gets zeros, as attention_merge writes.
@@ -75,7 +85,7 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
     i64 pbeg = lo > cbeg ? lo : cbeg;
     i64 pend = ctx < cend ? ctx : cend;
     int np = pbeg < pend ? (int)(pend - pbeg) : 0;
-    for (int i = tid; i < np; i += ATTN_THREADS) {
+    for (int i = ft; i < np; i += T) {
         i64 p = pbeg + i;
         slots[i] = table[p / block_size] * (u32)block_size + (u32)(p % block_size);
     }
@@ -83,7 +93,7 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
     for (int ti = 0; ti < tlen; ti++) {
         i64 p = tr[2 * ti];
         if (p >= cbeg && p < cend && (window < 0 || (pos - p) < (i64)window)) {
-            if (tid == 0) slots[n] = tr[2 * ti + 1];
+            if (ft == 0) slots[n] = tr[2 * ti + 1];
             n++;
         }
     }
@@ -140,20 +150,20 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
     for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) oc[t] = 0.0f;
     int stage = ATTN_VSTAGE * MAX_HEAD_DIM / hd;
     int per_row = hd / 4;
-    float4 pf[ATTN_PREFETCH];
+    float4 pf[PF];
     {
         int lim = min(stage, n) * per_row;
 #pragma unroll
-        for (int k = 0; k < ATTN_PREFETCH; k++) {
-            int f = tid + k * ATTN_THREADS;
+        for (int k = 0; k < PF; k++) {
+            int f = ft + k * T;
             if (f < lim) pf[k] = *(const float4*)(vh + (i64)slots[f / per_row] * stride_slot + 4 * (f % per_row));
         }
     }
     for (int base = 0; base < n; base += stage) {
         int cnt = min(stage, n - base);
 #pragma unroll
-        for (int k = 0; k < ATTN_PREFETCH; k++) {
-            int f = tid + k * ATTN_THREADS;
+        for (int k = 0; k < PF; k++) {
+            int f = ft + k * T;
             if (f < cnt * per_row) vs[f] = pf[k];
         }
         __syncthreads();
@@ -161,8 +171,8 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
         if (nb < n) {
             int lim = min(stage, n - nb) * per_row;
 #pragma unroll
-            for (int k = 0; k < ATTN_PREFETCH; k++) {
-                int f = tid + k * ATTN_THREADS;
+            for (int k = 0; k < PF; k++) {
+                int f = ft + k * T;
                 if (f < lim)
                     pf[k] = *(const float4*)(vh + (i64)slots[nb + f / per_row] * stride_slot + 4 * (f % per_row));
             }
@@ -202,9 +212,9 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
     }
     if (cmax == 1) {
         // The row's only chunk: the merge would output o_c / l_c; do it here and skip attention_merge.
-        if (tid == 0) lc_s = sum_in_order(sc, n);
+        if (tid == 0) lc_all[sub] = sum_in_order(sc, n);
         __syncthreads();
-        float lc = lc_s;
+        float lc = lc_all[sub];
         float* outh = out + ((i64)r * heads + h) * hd;
 #pragma unroll
         for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
@@ -223,6 +233,56 @@ extern "C" __global__ void attention_chunk(const float* q, const float* k, const
         int dd = tid + ATTN_THREADS * t;
         if (dd < hd) pp[2 + dd] = oc[t];
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
+attention_chunk_s1(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<1>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 2)
+attention_chunk_s2(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<2>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 3)
+attention_chunk_s3(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<3>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 4)
+attention_chunk_s4(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<4>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 5)
+attention_chunk_s5(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<5>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 6)
+attention_chunk_s6(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<6>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
+}
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 7)
+attention_chunk_s7(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
+                    const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
+                    float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    attention_chunk_s<7>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
+                          window, has_cap, softcap, part, out);
 }
 
 // Merges each (row, head)'s chunk partials in increasing chunk order: m' = max(m, m_c), a = exp(m - m'),

@@ -4,13 +4,14 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid, matmul_full_grid,
-    matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_THREADS, DT_INTERLEAVED, FULL_COLS, MAX_HEAD_DIM, MMA_CHUNK,
+    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid,
+    matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_KERNELS, ATTN_THREADS, DT_INTERLEAVED,
+    FULL_COLS, MAX_HEAD_DIM, MMA_CHUNK,
 };
 use crate::graph::Mode;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
@@ -88,6 +89,9 @@ pub struct CudaBackend {
     graph_counts: Mutex<(usize, usize)>,
     /// The float-weight layout switch and block-width override ([`CudaBackend::set_float_tuning`]).
     tune: FloatTuning,
+    /// Query heads per attention block: 0 = by block count, else at most this many ([`CudaBackend::set_attn_heads`];
+    /// `TF_CUDA_ATTN_HEADS`).
+    attn_heads_cap: AtomicUsize,
 }
 
 /// Choices of the float matmuls that change no output's bits: the weight layout and the interleaved block width.
@@ -193,7 +197,18 @@ impl CudaBackend {
                 no_interleave: AtomicBool::new(!std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "1")),
                 ..FloatTuning::default()
             },
+            attn_heads_cap: AtomicUsize::new(
+                std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
+            ),
         })
+    }
+
+    /// Query heads of one KV group per attention block, for tests and measurements: 0 = by block count (the
+    /// default, [`attn_heads_per_block`]), 1..=7 = at most that many whatever the count (1: each head loads its KV
+    /// head's K and V itself). The arithmetic of every head stays the same.
+    #[doc(hidden)]
+    pub fn set_attn_heads(&self, cap: usize) {
+        self.attn_heads_cap.store(cap.min(7), Ordering::Relaxed);
     }
 
     /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on with
@@ -797,8 +812,11 @@ impl Backend for CudaBackend {
         // writes the output itself. part [R, heads, cmax, head_dim + 2]: m_c, l_c, o_c of every chunk.
         let part =
             if cmax > 1 { self.alloc_f32(q.rows * p.heads * cmax * (p.head_dim + 2)) } else { self.alloc_f32(0) };
+        // S query heads of one KV group per block share its K/V loads when there are blocks enough to fill the GPU
+        // (TF_CUDA_ATTN_HEADS=1..7 forces a cap, for timing); every head's arithmetic is the same either way.
+        let sb = attn_heads_per_block(p.heads, p.kv_heads, q.rows * cmax, self.attn_heads_cap.load(Ordering::Relaxed));
         self.gpu
-            .launch("attention_chunk")
+            .launch(ATTN_KERNELS[sb - 1])
             .ptr(qb)
             .addr(store.k.ptr + off)
             .addr(store.v.ptr + off)
@@ -818,7 +836,7 @@ impl Backend for CudaBackend {
             .f32(p.softcap.unwrap_or(0.0))
             .ptr(&part)
             .ptr(&out)
-            .go((p.heads as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, 1, 1));
+            .go(((p.heads / sb) as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, sb as u32, 1));
         if cmax > 1 {
             self.gpu
                 .launch("attention_merge")

@@ -327,8 +327,12 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
         (8, 1, 128, Some(100u32), None),
         (2, 2, 256, None, Some(30.0f32)),
         (6, 3, 16, Some(7), Some(5.0)),
+        (12, 2, 128, None, None),
     ];
-    for (heads, kv_heads, hd, window, softcap) in configs {
+    // Forced to one head per block, and to several heads of a KV group per block (6 of 6, 4 of 8, 2 of 2), then
+    // the default choice by block count: the same bits every way.
+    for ((heads, kv_heads, hd, window, softcap), cap) in configs.into_iter().flat_map(|c| [(c, 1), (c, 7), (c, 0)]) {
+        g.set_attn_heads(cap);
         let spec = KvSpec { layers: 2, blocks: 96, block_size: 16, kv_heads, head_dim: hd };
         let slots = spec.blocks * spec.block_size;
         let width = kv_heads * hd;
@@ -379,9 +383,10 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
             &op,
             &g,
             &c,
-            &format!("attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?}"),
+            &format!("attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?} heads per block ≤ {cap}"),
         );
     }
+    g.set_attn_heads(0);
 }
 
 #[test]
