@@ -1,5 +1,5 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K and Q6_K windows of [`min_rows`] rows or more (verify windows,
-//! prefill chunks): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a sub-block
+//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1 and Q5_0 windows of [`min_rows`] rows or more (verify
+//! windows, prefill chunks): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a sub-block
 //! accumulate in place and need no horizontal reduction, and the sub-block scales cost one multiply per sub-block
 //! instead of one per four elements.
 //!
@@ -16,7 +16,7 @@
 //! `M = Σ_j min_j · (bsum_2j + bsum_2j+1)` is four `vpdpwssd` per row and super-block. All of it is exact integer
 //! arithmetic, so `S` and `M` are the reference's; the float steps per lane are then exactly
 //! `avx512_kquant::tile`'s and the reference's: `acc = fma(dw · dx, S, acc)`, `acc = fma(-(dmin · dx), M, acc)`,
-//! super-blocks in order. Q6_K likewise (below).
+//! super-blocks in order. Q6_K, Q4_1 and Q5_0 likewise (below).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -33,6 +33,8 @@ pub(crate) fn min_rows(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4K => Some(4),
         DType::Q6K => Some(8),
+        DType::Q4_1 => Some(4),
+        DType::Q5_0 => Some(4),
         _ => None,
     }
 }
@@ -489,6 +491,297 @@ unsafe fn group_rows_q6k<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, 
                 m = _mm512_dpwssd_epi32(m, scp, _mm512_set1_epi32(bs.add(i).read_unaligned()));
             }
             let total = _mm512_sub_epi32(s[r], _mm512_slli_epi32::<5>(m));
+            let dx = _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
+        }
+    }
+    let mut res = [[0f32; LANES]; 4];
+    for r in 0..RT {
+        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
+    }
+    res
+}
+
+/// Bytes of a Q4_1 block (`d`, `m`, 16 `qs` bytes: element `l < 16` the low nibble of `qs[l]`, `16 + l` its high
+/// nibble): five 32-bit words, so a weight row is a stream of words.
+const Q41_BLOCK: usize = 20;
+/// u32 words of one group's repacked Q4_1 block: `qs` lines `[4][16]`, `d` `[16]` and `m` `[16]` as f32 bits.
+const Q41_WORDS: usize = 6 * LANES;
+
+/// Q4_1, as [`q4k_chunk`]: per block, `P = Σ q·qx` by eight `vpdpbusd` (word `i`'s low nibbles are elements
+/// `4 i ..+4`, its high nibbles `16 + 4 i ..+4`), then the reference's `acc = fma(dw · dx, P, acc)` and
+/// `acc = fma(m · dx, Σ qx, acc)` per lane.
+pub(super) fn q41_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+    let (rows, nb) = (act.rows, act.nb);
+    assert!(act.block == 32 && row_bytes == nb * Q41_BLOCK, "Q4_1 wide kernel: activation and weight layouts");
+    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q4_1 wide kernel: sizes");
+    assert!(act.s_t.len() == rows * nb && act.d_t.len() == rows * nb, "Q4_1 wide kernel: block sums");
+    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q4_1 wide kernel");
+    SCRATCH.with_borrow_mut(|(group, _)| {
+        group.resize(nb * Q41_WORDS, 0);
+        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
+        for g0 in (c0..c1).step_by(LANES) {
+            let live = (c1 - g0).min(LANES);
+            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
+            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
+            // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
+            unsafe { repack_q41(bytes, row_bytes, g0, live, group) };
+            let mut r0 = 0;
+            while r0 < rows {
+                let rt = (rows - r0).min(4);
+                let a = if r0 == 0 { ahead } else { Ahead::NONE };
+                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked blocks and `act` every row's
+                // data (the asserts above).
+                let res: [[f32; LANES]; 4] = unsafe {
+                    match rt {
+                        4 => group_rows_q41::<4>(group, act, r0, a),
+                        3 => group_rows_q41::<3>(group, act, r0, a),
+                        2 => group_rows_q41::<2>(group, act, r0, a),
+                        _ => group_rows_q41::<1>(group, act, r0, a),
+                    }
+                };
+                for (r, lanes) in res.iter().enumerate().take(rt) {
+                    for (lane, &v) in lanes.iter().enumerate().take(live) {
+                        // SAFETY: this task owns columns `c0..c1`.
+                        unsafe { out.set(r0 + r, g0 + lane, v) };
+                    }
+                }
+                r0 += rt;
+            }
+        }
+    });
+}
+
+/// Q4_1 weight rows `g0..g0 + live` into `group`: each row is a stream of `5 nb` words, transposed 16 words at a
+/// time; word `5 b` (`d | m`) becomes block `b`'s `d` and `m` lines as f32, words `5 b + 1 ..+4` its `qs` lines.
+///
+/// # Safety
+/// As [`repack`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn repack_q41(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
+    let nb = row_bytes / Q41_BLOCK;
+    assert!((g0 + live) * row_bytes <= bytes.len() && group.len() >= nb * Q41_WORDS);
+    let offs = lane_offsets(row_bytes, live);
+    let base = bytes.as_ptr().add(g0 * row_bytes);
+    let words = 5 * nb;
+    let s = group.as_mut_ptr();
+    let put = |at: usize, v: __m512i| _mm512_storeu_si512(s.add(at) as *mut __m512i, v);
+    for q in 0..words.div_ceil(16) {
+        let n = (words - 16 * q).min(16);
+        let lines = block_lines(&offs, base, 64 * q, n);
+        for (i, &line) in lines.iter().enumerate().take(n) {
+            let w = 16 * q + i;
+            let (b, k) = (w / 5, w % 5);
+            let at = b * Q41_WORDS;
+            if k == 0 {
+                put(at + 4 * LANES, f16_lanes(line));
+                put(at + 5 * LANES, f16_lanes(_mm512_srli_epi32::<16>(line)));
+            } else {
+                put(at + (k - 1) * LANES, line);
+            }
+        }
+    }
+}
+
+/// Activation rows `r0..r0 + RT` against one repacked Q4_1 group: `[RT][16]` results (rows past `RT` unset).
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked blocks and `r0 + RT ≤ act.rows`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn group_rows_q41<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
+    let (k, nb, rows) = (act.k, act.nb, act.rows);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); RT];
+    for b in 0..nb {
+        ahead.block(b);
+        let p = group.as_ptr().add(b * Q41_WORDS);
+        let mut x = [std::ptr::null::<i8>(); RT];
+        for (r, xr) in x.iter_mut().enumerate() {
+            *xr = act.qs.as_ptr().add((r0 + r) * k + 32 * b);
+        }
+        let mut s = [zero; RT];
+        for i in 0..4 {
+            let w = _mm512_loadu_si512(p.add(i * LANES) as *const __m512i);
+            let wl = _mm512_and_si512(w, m4);
+            let wh = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+            for r in 0..RT {
+                let xl = _mm512_set1_epi32((x[r].add(4 * i) as *const i32).read_unaligned());
+                let xh = _mm512_set1_epi32((x[r].add(16 + 4 * i) as *const i32).read_unaligned());
+                s[r] = _mm512_dpbusd_epi32(s[r], wl, xl);
+                s[r] = _mm512_dpbusd_epi32(s[r], wh, xh);
+            }
+        }
+        let d = _mm512_loadu_ps(p.add(4 * LANES) as *const f32);
+        let m = _mm512_loadu_ps(p.add(5 * LANES) as *const f32);
+        for r in 0..RT {
+            let dx = _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
+            let sx = _mm512_set1_ps(*act.s_t.as_ptr().add(b * rows + r0 + r) as f32);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s[r]), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(m, dx), sx, acc[r]);
+        }
+    }
+    let mut res = [[0f32; LANES]; 4];
+    for r in 0..RT {
+        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
+    }
+    res
+}
+
+/// Bytes of a Q5_0 block: `d` (f16), `qh` (32 fifth bits, bit `i` of element `i`), 16 `qs` bytes (element
+/// `l < 16` the low nibble of `qs[l]`, `16 + l` its high nibble); a value is `nibble | bit << 4`, minus 16.
+const Q50_BLOCK: usize = 22;
+/// u32 words of one group's repacked Q5_0 block: the `qh` line, `qs` lines `[4][16]`, `d` `[16]` as f32 bits.
+const Q50_WORDS: usize = 6 * LANES;
+
+/// Q5_0, as [`q4k_chunk`]: per block, `P = Σ q·qx` over the unsigned five-bit values (eight `vpdpbusd`; the fifth
+/// bits added as 16 under byte masks from `qh`), `S = P − 16 · Σ qx` (exact), then the reference's
+/// `acc = fma(dw · dx, S, acc)` per lane.
+pub(super) fn q50_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+    let (rows, nb) = (act.rows, act.nb);
+    assert!(act.block == 32 && row_bytes == nb * Q50_BLOCK, "Q5_0 wide kernel: activation and weight layouts");
+    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q5_0 wide kernel: sizes");
+    assert!(act.s_t.len() == rows * nb && act.d_t.len() == rows * nb, "Q5_0 wide kernel: block sums");
+    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q5_0 wide kernel");
+    SCRATCH.with_borrow_mut(|(group, _)| {
+        group.resize(nb * Q50_WORDS, 0);
+        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
+        for g0 in (c0..c1).step_by(LANES) {
+            let live = (c1 - g0).min(LANES);
+            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
+            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
+            // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
+            unsafe { repack_q50(bytes, row_bytes, g0, live, group) };
+            let mut r0 = 0;
+            while r0 < rows {
+                let rt = (rows - r0).min(4);
+                let a = if r0 == 0 { ahead } else { Ahead::NONE };
+                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked blocks and `act` every row's
+                // data (the asserts above).
+                let res: [[f32; LANES]; 4] = unsafe {
+                    match rt {
+                        4 => group_rows_q50::<4>(group, act, r0, a),
+                        3 => group_rows_q50::<3>(group, act, r0, a),
+                        2 => group_rows_q50::<2>(group, act, r0, a),
+                        _ => group_rows_q50::<1>(group, act, r0, a),
+                    }
+                };
+                for (r, lanes) in res.iter().enumerate().take(rt) {
+                    for (lane, &v) in lanes.iter().enumerate().take(live) {
+                        // SAFETY: this task owns columns `c0..c1`.
+                        unsafe { out.set(r0 + r, g0 + lane, v) };
+                    }
+                }
+                r0 += rt;
+            }
+        }
+    });
+}
+
+/// Q5_0 weight rows `g0..g0 + live` into `group`, two blocks per transpose: the five words after `d` of block
+/// `b` (`qh`, then `qs`) in words 0..5 of each lane, those of block `b + 1` in words 8..13.
+///
+/// # Safety
+/// As [`repack`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn repack_q50(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, group: &mut [u32]) {
+    let nb = row_bytes / Q50_BLOCK;
+    assert!((g0 + live) * row_bytes <= bytes.len() && group.len() >= nb * Q50_WORDS);
+    let offs = lane_offsets(row_bytes, live);
+    let base = bytes.as_ptr().add(g0 * row_bytes);
+    let s = group.as_mut_ptr();
+    let put = |at: usize, v: __m512i| _mm512_storeu_si512(s.add(at) as *mut __m512i, v);
+    for b in (0..nb).step_by(2) {
+        let two = b + 1 < nb;
+        let mut m = [_mm512_setzero_si512(); 16];
+        for l in 0..LANES {
+            let blk = base.add(offs[l] as usize + b * Q50_BLOCK);
+            let lo = _mm256_maskz_loadu_epi32(0x1f, blk.add(2) as *const i32);
+            let hi = if two {
+                _mm256_maskz_loadu_epi32(0x1f, blk.add(Q50_BLOCK + 2) as *const i32)
+            } else {
+                _mm256_setzero_si256()
+            };
+            m[l] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        }
+        let lines = transpose16(&m);
+        for (k, half) in [(b, 0usize), (b + 1, 8)].into_iter().take(if two { 2 } else { 1 }) {
+            let at = k * Q50_WORDS;
+            for w in 0..5 {
+                put(at + w * LANES, lines[half + w]);
+            }
+            put(at + 5 * LANES, f16_lanes(block_u16(&offs, base, k * Q50_BLOCK)));
+        }
+    }
+}
+
+/// Per `qs` word `i` (0..4) and half (low nibbles: elements `4 i + j`; high: `16 + 4 i + j`), the byte-shuffle
+/// control that puts the `qh` byte holding those elements' fifth bits into every byte of its dword, and the bit
+/// each byte tests.
+const fn q50_select(i: usize, high: bool) -> ([i8; 64], [u8; 64]) {
+    let (mut shuf, mut bits) = ([0i8; 64], [0u8; 64]);
+    let mut at = 0;
+    while at < 64 {
+        let (dword, j) = (at / 4 % 4, at % 4);
+        let e = if high { 16 } else { 0 } + 4 * i + j;
+        shuf[at] = (4 * dword + e / 8) as i8;
+        bits[at] = 1 << (e % 8);
+        at += 1;
+    }
+    (shuf, bits)
+}
+
+static Q50_SEL: [([i8; 64], [u8; 64]); 8] = [
+    q50_select(0, false),
+    q50_select(1, false),
+    q50_select(2, false),
+    q50_select(3, false),
+    q50_select(0, true),
+    q50_select(1, true),
+    q50_select(2, true),
+    q50_select(3, true),
+];
+
+/// Activation rows `r0..r0 + RT` against one repacked Q5_0 group: `[RT][16]` results (rows past `RT` unset).
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked blocks and `r0 + RT ≤ act.rows`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn group_rows_q50<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
+    let (k, nb, rows) = (act.k, act.nb, act.rows);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let b16 = _mm512_set1_epi8(16);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); RT];
+    for b in 0..nb {
+        ahead.block(b);
+        let p = group.as_ptr().add(b * Q50_WORDS);
+        let mut x = [std::ptr::null::<i8>(); RT];
+        for (r, xr) in x.iter_mut().enumerate() {
+            *xr = act.qs.as_ptr().add((r0 + r) * k + 32 * b);
+        }
+        let qh = _mm512_loadu_si512(p as *const __m512i);
+        let mut s = [zero; RT];
+        for i in 0..4 {
+            let w = _mm512_loadu_si512(p.add((1 + i) * LANES) as *const __m512i);
+            let mut half = [_mm512_and_si512(w, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4)];
+            for (h, v) in half.iter_mut().enumerate() {
+                let (shuf, bits) = &Q50_SEL[4 * h + i];
+                let sel = _mm512_shuffle_epi8(qh, _mm512_loadu_si512(shuf.as_ptr() as *const __m512i));
+                let set = _mm512_test_epi8_mask(sel, _mm512_loadu_si512(bits.as_ptr() as *const __m512i));
+                *v = _mm512_mask_add_epi8(*v, set, *v, b16);
+            }
+            for r in 0..RT {
+                let xl = _mm512_set1_epi32((x[r].add(4 * i) as *const i32).read_unaligned());
+                let xh = _mm512_set1_epi32((x[r].add(16 + 4 * i) as *const i32).read_unaligned());
+                s[r] = _mm512_dpbusd_epi32(s[r], half[0], xl);
+                s[r] = _mm512_dpbusd_epi32(s[r], half[1], xh);
+            }
+        }
+        let d = _mm512_loadu_ps(p.add(5 * LANES) as *const f32);
+        for r in 0..RT {
+            let sx = _mm512_set1_epi32(*act.s_t.as_ptr().add(b * rows + r0 + r));
+            let total = _mm512_sub_epi32(s[r], _mm512_slli_epi32::<4>(sx));
             let dx = _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
         }

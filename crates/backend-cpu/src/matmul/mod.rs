@@ -272,7 +272,10 @@ pub fn matmul(
     let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
     // Chunks are whole tiles of the kernel's width.
     let tile = match &job {
-        Job::Quant { kernel: Kernel::Lanes16(_) | Kernel::WideQ4K | Kernel::WideQ6K, .. } => 16,
+        Job::Quant {
+            kernel: Kernel::Lanes16(_) | Kernel::WideQ4K | Kernel::WideQ6K | Kernel::WideQ41 | Kernel::WideQ50,
+            ..
+        } => 16,
         _ => TILE_COLS,
     };
     let tiles = n.div_ceil(tile);
@@ -292,8 +295,16 @@ pub fn matmul(
             Job::Quant { act, kernel: Kernel::WideQ6K } => {
                 avx512_wide::q6k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::WideQ41 } => {
+                avx512_wide::q41_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::WideQ50 } => {
+                avx512_wide::q50_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Job::Quant { kernel: Kernel::WideQ4K | Kernel::WideQ6K, .. } => {
+            Job::Quant { kernel: Kernel::WideQ4K | Kernel::WideQ6K | Kernel::WideQ41 | Kernel::WideQ50, .. } => {
                 unreachable!("the wide kernels are x86_64 only")
             }
         }
@@ -478,6 +489,12 @@ enum Kernel {
     /// The same for Q6_K.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     WideQ6K,
+    /// The same for Q4_1.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    WideQ41,
+    /// The same for Q5_0.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    WideQ50,
 }
 
 /// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
@@ -487,6 +504,8 @@ fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
         match dtype {
             DType::Q4K => return Kernel::WideQ4K,
             DType::Q6K => return Kernel::WideQ6K,
+            DType::Q4_1 => return Kernel::WideQ41,
+            DType::Q5_0 => return Kernel::WideQ50,
             _ => {}
         }
     }
