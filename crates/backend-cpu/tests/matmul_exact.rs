@@ -203,18 +203,17 @@ fn fast_kernels_equal_the_reference() {
     }
 }
 
-/// Checkpoint windows of every row count 1..=64 (every tile shape and mix of row groups) over column counts that
-/// are not multiples of the kernels' 8 or 16 lanes, for the 32-element types: every ISA == the reference.
-#[test]
-fn legacy_windows_of_every_size_equal_the_reference() {
+/// Checkpoint windows of `dtypes` for each of `row_counts`, over column counts that are not multiples of the kernels'
+/// 8 or 16 lanes and `blocks` (a range of) input blocks of `block` elements: every ISA == the reference.
+fn windows_equal_the_reference(dtypes: &[DType], row_counts: &[usize], block: usize, blocks: std::ops::Range<usize>) {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let pool = pool(2);
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1] {
-        for rows in 1..=64 {
+    for &dtype in dtypes {
+        for &rows in row_counts {
             let out = [rng.gen_range(1..16), rng.gen_range(17..48), 16 * rng.gen_range(1..4) + rng.gen_range(1..16)]
                 [rows % 3];
-            let inn = 32 * rng.gen_range(1..6);
+            let inn = block * rng.gen_range(blocks.clone());
             let case = Case::new(&mut rng, dtype, out, inn);
             let x = random_x(&mut rng, rows, inn);
             let want = case.reference(Precision::Checkpoint, &x);
@@ -232,34 +231,20 @@ fn legacy_windows_of_every_size_equal_the_reference() {
     }
 }
 
-/// Checkpoint windows of the K-quants across the row counts where kernels change (row groups of 8/4/2/1, the
-/// AVX-512 wide Q4_K kernel from 16 rows with its groups of 4 and its 16-lane column groups), over column counts
-/// that are not multiples of 8 or 16: every ISA == the reference.
+/// Every row count 1..=64 (every tile shape and mix of row groups, the AVX-512 wide Q4_1/Q5_0 kernels from 4 rows
+/// with their groups of 4) for the 32-element types.
+#[test]
+fn legacy_windows_of_every_size_equal_the_reference() {
+    let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1];
+    windows_equal_the_reference(&types, &(1..=64).collect::<Vec<_>>(), 32, 1..6);
+}
+
+/// The K-quants across the row counts where kernels change (row groups of 8/4/2/1, the AVX-512 wide Q4_K/Q6_K
+/// kernels from 4/8 rows with their groups of 4).
 #[test]
 fn kquant_windows_of_every_size_equal_the_reference() {
-    let seed = seed();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let pool = pool(2);
-    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
-        for rows in (1..=20).chain([31, 33, 47, 64]) {
-            let out = [rng.gen_range(1..16), rng.gen_range(17..48), 16 * rng.gen_range(1..4) + rng.gen_range(1..16)]
-                [rows % 3];
-            let inn = 256 * rng.gen_range(1..4);
-            let case = Case::new(&mut rng, dtype, out, inn);
-            let x = random_x(&mut rng, rows, inn);
-            let want = case.reference(Precision::Checkpoint, &x);
-            for isa in Isa::available() {
-                let got = case.run(&pool, isa, Precision::Checkpoint, &x);
-                assert!(
-                    bits(&got) == bits(&want),
-                    "{} {} rows={rows}: {} (TF_SEED={seed})",
-                    case.name(),
-                    isa.name(),
-                    first_diff(&got, &want)
-                );
-            }
-        }
-    }
+    let rows: Vec<usize> = (1..=20).chain([31, 33, 47, 64]).collect();
+    windows_equal_the_reference(&[DType::Q4K, DType::Q5K, DType::Q6K], &rows, 256, 1..4);
 }
 
 #[test]

@@ -57,46 +57,109 @@ thread_local! {
     static SCRATCH: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Q4_K, checkpoint mode, output columns `c0..c1` of `out` for every activation row of `act` (`bytes`: the
-/// weight's `[N][row_bytes]` raw blocks). Bit-equal to `avx512_kquant` and the reference.
-pub(super) fn q4k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
-    let (rows, nb) = (act.rows, act.nb);
-    assert!(act.block == 256 && row_bytes == nb * BLOCK, "Q4_K wide kernel: activation and weight layouts");
-    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q4_K wide kernel: sizes");
-    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q4_K wide kernel");
+/// One wide kernel: the weight block it reads, how it repacks a group of 16 weight rows and how it computes up to
+/// four activation rows against the repacked group.
+pub(super) struct Wide {
+    name: &'static str,
+    /// Bytes of a weight block; elements of an activation block (256 for the K-quants, 32 for the legacy types).
+    block_bytes: usize,
+    act_block: usize,
+    /// u32 words of one group's repacked block.
+    words: usize,
+    /// Whether the row kernel reads the Q4_K mins pairs of the activation sums.
+    pairs: bool,
+    repack: Repack,
+    /// The row kernels for 1, 2, 3 and 4 rows.
+    rows: [Rows; 4],
+}
+
+/// Repacks weight rows `g0..g0 + live` (of `row_bytes`) of `bytes` into a group's scratch words.
+type Repack = unsafe fn(&[u8], usize, usize, usize, &mut [u32]);
+/// Activation rows `r0..` against a repacked group (`pairs`: the Q4_K mins pairs, else unused).
+type Rows = unsafe fn(&[u32], &ActQ, &[u32], usize, Ahead) -> [[f32; LANES]; 4];
+
+pub(super) static Q4K: Wide = Wide {
+    name: "Q4_K",
+    block_bytes: BLOCK,
+    act_block: 256,
+    words: WORDS,
+    pairs: true,
+    repack,
+    rows: [group_rows::<1>, group_rows::<2>, group_rows::<3>, group_rows::<4>],
+};
+
+pub(super) static Q6K: Wide = Wide {
+    name: "Q6_K",
+    block_bytes: Q6_BLOCK,
+    act_block: 256,
+    words: Q6_WORDS,
+    pairs: false,
+    repack: repack_q6k,
+    rows: [group_rows_q6k::<1>, group_rows_q6k::<2>, group_rows_q6k::<3>, group_rows_q6k::<4>],
+};
+
+pub(super) static Q41: Wide = Wide {
+    name: "Q4_1",
+    block_bytes: Q41_BLOCK,
+    act_block: 32,
+    words: Q41_WORDS,
+    pairs: false,
+    repack: repack_q41,
+    rows: [group_rows_q41::<1>, group_rows_q41::<2>, group_rows_q41::<3>, group_rows_q41::<4>],
+};
+
+pub(super) static Q50: Wide = Wide {
+    name: "Q5_0",
+    block_bytes: Q50_BLOCK,
+    act_block: 32,
+    words: Q50_WORDS,
+    pairs: false,
+    repack: repack_q50,
+    rows: [group_rows_q50::<1>, group_rows_q50::<2>, group_rows_q50::<3>, group_rows_q50::<4>],
+};
+
+/// Output columns `c0..c1` of `out` for every activation row of `act` with kernel `k`, checkpoint mode (`bytes`:
+/// the weight's `[N][row_bytes]` raw blocks). Bit-equal to the tile kernels and the reference.
+pub(super) fn chunk(k: &Wide, bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+    let (rows, nb, name) = (act.rows, act.nb, k.name);
+    assert!(act.block == k.act_block && row_bytes == nb * k.block_bytes, "{name} wide kernel: layouts");
+    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "{name} wide kernel: sizes");
+    assert!(act.d_t.len() == rows * nb, "{name} wide kernel: scales");
+    if k.act_block == 256 {
+        assert!(act.sums.len() == rows * nb * 16, "{name} wide kernel: sums");
+    } else {
+        assert!(act.s_t.len() == rows * nb, "{name} wide kernel: block sums");
+    }
+    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "{name} wide kernel");
     SCRATCH.with_borrow_mut(|(group, pairs)| {
-        // Per row and super-block, the four i16 pairs (sum of 32 values of sub-block 2i, of 2i + 1).
         pairs.clear();
-        pairs.extend(act.sums.chunks_exact(16).flat_map(|s| {
-            (0..4).map(move |i| {
-                let lo = s[4 * i] + s[4 * i + 1];
-                let hi = s[4 * i + 2] + s[4 * i + 3];
-                lo as u16 as u32 | (hi as u16 as u32) << 16
-            })
-        }));
-        group.resize(nb * WORDS, 0);
+        if k.pairs {
+            // Per row and super-block, the four i16 pairs (sum of 32 values of sub-block 2i, of 2i + 1).
+            pairs.extend(act.sums.chunks_exact(16).flat_map(|s| {
+                (0..4).map(move |i| {
+                    let lo = s[4 * i] + s[4 * i + 1];
+                    let hi = s[4 * i + 2] + s[4 * i + 3];
+                    lo as u16 as u32 | (hi as u16 as u32) << 16
+                })
+            }));
+        }
+        group.resize(nb * k.words, 0);
         super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);
-            // The next group's rows, requested into L2 a slice per super-block while this group's first rows are
+            // The next group's rows, requested into L2 a slice per block while this group's first rows are
             // computed (the loads of 16 rows at once do not train the hardware prefetchers).
             let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
             let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
             // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
-            unsafe { repack(bytes, row_bytes, g0, live, group) };
+            unsafe { (k.repack)(bytes, row_bytes, g0, live, group) };
             let mut r0 = 0;
             while r0 < rows {
                 let rt = (rows - r0).min(4);
-                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked super-blocks, `pairs` and
-                // `act` every row's data (the asserts above).
-                let res: [[f32; LANES]; 4] = unsafe {
-                    match rt {
-                        4 => group_rows::<4>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        3 => group_rows::<3>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        2 => group_rows::<2>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        _ => group_rows::<1>(group, act, pairs, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                    }
-                };
+                let a = if r0 == 0 { ahead } else { Ahead::NONE };
+                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked blocks, `pairs` (when read)
+                // and `act` every row's data (the asserts above), `r0 + rt ≤ rows`.
+                let res = unsafe { (k.rows[rt - 1])(group, act, pairs, r0, a) };
                 for (r, lanes) in res.iter().enumerate().take(rt) {
                     for (lane, &v) in lanes.iter().enumerate().take(live) {
                         // SAFETY: this task owns columns `c0..c1`.
@@ -340,52 +403,6 @@ const Q6_WORDS: usize = Q6_D_AT + LANES;
 /// Bytes of a Q6_K block (`ql` 128, `qh` 64, 16 i8 scales, `d`).
 const Q6_BLOCK: usize = 210;
 
-/// Q6_K, as [`q4k_chunk`]. Element `128 h + 32 t + l` is `(ql[64 h + 32 (t % 2) + l] >> 4 (t / 2)) & 15 |
-/// ((qh[32 h + l] >> 2 t) & 3) << 4`, minus 32: the four `ql`/`qh` bytes at `l = 4 g ..` of one lane give four
-/// elements of each `t`, in sub-block `8 h + 2 t + g / 4`. `S = Σ_j sc_j · P_j − 32 · Σ_j sc_j · bsum_j` with the
-/// unsigned `P_j` (exact: `|Σ sc·P| ≤ 16·128·16·63·127 < 2^31`).
-pub(super) fn q6k_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
-    let (rows, nb) = (act.rows, act.nb);
-    assert!(act.block == 256 && row_bytes == nb * Q6_BLOCK, "Q6_K wide kernel: activation and weight layouts");
-    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q6_K wide kernel: sizes");
-    assert!(act.sums.len() == rows * nb * 16, "Q6_K wide kernel: sums");
-    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q6_K wide kernel");
-    SCRATCH.with_borrow_mut(|(group, _)| {
-        group.resize(nb * Q6_WORDS, 0);
-        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
-        for g0 in (c0..c1).step_by(LANES) {
-            let live = (c1 - g0).min(LANES);
-            // The next group's rows, requested into L2 a slice per super-block while this group's first rows are
-            // computed (the loads of 16 rows at once do not train the hardware prefetchers).
-            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
-            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
-            // SAFETY: as for Q4_K.
-            unsafe { repack_q6k(bytes, row_bytes, g0, live, group) };
-            let mut r0 = 0;
-            while r0 < rows {
-                let rt = (rows - r0).min(4);
-                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked super-blocks and `act`
-                // every row's data (the asserts above).
-                let res: [[f32; LANES]; 4] = unsafe {
-                    match rt {
-                        4 => group_rows_q6k::<4>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        3 => group_rows_q6k::<3>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        2 => group_rows_q6k::<2>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                        _ => group_rows_q6k::<1>(group, act, r0, if r0 == 0 { ahead } else { Ahead::NONE }),
-                    }
-                };
-                for (r, lanes) in res.iter().enumerate().take(rt) {
-                    for (lane, &v) in lanes.iter().enumerate().take(live) {
-                        // SAFETY: this task owns columns `c0..c1`.
-                        unsafe { out.set(r0 + r, g0 + lane, v) };
-                    }
-                }
-                r0 += rt;
-            }
-        }
-    });
-}
-
 /// Q6_K weight rows `g0..g0 + live` into `group` by 16-lane gathers (as [`repack`]).
 ///
 /// # Safety
@@ -429,12 +446,23 @@ unsafe fn repack_q6k(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, gro
     }
 }
 
+/// Q6_K: element `128 h + 32 t + l` is `(ql[64 h + 32 (t % 2) + l] >> 4 (t / 2)) & 15 | ((qh[32 h + l] >> 2 t) & 3)
+/// << 4`, minus 32: the four `ql`/`qh` bytes at `l = 4 g ..` of one lane give four elements of each `t`, in
+/// sub-block `8 h + 2 t + g / 4`. `S = Σ_j sc_j · P_j − 32 · Σ_j sc_j · bsum_j` with the unsigned `P_j` (exact:
+/// `|Σ sc·P| ≤ 16·128·16·63·127 < 2^31`).
+///
 /// Activation rows `r0..r0 + RT` against one repacked Q6_K group: `[RT][16]` results (rows past `RT` unset).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked super-blocks and `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_rows_q6k<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
+unsafe fn group_rows_q6k<const RT: usize>(
+    group: &[u32],
+    act: &ActQ,
+    _pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
     let m4 = _mm512_set1_epi8(0x0f);
     let m30 = _mm512_set1_epi8(0x30);
@@ -508,50 +536,6 @@ const Q41_BLOCK: usize = 20;
 /// u32 words of one group's repacked Q4_1 block: `qs` lines `[4][16]`, `d` `[16]` and `m` `[16]` as f32 bits.
 const Q41_WORDS: usize = 6 * LANES;
 
-/// Q4_1, as [`q4k_chunk`]: per block, `P = Σ q·qx` by eight `vpdpbusd` (word `i`'s low nibbles are elements
-/// `4 i ..+4`, its high nibbles `16 + 4 i ..+4`), then the reference's `acc = fma(dw · dx, P, acc)` and
-/// `acc = fma(m · dx, Σ qx, acc)` per lane.
-pub(super) fn q41_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
-    let (rows, nb) = (act.rows, act.nb);
-    assert!(act.block == 32 && row_bytes == nb * Q41_BLOCK, "Q4_1 wide kernel: activation and weight layouts");
-    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q4_1 wide kernel: sizes");
-    assert!(act.s_t.len() == rows * nb && act.d_t.len() == rows * nb, "Q4_1 wide kernel: block sums");
-    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q4_1 wide kernel");
-    SCRATCH.with_borrow_mut(|(group, _)| {
-        group.resize(nb * Q41_WORDS, 0);
-        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
-        for g0 in (c0..c1).step_by(LANES) {
-            let live = (c1 - g0).min(LANES);
-            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
-            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
-            // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
-            unsafe { repack_q41(bytes, row_bytes, g0, live, group) };
-            let mut r0 = 0;
-            while r0 < rows {
-                let rt = (rows - r0).min(4);
-                let a = if r0 == 0 { ahead } else { Ahead::NONE };
-                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked blocks and `act` every row's
-                // data (the asserts above).
-                let res: [[f32; LANES]; 4] = unsafe {
-                    match rt {
-                        4 => group_rows_q41::<4>(group, act, r0, a),
-                        3 => group_rows_q41::<3>(group, act, r0, a),
-                        2 => group_rows_q41::<2>(group, act, r0, a),
-                        _ => group_rows_q41::<1>(group, act, r0, a),
-                    }
-                };
-                for (r, lanes) in res.iter().enumerate().take(rt) {
-                    for (lane, &v) in lanes.iter().enumerate().take(live) {
-                        // SAFETY: this task owns columns `c0..c1`.
-                        unsafe { out.set(r0 + r, g0 + lane, v) };
-                    }
-                }
-                r0 += rt;
-            }
-        }
-    });
-}
-
 /// Q4_1 weight rows `g0..g0 + live` into `group`: each row is a stream of `5 nb` words, transposed 16 words at a
 /// time; word `5 b` (`d | m`) becomes block `b`'s `d` and `m` lines as f32, words `5 b + 1 ..+4` its `qs` lines.
 ///
@@ -583,12 +567,22 @@ unsafe fn repack_q41(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, gro
     }
 }
 
+/// Q4_1: per block, `P = Σ q·qx` by eight `vpdpbusd` (word `i`'s low nibbles are elements `4 i ..+4`, its high
+/// nibbles `16 + 4 i ..+4`), then the reference's `acc = fma(dw · dx, P, acc)` and `acc = fma(m · dx, Σ qx, acc)`
+/// per lane.
+///
 /// Activation rows `r0..r0 + RT` against one repacked Q4_1 group: `[RT][16]` results (rows past `RT` unset).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked blocks and `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_rows_q41<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
+unsafe fn group_rows_q41<const RT: usize>(
+    group: &[u32],
+    act: &ActQ,
+    _pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
     let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
@@ -633,50 +627,6 @@ unsafe fn group_rows_q41<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, 
 const Q50_BLOCK: usize = 22;
 /// u32 words of one group's repacked Q5_0 block: the `qh` line, `qs` lines `[4][16]`, `d` `[16]` as f32 bits.
 const Q50_WORDS: usize = 6 * LANES;
-
-/// Q5_0, as [`q4k_chunk`]: per block, `P = Σ q·qx` over the unsigned five-bit values (eight `vpdpbusd`; the fifth
-/// bits added as 16 under byte masks from `qh`), `S = P − 16 · Σ qx` (exact), then the reference's
-/// `acc = fma(dw · dx, S, acc)` per lane.
-pub(super) fn q50_chunk(bytes: &[u8], row_bytes: usize, act: &ActQ, c0: usize, c1: usize, out: &Out) {
-    let (rows, nb) = (act.rows, act.nb);
-    assert!(act.block == 32 && row_bytes == nb * Q50_BLOCK, "Q5_0 wide kernel: activation and weight layouts");
-    assert!(c1 * row_bytes <= bytes.len() && act.qs.len() == rows * act.k, "Q5_0 wide kernel: sizes");
-    assert!(act.s_t.len() == rows * nb && act.d_t.len() == rows * nb, "Q5_0 wide kernel: block sums");
-    assert!(is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw"), "Q5_0 wide kernel");
-    SCRATCH.with_borrow_mut(|(group, _)| {
-        group.resize(nb * Q50_WORDS, 0);
-        super::prefetch_l2(&bytes[c0 * row_bytes..(c0 + LANES).min(c1) * row_bytes]);
-        for g0 in (c0..c1).step_by(LANES) {
-            let live = (c1 - g0).min(LANES);
-            let next = &bytes[(g0 + LANES).min(c1) * row_bytes..(g0 + 2 * LANES).min(c1) * row_bytes];
-            let ahead = Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) };
-            // SAFETY: AVX-512 checked above; rows `g0..g0 + live` lie inside `bytes` (`c1 * row_bytes ≤ len`).
-            unsafe { repack_q50(bytes, row_bytes, g0, live, group) };
-            let mut r0 = 0;
-            while r0 < rows {
-                let rt = (rows - r0).min(4);
-                let a = if r0 == 0 { ahead } else { Ahead::NONE };
-                // SAFETY: AVX-512 F/BW/VNNI checked above; `group` holds `nb` repacked blocks and `act` every row's
-                // data (the asserts above).
-                let res: [[f32; LANES]; 4] = unsafe {
-                    match rt {
-                        4 => group_rows_q50::<4>(group, act, r0, a),
-                        3 => group_rows_q50::<3>(group, act, r0, a),
-                        2 => group_rows_q50::<2>(group, act, r0, a),
-                        _ => group_rows_q50::<1>(group, act, r0, a),
-                    }
-                };
-                for (r, lanes) in res.iter().enumerate().take(rt) {
-                    for (lane, &v) in lanes.iter().enumerate().take(live) {
-                        // SAFETY: this task owns columns `c0..c1`.
-                        unsafe { out.set(r0 + r, g0 + lane, v) };
-                    }
-                }
-                r0 += rt;
-            }
-        }
-    });
-}
 
 /// Q5_0 weight rows `g0..g0 + live` into `group`, two blocks per transpose: the five words after `d` of block
 /// `b` (`qh`, then `qs`) in words 0..5 of each lane, those of block `b + 1` in words 8..13.
@@ -742,12 +692,22 @@ static Q50_SEL: [([i8; 64], [u8; 64]); 8] = [
     q50_select(3, true),
 ];
 
+/// Q5_0: per block, `P = Σ q·qx` over the unsigned five-bit values (eight `vpdpbusd`; the fifth bits added as 16
+/// under byte masks from `qh`), `S = P − 16 · Σ qx` (exact), then the reference's `acc = fma(dw · dx, S, acc)` per
+/// lane.
+///
 /// Activation rows `r0..r0 + RT` against one repacked Q5_0 group: `[RT][16]` results (rows past `RT` unset).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; `group` holds `act.nb` repacked blocks and `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group_rows_q50<const RT: usize>(group: &[u32], act: &ActQ, r0: usize, ahead: Ahead) -> [[f32; LANES]; 4] {
+unsafe fn group_rows_q50<const RT: usize>(
+    group: &[u32],
+    act: &ActQ,
+    _pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
     let m4 = _mm512_set1_epi8(0x0f);
     let b16 = _mm512_set1_epi8(16);

@@ -289,19 +289,19 @@ pub fn matmul(
             Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             #[cfg(target_arch = "x86_64")]
             Job::Quant { act, kernel: Kernel::WideQ4K } => {
-                avx512_wide::q4k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+                avx512_wide::chunk(&avx512_wide::Q4K, w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
             #[cfg(target_arch = "x86_64")]
             Job::Quant { act, kernel: Kernel::WideQ6K } => {
-                avx512_wide::q6k_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+                avx512_wide::chunk(&avx512_wide::Q6K, w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
             #[cfg(target_arch = "x86_64")]
             Job::Quant { act, kernel: Kernel::WideQ41 } => {
-                avx512_wide::q41_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+                avx512_wide::chunk(&avx512_wide::Q41, w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
             #[cfg(target_arch = "x86_64")]
             Job::Quant { act, kernel: Kernel::WideQ50 } => {
-                avx512_wide::q50_chunk(w.bytes(), w.row_bytes, act, c0, c1, &out)
+                avx512_wide::chunk(&avx512_wide::Q50, w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
             #[cfg(not(target_arch = "x86_64"))]
             Job::Quant { kernel: Kernel::WideQ4K | Kernel::WideQ6K | Kernel::WideQ41 | Kernel::WideQ50, .. } => {
