@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1 and Q5_0 windows of [`min_rows`] rows or more (verify
+//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1 and Q5_0 windows of a few rows or more ([`kernel`]) (verify
 //! windows, prefill chunks): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a sub-block
 //! accumulate in place and need no horizontal reduction, and the sub-block scales cost one multiply per sub-block
 //! instead of one per four elements.
@@ -26,17 +26,18 @@ use tf_core::DType;
 use super::act::ActQ;
 use super::Out;
 
-/// Activation rows from which `matmul` runs `dtype` through this kernel (`None`: never). Below it the repack of
-/// a group costs more than it saves (measured with `matmul_bench`, weights streamed from memory: Q4_K gains from
-/// 4 rows, Q6_K breaks even at 8); the bits are the same either way.
-pub(crate) fn min_rows(dtype: DType) -> Option<usize> {
-    match dtype {
-        DType::Q4K => Some(4),
-        DType::Q6K => Some(8),
-        DType::Q4_1 => Some(4),
-        DType::Q5_0 => Some(4),
-        _ => None,
-    }
+/// The wide kernel for a window of `rows` rows of `dtype`, if there is one and the window is wide enough: below
+/// its threshold the repack of a group costs more than it saves (measured with `matmul_bench`, weights streamed
+/// from memory: Q4_K, Q4_1 and Q5_0 gain from 4 rows, Q6_K breaks even at 8). The bits are the same either way.
+pub(crate) fn kernel(dtype: DType, rows: usize) -> Option<&'static Wide> {
+    let (k, min_rows) = match dtype {
+        DType::Q4K => (&Q4K, 4),
+        DType::Q6K => (&Q6K, 8),
+        DType::Q4_1 => (&Q41, 4),
+        DType::Q5_0 => (&Q50, 4),
+        _ => return None,
+    };
+    (rows >= min_rows).then_some(k)
 }
 
 /// Weight rows per group: the i32 lanes of a 512-bit register.
@@ -59,7 +60,7 @@ thread_local! {
 
 /// One wide kernel: the weight block it reads, how it repacks a group of 16 weight rows and how it computes up to
 /// four activation rows against the repacked group.
-pub(super) struct Wide {
+pub(crate) struct Wide {
     name: &'static str,
     /// Bytes of a weight block; elements of an activation block (256 for the K-quants, 32 for the legacy types).
     block_bytes: usize,
@@ -78,7 +79,7 @@ type Repack = unsafe fn(&[u8], usize, usize, usize, &mut [u32]);
 /// Activation rows `r0..` against a repacked group (`pairs`: the Q4_K mins pairs, else unused).
 type Rows = unsafe fn(&[u32], &ActQ, &[u32], usize, Ahead) -> [[f32; LANES]; 4];
 
-pub(super) static Q4K: Wide = Wide {
+static Q4K: Wide = Wide {
     name: "Q4_K",
     block_bytes: BLOCK,
     act_block: 256,
@@ -88,7 +89,7 @@ pub(super) static Q4K: Wide = Wide {
     rows: [group_rows::<1>, group_rows::<2>, group_rows::<3>, group_rows::<4>],
 };
 
-pub(super) static Q6K: Wide = Wide {
+static Q6K: Wide = Wide {
     name: "Q6_K",
     block_bytes: Q6_BLOCK,
     act_block: 256,
@@ -98,7 +99,7 @@ pub(super) static Q6K: Wide = Wide {
     rows: [group_rows_q6k::<1>, group_rows_q6k::<2>, group_rows_q6k::<3>, group_rows_q6k::<4>],
 };
 
-pub(super) static Q41: Wide = Wide {
+static Q41: Wide = Wide {
     name: "Q4_1",
     block_bytes: Q41_BLOCK,
     act_block: 32,
@@ -108,7 +109,7 @@ pub(super) static Q41: Wide = Wide {
     rows: [group_rows_q41::<1>, group_rows_q41::<2>, group_rows_q41::<3>, group_rows_q41::<4>],
 };
 
-pub(super) static Q50: Wide = Wide {
+static Q50: Wide = Wide {
     name: "Q5_0",
     block_bytes: Q50_BLOCK,
     act_block: 32,
@@ -194,6 +195,17 @@ impl Ahead {
             at += 64;
         }
     }
+}
+
+/// The `RT` rows' 16 lanes as `[4][16]` floats (rows past `RT` zero), the row kernels' result.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_out<const RT: usize>(acc: &[__m512; RT]) -> [[f32; LANES]; 4] {
+    let mut res = [[0f32; LANES]; 4];
+    for r in 0..RT {
+        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
+    }
+    res
 }
 
 /// The byte offset of each lane's weight row from row `g0` (lanes past `live` repeat the last live row; their sums
@@ -385,11 +397,7 @@ unsafe fn group_rows<const RT: usize>(
             acc[r] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(m), acc[r]);
         }
     }
-    let mut res = [[0f32; LANES]; 4];
-    for r in 0..RT {
-        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
-    }
-    res
+    rows_out(&acc)
 }
 
 /// u32 words of one group's repacked Q6_K super-block: per half `h` and step `g`, the `ql` lines of `n = 0, 1` and
@@ -523,11 +531,7 @@ unsafe fn group_rows_q6k<const RT: usize>(
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
         }
     }
-    let mut res = [[0f32; LANES]; 4];
-    for r in 0..RT {
-        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
-    }
-    res
+    rows_out(&acc)
 }
 
 /// Bytes of a Q4_1 block (`d`, `m`, 16 `qs` bytes: element `l < 16` the low nibble of `qs[l]`, `16 + l` its high
@@ -615,11 +619,7 @@ unsafe fn group_rows_q41<const RT: usize>(
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(m, dx), sx, acc[r]);
         }
     }
-    let mut res = [[0f32; LANES]; 4];
-    for r in 0..RT {
-        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
-    }
-    res
+    rows_out(&acc)
 }
 
 /// Bytes of a Q5_0 block: `d` (f16), `qh` (32 fifth bits, bit `i` of element `i`), 16 `qs` bytes (element
@@ -746,9 +746,5 @@ unsafe fn group_rows_q50<const RT: usize>(
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
         }
     }
-    let mut res = [[0f32; LANES]; 4];
-    for r in 0..RT {
-        _mm512_storeu_ps(res[r].as_mut_ptr(), acc[r]);
-    }
-    res
+    rows_out(&acc)
 }

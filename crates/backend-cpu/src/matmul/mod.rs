@@ -272,10 +272,9 @@ pub fn matmul(
     let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
     // Chunks are whole tiles of the kernel's width.
     let tile = match &job {
-        Job::Quant {
-            kernel: Kernel::Lanes16(_) | Kernel::WideQ4K | Kernel::WideQ6K | Kernel::WideQ41 | Kernel::WideQ50,
-            ..
-        } => 16,
+        Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
+        #[cfg(target_arch = "x86_64")]
+        Job::Quant { kernel: Kernel::Wide(_), .. } => 16,
         _ => TILE_COLS,
     };
     let tiles = n.div_ceil(tile);
@@ -288,24 +287,8 @@ pub fn matmul(
             Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::WideQ4K } => {
-                avx512_wide::chunk(&avx512_wide::Q4K, w.bytes(), w.row_bytes, act, c0, c1, &out)
-            }
-            #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::WideQ6K } => {
-                avx512_wide::chunk(&avx512_wide::Q6K, w.bytes(), w.row_bytes, act, c0, c1, &out)
-            }
-            #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::WideQ41 } => {
-                avx512_wide::chunk(&avx512_wide::Q41, w.bytes(), w.row_bytes, act, c0, c1, &out)
-            }
-            #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::WideQ50 } => {
-                avx512_wide::chunk(&avx512_wide::Q50, w.bytes(), w.row_bytes, act, c0, c1, &out)
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            Job::Quant { kernel: Kernel::WideQ4K | Kernel::WideQ6K | Kernel::WideQ41 | Kernel::WideQ50, .. } => {
-                unreachable!("the wide kernels are x86_64 only")
+            Job::Quant { act, kernel: Kernel::Wide(k) } => {
+                avx512_wide::chunk(k, w.bytes(), w.row_bytes, act, c0, c1, &out)
             }
         }
         if let Some(b) = &bias_values {
@@ -482,31 +465,18 @@ enum Kernel {
     /// The AVX-512 legacy kernels (x86_64 only).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Lanes16(QuantKernel16),
-    /// Q4_K windows of `avx512_wide::min_rows`+ rows on AVX-512 (x86_64 only): 16 weight rows per register lane
-    /// group, repacked per call.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    WideQ4K,
-    /// The same for Q6_K.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    WideQ6K,
-    /// The same for Q4_1.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    WideQ41,
-    /// The same for Q5_0.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    WideQ50,
+    /// A wide AVX-512 kernel for windows of several rows (x86_64 only): 16 weight rows per register lane group,
+    /// repacked per call.
+    #[cfg(target_arch = "x86_64")]
+    Wide(&'static avx512_wide::Wide),
 }
 
 /// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
 fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && avx512_wide::min_rows(dtype).is_some_and(|m| rows >= m) {
-        match dtype {
-            DType::Q4K => return Kernel::WideQ4K,
-            DType::Q6K => return Kernel::WideQ6K,
-            DType::Q4_1 => return Kernel::WideQ41,
-            DType::Q5_0 => return Kernel::WideQ50,
-            _ => {}
+    if isa == Isa::Avx512 {
+        if let Some(k) = avx512_wide::kernel(dtype, rows) {
+            return Kernel::Wide(k);
         }
     }
     let _ = rows;
