@@ -6,7 +6,8 @@
 //! `cargo run --release -p tf-backend-cpu --example matmul_bench -- [threads] [isa] [types...]`
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
 //! keeps only the named sets, `TF_BENCH_ROWS=1,8` only those row counts, `TF_BENCH_K=8960` sets the input width
-//! (default 1536; a multiple of 256 for the K-quants). `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
+//! (default 1536; a multiple of 256 for the K-quants), `TF_BENCH_PACK=0` keeps the weights as stored (no AVX-512
+//! wide layout), `TF_BENCH_AB=1` times the weights as stored too, alternated with the wide layout in one process. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
 //! machine disturb much less than they do the wall clock.
 
@@ -17,6 +18,7 @@ use tf_backend_cpu::{Isa, Pool};
 use tf_core::{DType, Precision, Tensor, TensorInfo};
 
 /// A deterministic xorshift stream (no dependency on `rand` outside tests).
+#[derive(Clone)]
 struct Rng(u64);
 
 impl Rng {
@@ -49,7 +51,13 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
         }
     }
     let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
-    CpuWeight::from_bytes(&info, &w).expect("valid weight")
+    let w = CpuWeight::from_bytes(&info, &w).expect("valid weight");
+    // `TF_BENCH_PACK=0`: the blocks as stored (the one-row tile kernels), not the AVX-512 wide layout.
+    if std::env::var("TF_BENCH_PACK").is_ok_and(|v| v == "0") {
+        w.unpacked()
+    } else {
+        w
+    }
 }
 
 /// CPU time of the calling thread in seconds (Linux `CLOCK_THREAD_CPUTIME_ID`).
@@ -110,7 +118,12 @@ fn main() {
             // Enough distinct weights to total ~512 MiB for the DRAM set.
             let count = if count == 0 { (512 << 20) / (n * row_bytes) } else { count };
             // `count` weights of `[n, k]`.
+            let ab = std::env::var("TF_BENCH_AB").is_ok_and(|v| v == "1");
+            let mut rng2 = rng.clone();
             let ws: Vec<CpuWeight> = (0..count).map(|_| weight(&mut rng, dtype, n, k)).collect();
+            // `TF_BENCH_AB=1`: the same weights also as stored, timed alternately with `ws` in one process.
+            let stored: Vec<CpuWeight> =
+                if ab { (0..count).map(|_| weight(&mut rng2, dtype, n, k).unpacked()).collect() } else { Vec::new() };
             for rows in [1, 4, 8, 16, 64] {
                 if !row_list.as_ref().is_none_or(|s| s.split(',').any(|x| x.parse() == Ok(rows))) {
                     continue;
@@ -119,26 +132,42 @@ fn main() {
                 let x =
                     Tensor::host(rows, k, (0..rows * k).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect());
                 let reps = (((64 << 20) / (n * row_bytes * rows.min(16))).max(count)).min(20000);
-                let run = |reps: usize| {
+                let run = |ws: &[CpuWeight], reps: usize| {
                     for i in 0..reps {
                         std::hint::black_box(matmul(&pool, isa, Precision::Checkpoint, &x, &ws[i % count], None));
                     }
                 };
-                run(count.min(reps));
-                let (t, c) = (Instant::now(), if cpu_time { thread_cpu_s() } else { 0.0 });
-                run(reps);
-                let s = if cpu_time { thread_cpu_s() - c } else { t.elapsed().as_secs_f64() } / reps as f64;
-                let gbs = (n * row_bytes) as f64 / s / 1e9;
-                let gflops = 2.0 * (n * k * rows) as f64 / s / 1e9;
-                println!(
-                    "{:6} {:6} {:>5} {:>10.1} {:>9.1} {:>9.1}",
-                    dtype.to_string(),
-                    set,
-                    rows,
-                    s * 1e6,
-                    gbs,
-                    gflops
-                );
+                let t0 = Instant::now();
+                let now = || if cpu_time { thread_cpu_s() } else { t0.elapsed().as_secs_f64() };
+                let sets: Vec<(&str, &[CpuWeight])> =
+                    if ab { vec![("", &ws[..]), (" stored", &stored[..])] } else { vec![("", &ws[..])] };
+                // Alternated in ten slices so that a drift of the machine's speed hits every variant alike.
+                let mut secs = vec![0f64; sets.len()];
+                for (_, w) in &sets {
+                    run(w, count.min(reps));
+                }
+                let slice = reps.div_ceil(10);
+                for _ in 0..10 {
+                    for (i, (_, w)) in sets.iter().enumerate() {
+                        let c = now();
+                        run(w, slice);
+                        secs[i] += now() - c;
+                    }
+                }
+                for ((label, _), total) in sets.iter().zip(&secs) {
+                    let s = total / (10 * slice) as f64;
+                    let gbs = (n * row_bytes) as f64 / s / 1e9;
+                    let gflops = 2.0 * (n * k * rows) as f64 / s / 1e9;
+                    println!(
+                        "{:6} {:6} {:>5} {:>10.1} {:>9.1} {:>9.1}{label}",
+                        dtype.to_string(),
+                        set,
+                        rows,
+                        s * 1e6,
+                        gbs,
+                        gflops
+                    );
+                }
             }
         }
     }

@@ -94,6 +94,8 @@ struct Case {
     out: usize,
     inn: usize,
     w: CpuWeight,
+    /// The same weight kept in its stored layout (no AVX-512 wide-layout copy): the one-row tile kernels.
+    stored: CpuWeight,
     bytes: Vec<u8>,
     bias: Option<Vec<f32>>,
 }
@@ -103,8 +105,9 @@ impl Case {
         let bytes = random_bytes(rng, dtype, out, inn);
         let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
         let w = CpuWeight::from_bytes(&info, &bytes).unwrap();
+        let stored = CpuWeight::from_bytes(&info, &bytes).unwrap().unpacked();
         let bias = rng.gen_bool(0.5).then(|| (0..out).map(|_| rng.gen_range(-1.0f32..1.0)).collect());
-        Case { dtype, out, inn, w, bytes, bias }
+        Case { dtype, out, inn, w, stored, bytes, bias }
     }
 
     fn bias_weight(&self) -> Option<CpuWeight> {
@@ -115,6 +118,16 @@ impl Case {
         let y = matmul(pool, isa, p, x, &self.w, self.bias_weight().as_ref());
         assert_eq!((y.rows, y.cols), (x.rows, self.out));
         y.host
+    }
+
+    /// [`Case::run`], and on AVX-512 also with the weight in its stored layout: `(label, result)` per layout.
+    fn runs(&self, pool: &Pool, isa: Isa, p: Precision, x: &Tensor) -> Vec<(&'static str, Vec<f32>)> {
+        let mut v = vec![("", self.run(pool, isa, p, x))];
+        if isa == Isa::Avx512 {
+            let y = matmul(pool, isa, p, x, &self.stored, self.bias_weight().as_ref());
+            v.push((" (stored layout)", y.host));
+        }
+        v
     }
 
     fn reference(&self, p: Precision, x: &Tensor) -> Vec<f32> {
@@ -187,16 +200,17 @@ fn fast_kernels_equal_the_reference() {
             for p in PRECISIONS {
                 let want = case.reference(p, &x);
                 for isa in Isa::available() {
-                    let got = case.run(&pool, isa, p, &x);
-                    assert!(
-                        bits(&got) == bits(&want),
-                        "{} {} {} rows={}: {} (TF_SEED={seed})",
-                        case.name(),
-                        p.name(),
-                        isa.name(),
-                        x.rows,
-                        first_diff(&got, &want)
-                    );
+                    for (layout, got) in case.runs(&pool, isa, p, &x) {
+                        assert!(
+                            bits(&got) == bits(&want),
+                            "{} {} {}{layout} rows={}: {} (TF_SEED={seed})",
+                            case.name(),
+                            p.name(),
+                            isa.name(),
+                            x.rows,
+                            first_diff(&got, &want)
+                        );
+                    }
                 }
             }
         }
@@ -218,29 +232,30 @@ fn windows_equal_the_reference(dtypes: &[DType], row_counts: &[usize], block: us
             let x = random_x(&mut rng, rows, inn);
             let want = case.reference(Precision::Checkpoint, &x);
             for isa in Isa::available() {
-                let got = case.run(&pool, isa, Precision::Checkpoint, &x);
-                assert!(
-                    bits(&got) == bits(&want),
-                    "{} {} rows={rows}: {} (TF_SEED={seed})",
-                    case.name(),
-                    isa.name(),
-                    first_diff(&got, &want)
-                );
+                for (layout, got) in case.runs(&pool, isa, Precision::Checkpoint, &x) {
+                    assert!(
+                        bits(&got) == bits(&want),
+                        "{} {}{layout} rows={rows}: {} (TF_SEED={seed})",
+                        case.name(),
+                        isa.name(),
+                        first_diff(&got, &want)
+                    );
+                }
             }
         }
     }
 }
 
-/// Every row count 1..=64 (every tile shape and mix of row groups, the AVX-512 wide Q4_1/Q5_0 kernels from 4 rows
-/// with their groups of 4) for the 32-element types.
+/// Every row count 1..=64 (every tile shape and mix of row groups; the AVX-512 wide Q4_1/Q5_0/Q8_0 kernels with
+/// their groups of 4 rows, and the 16-lane tiles on the stored layout) for the 32-element types.
 #[test]
 fn legacy_windows_of_every_size_equal_the_reference() {
     let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1];
     windows_equal_the_reference(&types, &(1..=64).collect::<Vec<_>>(), 32, 1..6);
 }
 
-/// The K-quants across the row counts where kernels change (row groups of 8/4/2/1, the AVX-512 wide Q4_K/Q6_K
-/// kernels from 4/8 rows with their groups of 4).
+/// The K-quants across the row counts where kernels change (row groups of 8/4/2/1 of the tiles; the AVX-512 wide
+/// Q4_K/Q6_K kernels with their groups of 4 rows).
 #[test]
 fn kquant_windows_of_every_size_equal_the_reference() {
     let rows: Vec<usize> = (1..=20).chain([31, 33, 47, 64]).collect();

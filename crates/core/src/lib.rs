@@ -16,4 +16,4 @@ pub use backend::{
 pub use config::{ConfigFormat, ConfigView};
 pub use dtype::DType;
 pub use rng::{derive_seed, mix, uniform, DEFAULT_SEED_SALT};
-pub use weights::{SharedBytes, TensorInfo, WeightSource, WeightsError};
+pub use weights::{Release, SharedBytes, TensorInfo, WeightSource, WeightsError};

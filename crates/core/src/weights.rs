@@ -82,7 +82,13 @@ pub struct SharedBytes {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
     start: usize,
     len: usize,
+    /// How the owner drops a range from this process's resident memory without changing it (a mapped file's
+    /// pages, read back from the file when touched again); `None`: it cannot.
+    release: Option<Release>,
 }
+
+/// See [`SharedBytes::with_release`].
+pub type Release = Arc<dyn Fn(Range<usize>) + Send + Sync>;
 
 impl SharedBytes {
     /// `range` of `owner`'s bytes; `None` when it lies outside them.
@@ -92,7 +98,30 @@ impl SharedBytes {
             owner,
             start: range.start,
             len: range.end - range.start,
+            release: None,
         })
+    }
+
+    /// These bytes with a way for the owner to drop a range of its bytes from resident memory; `release` must
+    /// leave the bytes unchanged (e.g. `MADV_DONTNEED` on a read-only file mapping, never on anonymous memory).
+    pub fn with_release(mut self, release: Release) -> SharedBytes {
+        self.release = Some(release);
+        self
+    }
+
+    /// Tells the owner these bytes will not be read for a while (a backend that copied them into its own
+    /// layout): a mapped file drops their pages from this process's resident set. The bytes stay readable and
+    /// unchanged; owners without a way to release ignore it.
+    pub fn release(&self) {
+        self.release_part(0..self.len);
+    }
+
+    /// As [`SharedBytes::release`] for `part` of these bytes (offsets into [`SharedBytes::as_slice`], clamped).
+    pub fn release_part(&self, part: Range<usize>) {
+        let (from, to) = (part.start.min(self.len), part.end.min(self.len));
+        if let (Some(f), true) = (&self.release, from < to) {
+            f(self.start + from..self.start + to);
+        }
     }
 
     pub fn as_slice(&self) -> &[u8] {

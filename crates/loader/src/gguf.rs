@@ -367,7 +367,21 @@ impl WeightSource for GgufFile {
         let t = self.tensor(name)?;
         let start = (self.data_start + t.offset) as usize;
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.mmap.clone();
-        SharedBytes::new(owner, start..start + t.info.nbytes() as usize)
+        let map = self.mmap.clone();
+        let release = move |r: std::ops::Range<usize>| {
+            // Whole pages inside the range only (neighbouring tensors keep theirs); 4 KiB pages, and where the
+            // pages are larger madvise refuses the unaligned range, which is harmless.
+            const PAGE: usize = 4096;
+            let (from, to) = (r.start.next_multiple_of(PAGE), r.end / PAGE * PAGE);
+            if from < to {
+                // SAFETY: the map is a read-only shared file mapping: MADV_DONTNEED drops this process's page
+                // table entries and the next read faults the same bytes back in from the file. A failure only
+                // means the pages stay resident.
+                #[cfg(unix)]
+                let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+            }
+        };
+        SharedBytes::new(owner, start..start + t.info.nbytes() as usize).map(|b| b.with_release(Arc::new(release)))
     }
 }
 

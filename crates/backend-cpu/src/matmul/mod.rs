@@ -42,6 +42,8 @@ mod scalar;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+#[cfg(target_arch = "x86_64")]
+use std::sync::OnceLock;
 
 use tf_core::{BackendError, DType, Precision, SharedBytes, Tensor, TensorInfo};
 use tf_quant::reference::matmul::checkpoint_block;
@@ -70,6 +72,12 @@ pub struct CpuWeight {
     raw: Raw,
     /// `[out * in]` values for F32. Empty otherwise.
     f32s: Vec<f32>,
+    /// The same blocks in the AVX-512 wide layout (`[out.div_ceil(16)]` groups of 16 rows), made by the first
+    /// checkpoint matmul on AVX-512 and read by every later one instead of `raw` ([`CpuWeight::packed_bytes`]).
+    #[cfg(target_arch = "x86_64")]
+    packed: OnceLock<Option<avx512_wide::Packed>>,
+    /// Whether that copy may be made ([`CpuWeight::unpacked`]).
+    may_pack: bool,
 }
 
 /// Where a weight's bytes live.
@@ -99,7 +107,7 @@ impl CpuWeight {
             unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, bytes.len()) }.copy_from_slice(bytes);
             (Raw::Owned(raw), Vec::new())
         };
-        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw, f32s })
+        Ok(CpuWeight::new(dtype, shape, out_dim, in_dim, row_bytes, raw, f32s))
     }
 
     /// A checkpoint tensor used in place from a shared owner (the mapped file) when its bytes are 8-aligned and
@@ -109,12 +117,74 @@ impl CpuWeight {
         if dtype == DType::F32 || bytes.as_slice().as_ptr().align_offset(8) != 0 {
             return CpuWeight::from_bytes(info, bytes.as_slice());
         }
-        Ok(CpuWeight { dtype, shape, out_dim, in_dim, row_bytes, raw: Raw::Mapped(bytes), f32s: Vec::new() })
+        Ok(CpuWeight::new(dtype, shape, out_dim, in_dim, row_bytes, Raw::Mapped(bytes), Vec::new()))
+    }
+
+    fn new(
+        dtype: DType,
+        shape: Vec<usize>,
+        out_dim: usize,
+        in_dim: usize,
+        row_bytes: usize,
+        raw: Raw,
+        f32s: Vec<f32>,
+    ) -> CpuWeight {
+        CpuWeight {
+            dtype,
+            shape,
+            out_dim,
+            in_dim,
+            row_bytes,
+            raw,
+            f32s,
+            #[cfg(target_arch = "x86_64")]
+            packed: OnceLock::new(),
+            may_pack: true,
+        }
     }
 
     /// Whether the bytes are used in place (not copied).
     pub fn is_in_place(&self) -> bool {
         matches!(self.raw, Raw::Mapped(_))
+    }
+
+    /// This weight without the wide-layout copy: its checkpoint matmuls on AVX-512 read the blocks as stored, with
+    /// the one-row tile kernels (the same bits; for comparisons and tests).
+    pub fn unpacked(mut self) -> CpuWeight {
+        self.may_pack = false;
+        self
+    }
+
+    /// The wide layout of this weight for a checkpoint matmul on `isa`, made on first use: with AVX-512, a matrix of
+    /// a type with a wide kernel (Q4_K, Q6_K, Q4_1, Q5_0, Q8_0) is copied once into it (the same bytes, moved), and
+    /// a mapped weight's file pages are then released (read back from the file only if a row is gathered or
+    /// dequantized), so the weight stays resident once.
+    #[cfg(target_arch = "x86_64")]
+    fn packed_for(&self, isa: Isa) -> Option<&avx512_wide::Packed> {
+        if isa != Isa::Avx512 || !self.may_pack || self.out_dim < 2 {
+            return None;
+        }
+        self.packed
+            .get_or_init(|| {
+                // A mapped source is released as it is copied, so the weight is never resident twice over more
+                // than a few MB.
+                let mut done = |r: std::ops::Range<usize>| {
+                    if let Raw::Mapped(b) = &self.raw {
+                        b.release_part(r);
+                    }
+                };
+                avx512_wide::pack(self.dtype, self.bytes(), self.out_dim, self.row_bytes, &mut done)
+            })
+            .as_ref()
+    }
+
+    /// Bytes of the wide-layout copy (0 until a checkpoint matmul on AVX-512 has made one).
+    pub fn packed_bytes(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(Some(p)) = self.packed.get() {
+            return p.bytes();
+        }
+        0
     }
 
     /// Checks `info` against `len` bytes → (dtype, shape, out, in, row bytes).
@@ -157,6 +227,9 @@ impl CpuWeight {
             row_bytes: 4 * in_dim,
             raw: Raw::Owned(Vec::new()),
             f32s: values,
+            #[cfg(target_arch = "x86_64")]
+            packed: OnceLock::new(),
+            may_pack: false,
         }
     }
 
@@ -263,7 +336,7 @@ pub fn matmul(
     }
     let job = match checkpoint_block(w.dtype) {
         Some(block) if precision == Precision::Checkpoint => {
-            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w.dtype, rows) }
+            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w) }
         }
         _ => Job::Full { x: &x.host },
     };
@@ -274,7 +347,7 @@ pub fn matmul(
     let tile = match &job {
         Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
         #[cfg(target_arch = "x86_64")]
-        Job::Quant { kernel: Kernel::Wide(_), .. } => 16,
+        Job::Quant { kernel: Kernel::Wide, .. } => 16,
         _ => TILE_COLS,
     };
     let tiles = n.div_ceil(tile);
@@ -287,8 +360,8 @@ pub fn matmul(
             Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
             #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::Wide(k) } => {
-                avx512_wide::chunk(k, w.bytes(), w.row_bytes, act, c0, c1, &out)
+            Job::Quant { act, kernel: Kernel::Wide } => {
+                avx512_wide::chunk(w.packed_for(isa).expect("picked for a packed weight"), act, c0, c1, &out)
             }
         }
         if let Some(b) = &bias_values {
@@ -465,21 +538,18 @@ enum Kernel {
     /// The AVX-512 legacy kernels (x86_64 only).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Lanes16(QuantKernel16),
-    /// A wide AVX-512 kernel for windows of several rows (x86_64 only): 16 weight rows per register lane group,
-    /// repacked per call.
+    /// The wide AVX-512 kernel of a packed weight (x86_64 only): 16 weight rows per register lane group.
     #[cfg(target_arch = "x86_64")]
-    Wide(&'static avx512_wide::Wide),
+    Wide,
 }
 
-/// The kernel for `dtype` on `isa` for a window of `rows` rows (every choice gives the same bits).
-fn pick_quant_kernel(isa: Isa, dtype: DType, rows: usize) -> Kernel {
+/// The checkpoint kernel for `w` on `isa`, any row count (every choice gives the same bits).
+fn pick_quant_kernel(isa: Isa, w: &CpuWeight) -> Kernel {
+    let dtype = w.dtype;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        if let Some(k) = avx512_wide::kernel(dtype, rows) {
-            return Kernel::Wide(k);
-        }
+    if w.packed_for(isa).is_some() {
+        return Kernel::Wide;
     }
-    let _ = rows;
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
         if let Some(k) = avx512_legacy::kernel16(dtype) {
@@ -538,6 +608,27 @@ mod tests {
             let b = matmul(&pool, Isa::detect(), precision, &x, &copied, None);
             assert!(a.host.iter().zip(&b.host).all(|(p, q)| p.to_bits() == q.to_bits()), "{precision:?}");
             assert!(a.host.iter().all(|v| v.is_finite()));
+        }
+        // On AVX-512 the first checkpoint matmul copies the weight into the wide layout and releases every byte of
+        // the mapped source, in order, once; the results keep their bits and the copy is as large as the source.
+        let released = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = released.clone();
+        let hook: tf_core::Release = Arc::new(move |r| log.lock().unwrap().push(r));
+        let watched = CpuWeight::from_shared(&info, at(8).with_release(hook)).unwrap();
+        let got = matmul(&pool, Isa::detect(), Precision::Checkpoint, &x, &watched, None);
+        let want = matmul(&pool, Isa::detect(), Precision::Checkpoint, &x, &copied, None);
+        assert!(got.host.iter().zip(&want.host).all(|(p, q)| p.to_bits() == q.to_bits()));
+        let ranges = released.lock().unwrap().clone();
+        if Isa::detect() == Isa::Avx512 {
+            let (start, end) = (8, 8 + out * row_bytes);
+            assert_eq!(ranges.first().map(|r| r.start), Some(start), "{ranges:?}");
+            assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "{ranges:?}");
+            assert_eq!(ranges.last().map(|r| r.end), Some(end), "{ranges:?}");
+            assert_eq!(watched.packed_bytes(), out.div_ceil(16) * 16 * row_bytes);
+            matmul(&pool, Isa::Avx512, Precision::Checkpoint, &x, &watched, None);
+            assert_eq!(released.lock().unwrap().len(), ranges.len(), "packed once");
+        } else {
+            assert!(ranges.is_empty() && watched.packed_bytes() == 0);
         }
         // A wrong length is refused either way.
         let short = SharedBytes::new(owner.clone(), 8..8 + out * row_bytes - 1).unwrap();

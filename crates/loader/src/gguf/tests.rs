@@ -194,3 +194,21 @@ fn every_truncation_is_an_error_not_a_panic() {
         }
     }
 }
+
+/// Releasing a tensor's mapped pages (whole, part, twice) leaves its bytes readable and unchanged: they are read
+/// back from the file.
+#[test]
+fn released_shared_bytes_read_back_the_same() {
+    // `[2048][32]` Q8_0 blocks (69,632 bytes: whole pages inside it), distinct bytes per block.
+    let rows = 2048;
+    let data: Vec<u8> = (0..rows * 34).map(|i| (i * 131 % 251) as u8).collect();
+    let g = open_bytes(&sample().tensor("big", DType::Q8_0, &[rows as u64, 32], data.clone()).to_bytes()).unwrap();
+    let shared = g.shared_bytes("big").unwrap();
+    assert_eq!(shared.as_slice(), &data[..]);
+    shared.release_part(10_000..30_000);
+    assert_eq!(shared.as_slice(), &data[..]);
+    shared.release();
+    shared.release();
+    assert_eq!(shared.as_slice(), &data[..]);
+    assert_eq!(g.bytes("q").unwrap(), &[3u8; 34][..], "neighbours keep their bytes");
+}
