@@ -176,6 +176,11 @@ impl Backend for CpuBackend {
         matmul::matmul(&self.pool, self.isa, self.precision, x, cpu_weight(w), bias.map(cpu_weight))
     }
 
+    fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        let ws: Vec<_> = ws.iter().map(|&(w, b)| (cpu_weight(w), b.map(cpu_weight))).collect();
+        matmul::matmul_many(&self.pool, self.isa, self.precision, x, &ws)
+    }
+
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
         let values = self.vectors.get(w);
         norm::rms_norm(&self.pool, self.isa, x, &values, group, eps)

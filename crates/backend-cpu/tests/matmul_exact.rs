@@ -10,7 +10,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tf_backend_cpu::isa::Isa;
-use tf_backend_cpu::matmul::{matmul, CpuWeight};
+use tf_backend_cpu::matmul::{matmul, matmul_many, CpuWeight};
 use tf_backend_cpu::Pool;
 use tf_core::{DType, Precision, Tensor, TensorInfo};
 use tf_quant::reference::matmul::{checkpoint_block, matmul_ref, quantize_row};
@@ -386,5 +386,54 @@ fn row_f32_and_as_f32_vec_equal_dequantize() {
         let mut row = vec![0f32; 256];
         case.w.row_f32(3, &mut row);
         assert_eq!(bits(&row), bits(&want[3 * 256..4 * 256]), "{dtype}");
+    }
+}
+
+/// Several weights in one call (mixed types and block sizes, with and without bias, one with no rows to compute)
+/// give each weight the reference's bits, on every ISA and layout, in both precisions.
+#[test]
+fn many_weights_in_one_call_equal_the_reference() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    let inn = 512;
+    for _ in 0..4 {
+        let n = rng.gen_range(1..5);
+        let cases: Vec<Case> = (0..n)
+            .map(|_| {
+                let dtype =
+                    [DType::Q4K, DType::Q6K, DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::F32][rng.gen_range(0..6)];
+                let out = rng.gen_range(1..70);
+                Case::new(&mut rng, dtype, out, inn)
+            })
+            .collect();
+        let rows = [0, 1, 2, 3, 5, 9][rng.gen_range(0..6)];
+        let x = random_x(&mut rng, rows, inn);
+        for p in PRECISIONS {
+            for isa in Isa::available() {
+                for stored in [false, true] {
+                    let biases: Vec<Option<CpuWeight>> = cases.iter().map(Case::bias_weight).collect();
+                    let ws: Vec<(&CpuWeight, Option<&CpuWeight>)> = cases
+                        .iter()
+                        .zip(&biases)
+                        .map(|(c, b)| (if stored { &c.stored } else { &c.w }, b.as_ref()))
+                        .collect();
+                    let got = matmul_many(&pool, isa, p, &x, &ws);
+                    assert_eq!(got.len(), cases.len());
+                    for (case, y) in cases.iter().zip(&got) {
+                        assert_eq!((y.rows, y.cols), (rows, case.out));
+                        let want = case.reference(p, &x);
+                        assert!(
+                            bits(&y.host) == bits(&want),
+                            "{} {} {} stored={stored} rows={rows}: {} (TF_SEED={seed})",
+                            case.name(),
+                            p.name(),
+                            isa.name(),
+                            first_diff(&y.host, &want)
+                        );
+                    }
+                }
+            }
+        }
     }
 }

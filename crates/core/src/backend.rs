@@ -251,6 +251,11 @@ pub trait Backend: Send + Sync {
     fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor;
     /// `x [R, K] · wᵀ` for `w [N, K]` of any supported type, plus an optional f32 bias `[N]` → `[R, N]`.
     fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor;
+    /// [`Backend::matmul`] of one `x` with several weights (`[(w, bias)]`, the same `K`) → one result per weight,
+    /// with the same bits as separate calls (a backend may share work between them). By default, separate calls.
+    fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        ws.iter().map(|&(w, b)| self.matmul(x, w, b)).collect()
+    }
     /// RMSNorm over groups of `group` columns (`group == cols` for a plain norm, `head_dim` for per-head q/k
     /// norms), each scaled by `w [group]`.
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor;

@@ -133,9 +133,12 @@ pub fn attention(
     kv: &mut KvCache,
 ) -> Tensor {
     let dh = spec.params.head_dim;
-    let mut q = linear(be, x, &w.q); // [R, Nq·Dh]
-    let mut k = linear(be, x, &w.k); // [R, Nkv·Dh]
-    let v = linear(be, x, &w.v); // [R, Nkv·Dh]
+    let [q, k, v]: [Tensor; 3] = be
+        .matmul_many(x, &[(&w.q.w, w.q.b.as_ref()), (&w.k.w, w.k.b.as_ref()), (&w.v.w, w.v.b.as_ref())])
+        .try_into()
+        .expect("one result per weight");
+    let (mut q, mut k) = (q, k); // [R, Nq·Dh], [R, Nkv·Dh]
+                                 // v: [R, Nkv·Dh]
     trace("q", layer, &q);
     trace("k", layer, &k);
     trace("v", layer, &v);
@@ -170,8 +173,8 @@ pub struct GluMlp {
 
 /// `down(act(gate(x)) * up(x))`: `x [R, H] → [R, H]`.
 pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usize) -> Tensor {
-    let gate = be.matmul(x, &w.gate, None); // [R, F]
-    let up = be.matmul(x, &w.up, None); // [R, F]
+    let [gate, up]: [Tensor; 2] =
+        be.matmul_many(x, &[(&w.gate, None), (&w.up, None)]).try_into().expect("one result per weight"); // [R, F] each
     let h = be.glu(&gate, &up, act); // [R, F]
     trace("ffn_act", layer, &h);
     be.matmul(&h, &w.down, None) // [R, H]

@@ -218,8 +218,9 @@ static Q80: Wide = Wide {
 };
 
 /// Output columns `c0..c1` of `out` (`c0` a multiple of 16) for every activation row of `act` against the packed
-/// weight `p`, checkpoint mode. Bit-equal to the tile kernels and the reference.
-pub(super) fn chunk(p: &Packed, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+/// weight `p`, checkpoint mode (`next`: the weight computed after this one, whose first groups are requested
+/// while this one's last are computed). Bit-equal to the tile kernels and the reference.
+pub(super) fn chunk(p: &Packed, next: Option<&Packed>, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     let (k, rows, nb) = (p.kernel, act.rows, p.nb);
     let name = k.name;
     assert!(act.block == k.act_block && act.nb == nb, "{name} wide kernel: layouts");
@@ -252,9 +253,13 @@ pub(super) fn chunk(p: &Packed, act: &ActQ, c0: usize, c1: usize, out: &Out) {
             let group = p.group(g0 / LANES);
             // The next group, requested into L2 a slice per block while this group's first rows are computed.
             // The group `AHEAD_GROUPS` further, requested into L2 a slice per block while this group's first rows
-            // are computed; past the chunk's end too (the pool hands out the next chunk next).
-            let ahead = match p.group_at(g0 / LANES + AHEAD_GROUPS) {
-                Some(next) => Ahead { p: next.as_ptr(), per_block: next.len().div_ceil(nb) },
+            // are computed; past the chunk's end too (the pool hands out the next chunk next), and into the next
+            // weight.
+            let at = g0 / LANES + AHEAD_GROUPS;
+            let groups = p.rows.div_ceil(LANES);
+            let target = if at < groups { Some(p.group(at)) } else { next.and_then(|q| q.group_at(at - groups)) };
+            let ahead = match target {
+                Some(g) => Ahead { p: g.as_ptr(), per_block: g.len().div_ceil(nb) },
                 None => Ahead::NONE,
             };
             let mut r0 = 0;

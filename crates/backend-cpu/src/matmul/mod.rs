@@ -292,10 +292,10 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How one call computes: full (f32 dot16) or checkpoint with the quantized activations.
+/// How one weight's share of a call computes: full (f32 dot16) or checkpoint with the quantized activations.
 enum Job<'a> {
     Full { x: &'a [f32] },
-    Quant { act: ActQ, kernel: Kernel },
+    Quant { act: &'a ActQ, kernel: Kernel },
 }
 
 /// Rows per group for `left` remaining rows: the largest of 8, 4, 2, 1 not above `left` (capped at `max`).
@@ -314,66 +314,128 @@ pub fn matmul(
     w: &CpuWeight,
     bias: Option<&CpuWeight>,
 ) -> Tensor {
-    let (n, k, rows) = (w.out_dim, w.in_dim, x.rows);
-    assert_eq!(
-        x.cols, k,
-        "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k} input columns",
-        x.cols, w.shape, w.dtype
-    );
+    matmul_many(pool, isa, precision, x, &[(w, bias)]).pop().expect("one result per weight")
+}
+
+/// [`matmul`] of one `x` with several weights (`[(w, bias)]`, each `[N_i, K]`) → one `[R, N_i]` per weight, with
+/// the same bits as separate calls: the activations are quantized once per block size, and one pool dispatch
+/// covers every weight's chunks (the wide kernels request the next weight's first groups while finishing one).
+pub fn matmul_many(
+    pool: &Pool,
+    isa: Isa,
+    precision: Precision,
+    x: &Tensor,
+    ws: &[(&CpuWeight, Option<&CpuWeight>)],
+) -> Vec<Tensor> {
+    let (rows, k) = (x.rows, x.cols);
     assert_eq!(x.host.len(), rows * k, "matmul: x has no host data of [{rows}, {k}]");
     assert!(isa.usable(), "matmul: {} kernels on a CPU without them", isa.name());
-    // `[n]` bias values, borrowed when the bias is stored as f32.
-    let bias_values: Option<Cow<[f32]>> = bias.map(|b| {
-        assert_eq!(b.out_dim * b.in_dim, n, "matmul: bias {:?} for a weight with {n} outputs", b.shape);
-        if b.dtype == DType::F32 {
-            Cow::Borrowed(&b.f32s[..])
-        } else {
-            Cow::Owned(b.as_f32_vec())
-        }
-    });
-    if rows == 0 || n == 0 {
-        return Tensor::zeros(rows, n);
+    for (w, _) in ws {
+        assert_eq!(
+            w.in_dim, k,
+            "matmul: x is [{rows}, {k}] but the weight {:?} ({}) expects {} input columns",
+            w.shape, w.dtype, w.in_dim
+        );
     }
-    let job = match checkpoint_block(w.dtype) {
-        Some(block) if precision == Precision::Checkpoint => {
-            Job::Quant { act: ActQ::new(isa, &x.host, rows, k, block), kernel: pick_quant_kernel(isa, w) }
-        }
-        _ => Job::Full { x: &x.host },
-    };
-    // `[rows][n]`, written in place by the chunks (disjoint column ranges).
-    let mut y = vec![0f32; rows * n];
-    let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
-    // Chunks are whole tiles of the kernel's width.
-    let tile = match &job {
-        Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
-        #[cfg(target_arch = "x86_64")]
-        Job::Quant { kernel: Kernel::Wide, .. } => 16,
-        _ => TILE_COLS,
-    };
-    let tiles = n.div_ceil(tile);
-    let tasks =
-        if pool.threads() == 1 { 1 } else { (4 * pool.threads()).max(tiles.div_ceil(CHUNK_COLS / tile)).min(tiles) };
-    pool.run(tasks, &|t| {
-        let (c0, c1) = (t * tiles / tasks * tile, ((t + 1) * tiles / tasks * tile).min(n));
-        match &job {
-            Job::Full { x } => chunk_full(isa, w, x, c0, c1, &out),
-            Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
-            Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, &out),
-            #[cfg(target_arch = "x86_64")]
-            Job::Quant { act, kernel: Kernel::Wide } => {
-                avx512_wide::chunk(w.packed_for(isa).expect("picked for a packed weight"), act, c0, c1, &out)
+    // The quantized activations, once per checkpoint block size among the weights.
+    let mut acts: Vec<(usize, ActQ)> = Vec::new();
+    if precision == Precision::Checkpoint && rows > 0 {
+        for (w, _) in ws {
+            if let Some(block) = checkpoint_block(w.dtype) {
+                if !acts.iter().any(|(b, _)| *b == block) {
+                    acts.push((block, ActQ::new(isa, &x.host, rows, k, block)));
+                }
             }
         }
-        if let Some(b) = &bias_values {
+    }
+    let act_for = |block: usize| &acts.iter().find(|(b, _)| *b == block).expect("quantized above").1;
+    let mut ys: Vec<Vec<f32>> = Vec::with_capacity(ws.len());
+    let mut plans: Vec<Plan> = Vec::with_capacity(ws.len());
+    let mut tasks = 0;
+    for &(w, bias) in ws {
+        let n = w.out_dim;
+        // `[n]` bias values, borrowed when the bias is stored as f32.
+        let bias: Option<Cow<[f32]>> = bias.map(|b| {
+            assert_eq!(b.out_dim * b.in_dim, n, "matmul: bias {:?} for a weight with {n} outputs", b.shape);
+            if b.dtype == DType::F32 {
+                Cow::Borrowed(&b.f32s[..])
+            } else {
+                Cow::Owned(b.as_f32_vec())
+            }
+        });
+        let job = match checkpoint_block(w.dtype) {
+            Some(block) if precision == Precision::Checkpoint && rows > 0 => {
+                Job::Quant { act: act_for(block), kernel: pick_quant_kernel(isa, w) }
+            }
+            _ => Job::Full { x: &x.host },
+        };
+        // `[rows][n]`, written in place by the chunks (disjoint column ranges).
+        let mut y = vec![0f32; rows * n];
+        let out = Out { ptr: SendPtr(y.as_mut_ptr()), rows, stride: n };
+        ys.push(y);
+        // Chunks are whole tiles of the kernel's width.
+        let tile = match &job {
+            Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { kernel: Kernel::Wide, .. } => 16,
+            _ => TILE_COLS,
+        };
+        let tiles = n.div_ceil(tile);
+        let count = if rows == 0 || n == 0 {
+            0
+        } else if pool.threads() == 1 {
+            1
+        } else {
+            (4 * pool.threads()).max(tiles.div_ceil(CHUNK_COLS / tile)).min(tiles)
+        };
+        plans.push(Plan { w, bias, job, out, tile, tiles, first: tasks, count });
+        tasks += count;
+    }
+    pool.run(tasks, &|t| {
+        let i = plans.partition_point(|p| p.first + p.count <= t);
+        let (p, t) = (&plans[i], t - plans[i].first);
+        let (w, n, out) = (p.w, p.w.out_dim, &p.out);
+        let (c0, c1) = (t * p.tiles / p.count * p.tile, ((t + 1) * p.tiles / p.count * p.tile).min(n));
+        match &p.job {
+            Job::Full { x } => chunk_full(isa, w, x, c0, c1, out),
+            Job::Quant { act, kernel: Kernel::Lanes8(kernel) } => chunk_quant(*kernel, w, act, c0, c1, out),
+            Job::Quant { act, kernel: Kernel::Lanes16(kernel) } => chunk_quant(*kernel, w, act, c0, c1, out),
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::Wide } => {
+                let packed = w.packed_for(isa).expect("picked for a packed weight");
+                // The next weight's layout, if it is packed too: its first groups are requested while this
+                // weight's last ones are computed.
+                let next = plans.get(i + 1).and_then(|q| match q.job {
+                    Job::Quant { kernel: Kernel::Wide, .. } => q.w.packed_for(isa),
+                    _ => None,
+                });
+                avx512_wide::chunk(packed, next, act, c0, c1, out)
+            }
+        }
+        if let Some(b) = &p.bias {
             for r in 0..rows {
                 for c in c0..c1 {
-                    // SAFETY: this task owns columns `c0..c1` of every row.
+                    // SAFETY: this task owns columns `c0..c1` of every row of this weight's output.
                     unsafe { out.add(r, c, b[c]) };
                 }
             }
         }
     });
-    Tensor::host(rows, n, y)
+    drop(plans);
+    ys.into_iter().zip(ws).map(|(y, (w, _))| Tensor::host(rows, w.out_dim, y)).collect()
+}
+
+/// One weight's share of a [`matmul_many`] call: its tasks are `first..first + count` of the dispatch.
+struct Plan<'a> {
+    w: &'a CpuWeight,
+    bias: Option<Cow<'a, [f32]>>,
+    job: Job<'a>,
+    out: Out,
+    /// Columns per tile, tiles in all.
+    tile: usize,
+    tiles: usize,
+    first: usize,
+    count: usize,
 }
 
 /// The output `[rows][stride]` of one matmul, shared by its tasks; each task writes only its own columns.
