@@ -2,7 +2,9 @@
 //!
 //! Work layout (none of it changes a bit: every (row, query head) keeps its own state and visits its chunks in
 //! increasing order, exactly as the reference does). Threads take units of (kv head, tile of up to
-//! [`TILE_ROWS`] rows, range of that kv head's query heads). A unit walks the chunks (256 absolute positions)
+//! [`TILE_ROWS`] rows, range of that kv head's query heads); with few rows over several chunks (decode steps,
+//! short windows) a unit takes every kv head of a range of chunks instead, so each slot's K and V records are
+//! read whole by one unit. A unit walks the chunks (256 absolute positions)
 //! in increasing order, in lockstep over its rows, so each chunk's K and V rows are read from memory once and
 //! reused from cache by every row and query head of the unit. Per row and chunk it gathers the slots straight
 //! from the block table (no per-position division), scores each K row against all the unit's heads with the
@@ -74,22 +76,39 @@ pub(crate) fn attention(
     let want = 2 * pool.threads();
     let few = p.kv_heads * tiles < want;
     let last_chunk = meta.rows.iter().map(|r| r.pos / ATTN_CHUNK).max().unwrap_or(0);
-    let ranges = if few { (2 * want).div_ceil(p.kv_heads * tiles).min(last_chunk as usize + 1) } else { 1 };
+    let n = last_chunk as usize + 1;
+    // With few rows and a long context, a unit takes every kv head of its range of chunks: the K and V records of
+    // a slot (all kv heads side by side) are then read whole, once, by one unit.
+    let all_heads = few && n >= 2;
+    let ranges = if all_heads {
+        (2 * want).div_ceil(tiles).min(n)
+    } else if few {
+        (2 * want).div_ceil(p.kv_heads * tiles).min(n)
+    } else {
+        1
+    };
     let splits = if few && ranges < 2 { want.div_ceil(p.kv_heads * tiles).min(group) } else { 1 };
-    let mut units = Vec::with_capacity(p.kv_heads * tiles * splits * ranges);
-    for kvh in 0..p.kv_heads {
+    let kv_groups: Vec<Range<usize>> =
+        if all_heads { std::iter::once(0..p.kv_heads).collect() } else { (0..p.kv_heads).map(|h| h..h + 1).collect() };
+    let mut units = Vec::with_capacity(kv_groups.len() * tiles * splits * ranges);
+    for kvhs in kv_groups {
         for t in 0..tiles {
             let rows = t * TILE_ROWS..((t + 1) * TILE_ROWS).min(q.rows);
             for s in 0..splits {
-                let heads = kvh * group + s * group / splits..kvh * group + (s + 1) * group / splits;
+                // Query heads of the unit: all of `kvhs`' heads, or a share of one kv head's.
+                let heads = if kvhs.len() > 1 {
+                    kvhs.start * group..kvhs.end * group
+                } else {
+                    let kvh = kvhs.start;
+                    kvh * group + s * group / splits..kvh * group + (s + 1) * group / splits
+                };
                 if heads.is_empty() {
                     continue;
                 }
-                let n = last_chunk as usize + 1;
                 for k in 0..ranges {
                     let chunks =
                         if ranges == 1 { 0..u32::MAX } else { (k * n / ranges) as u32..((k + 1) * n / ranges) as u32 };
-                    units.push(Unit { kvh, rows: rows.clone(), heads: heads.clone(), chunks });
+                    units.push(Unit { rows: rows.clone(), heads: heads.clone(), chunks });
                 }
             }
         }
@@ -205,9 +224,9 @@ impl State {
     }
 }
 
-/// A unit of work: query heads `heads` (all reading kv head `kvh`) of rows `rows`, over the chunks `chunks`.
+/// A unit of work: query heads `heads` (query head `h` reads kv head `h / group`) of rows `rows`, over the chunks
+/// `chunks`.
 struct Unit {
-    kvh: usize,
     rows: Range<usize>,
     heads: Range<usize>,
     chunks: Range<u32>,
@@ -277,6 +296,7 @@ impl<'a> Cursor<'a> {
 fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: &Unit, sink: &mut ChunkSink) {
     let hd = p.head_dim;
     let nh = u.heads.len();
+    let group = p.heads / p.kv_heads;
     let chunk = ATTN_CHUNK as usize;
     // Scratch: the chunk's slots `[≤ 256]`, its scores then `e` `[heads, 256]`, `o_c [heads, head_dim]`.
     let mut slots = Vec::with_capacity(chunk);
@@ -308,44 +328,111 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
             let n = slots.len();
             let qrow = q.row(u.rows.start + i);
             let qh = |h: usize| &qrow[(u.heads.start + h) * hd..(u.heads.start + h + 1) * hd];
-            // K and V rows of the chunk, `[n]` slices of `[head_dim]`.
-            krows.clear();
-            krows.extend(slots.iter().map(|&slot| kv.k_at(slot, u.kvh)));
-            vrows.clear();
-            vrows.extend(slots.iter().map(|&slot| kv.v_at(slot, u.kvh)));
-            for h in 0..nh {
-                let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
-                let mut quads = krows.chunks_exact(4);
-                let mut j = 0;
-                for k4 in &mut quads {
-                    let d = simd::dot16_x4(isa, qv, [k4[0], k4[1], k4[2], k4[3]]);
-                    for t in 0..4 {
-                        sc[j + t] = d[t] * p.scale;
+            // The unit's heads by kv head: `[h0, h1)` of the unit's heads read kv head `kvh`.
+            let mut h0 = 0;
+            while h0 < nh {
+                let kvh = (u.heads.start + h0) / group;
+                let h1 = ((kvh + 1) * group - u.heads.start).min(nh);
+                assert!(h1 > h0, "attention unit: heads {:?} by kv head", u.heads);
+                // K and V rows of the chunk, `[n]` slices of `[head_dim]`.
+                krows.clear();
+                krows.extend(slots.iter().map(|&slot| kv.k_at(slot, kvh)));
+                vrows.clear();
+                vrows.extend(slots.iter().map(|&slot| kv.v_at(slot, kvh)));
+                // While this kv head's scores are computed, its V rows and the next kv head's K rows are requested
+                // (the hardware prefetchers lose the strided slot records; a prefetch changes no value).
+                for &v in &vrows {
+                    prefetch(v);
+                }
+                if h1 < nh {
+                    for &slot in &slots {
+                        prefetch(kv.k_at(slot, kvh + 1));
                     }
-                    j += 4;
                 }
-                for k in quads.remainder() {
-                    sc[j] = simd::dot16(isa, qv, k) * p.scale;
-                    j += 1;
-                }
-            }
-            for h in 0..nh {
-                let s = &mut scores[h * chunk..h * chunk + n];
-                if let Some(cap) = p.softcap {
-                    math::softcap_inplace(isa, s, cap);
-                }
-                let mh = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                math::exp_sub_inplace(isa, s, mh);
-                m_c[h] = mh;
-                l_c[h] = s.iter().fold(0f32, |acc, &e| acc + e);
-            }
-            o_c.fill(0.0);
-            for h in 0..nh {
-                simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], &vrows);
+                heads_of_kv(isa, p, &krows, &vrows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                h0 = h1;
             }
             sink(i, &m_c, &l_c, &o_c);
         }
     }
+}
+
+/// Scores, softmax partials and `o_c` of the unit's heads `hs` (all reading the kv head of `krows`/`vrows`) over
+/// one chunk's `n` positions, into `scores [heads, 256]`, `m_c`, `l_c` `[heads]` and `o_c [heads, head_dim]`.
+#[allow(clippy::too_many_arguments)]
+fn heads_of_kv<'q>(
+    isa: Isa,
+    p: &AttnParams,
+    krows: &[&[f32]],
+    vrows: &[&[f32]],
+    n: usize,
+    hs: Range<usize>,
+    qh: &dyn Fn(usize) -> &'q [f32],
+    scores: &mut [f32],
+    m_c: &mut [f32],
+    l_c: &mut [f32],
+    o_c: &mut [f32],
+) {
+    let (hd, chunk) = (p.head_dim, ATTN_CHUNK as usize);
+    for h in hs.clone() {
+        let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
+        let mut quads = krows.chunks_exact(4);
+        let mut j = 0;
+        for k4 in &mut quads {
+            let d = simd::dot16_x4(isa, qv, [k4[0], k4[1], k4[2], k4[3]]);
+            for t in 0..4 {
+                sc[j + t] = d[t] * p.scale;
+            }
+            j += 4;
+        }
+        for k in quads.remainder() {
+            sc[j] = simd::dot16(isa, qv, k) * p.scale;
+            j += 1;
+        }
+    }
+    for h in hs.clone() {
+        let s = &mut scores[h * chunk..h * chunk + n];
+        if let Some(cap) = p.softcap {
+            math::softcap_inplace(isa, s, cap);
+        }
+        let mh = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        math::exp_sub_inplace(isa, s, mh);
+        m_c[h] = mh;
+    }
+    // `l_c[h] = Σ e` in position order per head; the heads' sums interleaved (independent chains, same order each).
+    let mut sums = [0f32; 32];
+    if hs.len() <= sums.len() {
+        for j in 0..n {
+            for (t, h) in hs.clone().enumerate() {
+                sums[t] += scores[h * chunk + j];
+            }
+        }
+        for (t, h) in hs.clone().enumerate() {
+            l_c[h] = sums[t];
+        }
+    } else {
+        for h in hs.clone() {
+            l_c[h] = scores[h * chunk..h * chunk + n].iter().fold(0f32, |acc, &e| acc + e);
+        }
+    }
+    for h in hs {
+        o_c[h * hd..(h + 1) * hd].fill(0.0);
+        simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], vrows);
+    }
+}
+
+/// Requests the cache lines of `row` into L2 (changes no value).
+#[inline]
+fn prefetch(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for at in (0..row.len()).step_by(16) {
+        // SAFETY: a prefetch of an address inside `row`; SSE is part of x86_64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(row[at..].as_ptr() as *const i8)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
 }
 
 /// Pushes the slots of prefix positions `a..b` (all inside `table`) onto `slots`, walking whole blocks.

@@ -513,6 +513,10 @@ fn attention_matches_reference_and_is_row_exact() {
                 for (i, o) in outs.iter().enumerate().skip(1) {
                     same(&o.host, &outs[0].host, &format!("attention variant {i} at pos {pos} ctx {ctx} {p:?}"));
                 }
+                // A decode step alone (one row: its units take every kv head of a range of chunks) == reference.
+                let m = AttnMeta { block_tables: world.tables.clone(), rows: vec![variants[0].clone()] };
+                let want1 = r::attention(&q1, &world.layer(layer), &m, &p);
+                same(&outs[0].host, &want1.host, &format!("one-row attention at pos {pos} {p:?}"));
             }
         }
     }

@@ -146,12 +146,14 @@ impl KvLayer<'_> {
     }
 
     /// K of `slot`, kv head `h`: `[head_dim]`.
+    #[inline]
     pub fn k_at(&self, slot: u32, h: usize) -> &[f32] {
         let o = (slot as usize * self.kv_heads + h) * self.head_dim;
         &self.k[o..o + self.head_dim]
     }
 
     /// V of `slot`, kv head `h`: `[head_dim]`.
+    #[inline]
     pub fn v_at(&self, slot: u32, h: usize) -> &[f32] {
         let o = (slot as usize * self.kv_heads + h) * self.head_dim;
         &self.v[o..o + self.head_dim]
