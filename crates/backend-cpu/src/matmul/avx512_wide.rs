@@ -767,25 +767,47 @@ unsafe fn rows_q41<const RT: usize>(
 /// packed block is its `qh` line and `qs` lines `[4]`; the group's tail holds `d`.
 const Q50_BLOCK: usize = 22;
 
-/// Q5_0 weight rows `g0..g0 + live` into the group at `dst`, two blocks per transpose: the five words after `d`
-/// of block `b` (`qh`, then `qs`) in words 0..5 of each lane, those of block `b + 1` in words 8..13.
+/// Q5_0 weight rows `g0..g0 + live` into the group at `dst` ([`pack_pairs`]: the five words after `d`, `qh`
+/// then `qs`, are a packed block's lines).
 ///
 /// # Safety
 /// As [`pack_q4k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q50(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
-    let nb = row_bytes / Q50_BLOCK;
-    assert!((g0 + live) * row_bytes <= bytes.len() && (1..=LANES).contains(&live));
+    pack_pairs(bytes, row_bytes, g0, live, dst, Q50_BLOCK, 5, _mm512_setzero_si512())
+}
+
+/// A 32-element type whose block is `d` (f16) then `words` (≤ 8) 32-bit words: rows `g0..g0 + live` into the
+/// group at `dst`, two blocks per 16 × 16 transpose (block `b`'s words in words 0..8 of each lane, block `b + 1`'s
+/// in 8..16). A packed block is its `words` lines, each XORed with `flip`; the group's tail holds each block's `d`.
+///
+/// # Safety
+/// As [`pack_q4k`], with `row_bytes` whole blocks of `block` bytes.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_pairs(
+    bytes: &[u8],
+    row_bytes: usize,
+    g0: usize,
+    live: usize,
+    dst: *mut u8,
+    block: usize,
+    words: usize,
+    flip: __m512i,
+) {
+    let nb = row_bytes / block;
+    assert!((g0 + live) * row_bytes <= bytes.len() && (1..=LANES).contains(&live) && words <= 8);
     let offs = lane_offsets(row_bytes, live);
     let base = bytes.as_ptr().add(g0 * row_bytes);
+    let mask: __mmask8 = ((1u16 << words) - 1) as u8;
     for b in (0..nb).step_by(2) {
         let two = b + 1 < nb;
         let mut m = [_mm512_setzero_si512(); 16];
         for l in 0..LANES {
-            let blk = base.add(offs[l] as usize + b * Q50_BLOCK);
-            let lo = _mm256_maskz_loadu_epi32(0x1f, blk.add(2) as *const i32);
+            let blk = base.add(offs[l] as usize + b * block);
+            let lo = _mm256_maskz_loadu_epi32(mask, blk.add(2) as *const i32);
             let hi = if two {
-                _mm256_maskz_loadu_epi32(0x1f, blk.add(Q50_BLOCK + 2) as *const i32)
+                _mm256_maskz_loadu_epi32(mask, blk.add(block + 2) as *const i32)
             } else {
                 _mm256_setzero_si256()
             };
@@ -793,10 +815,10 @@ unsafe fn pack_q50(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: 
         }
         let lines = transpose16(&m);
         for (k, half) in [(b, 0usize), (b + 1, 8)].into_iter().take(if two { 2 } else { 1 }) {
-            for w in 0..5 {
-                put(dst, 5 * k + w, lines[half + w]);
+            for w in 0..words {
+                put(dst, words * k + w, _mm512_xor_si512(lines[half + w], flip));
             }
-            put_u16(dst.add(nb * 5 * LINE + k * 2 * LANES), block_u16(&offs, base, k * Q50_BLOCK));
+            put_u16(dst.add(nb * words * LINE + k * 2 * LANES), block_u16(&offs, base, k * block));
         }
     }
 }
@@ -889,36 +911,14 @@ unsafe fn rows_q50<const RT: usize>(
 /// flipped (`q + 128` as a u8, the unsigned operand `vpdpbusd` takes); the group's tail holds `d`.
 const Q80_BLOCK: usize = 34;
 
-/// Q8_0 weight rows `g0..g0 + live` into the group at `dst`, two blocks per transpose (the eight `qs` words of
-/// block `b` in words 0..8 of each lane, those of block `b + 1` in words 8..16).
+/// Q8_0 weight rows `g0..g0 + live` into the group at `dst` ([`pack_pairs`]: the eight `qs` words, top bits
+/// flipped, are a packed block's lines).
 ///
 /// # Safety
 /// As [`pack_q4k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q80(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
-    let nb = row_bytes / Q80_BLOCK;
-    assert!((g0 + live) * row_bytes <= bytes.len() && (1..=LANES).contains(&live));
-    let offs = lane_offsets(row_bytes, live);
-    let base = bytes.as_ptr().add(g0 * row_bytes);
-    let flip = _mm512_set1_epi8(-128);
-    for b in (0..nb).step_by(2) {
-        let two = b + 1 < nb;
-        let mut m = [_mm512_setzero_si512(); 16];
-        for l in 0..LANES {
-            let blk = base.add(offs[l] as usize + b * Q80_BLOCK);
-            let lo = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-            let hi =
-                if two { _mm256_loadu_si256(blk.add(Q80_BLOCK + 2) as *const __m256i) } else { _mm256_setzero_si256() };
-            m[l] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-        }
-        let lines = transpose16(&m);
-        for (k, half) in [(b, 0usize), (b + 1, 8)].into_iter().take(if two { 2 } else { 1 }) {
-            for w in 0..8 {
-                put(dst, 8 * k + w, _mm512_xor_si512(lines[half + w], flip));
-            }
-            put_u16(dst.add(nb * 8 * LINE + k * 2 * LANES), block_u16(&offs, base, k * Q80_BLOCK));
-        }
-    }
+    pack_pairs(bytes, row_bytes, g0, live, dst, Q80_BLOCK, 8, _mm512_set1_epi8(-128))
 }
 
 /// Q8_0: per block, `P = Σ (q + 128)·qx` by eight `vpdpbusd`, `S = P − 128 · Σ qx = Σ q·qx` (exact:
