@@ -342,11 +342,11 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
                 // While this kv head's scores are computed, its V rows and the next kv head's K rows are requested
                 // (the hardware prefetchers lose the strided slot records; a prefetch changes no value).
                 for &v in &vrows {
-                    prefetch(v);
+                    simd::prefetch_l2(v);
                 }
                 if h1 < nh {
                     for &slot in &slots {
-                        prefetch(kv.k_at(slot, kvh + 1));
+                        simd::prefetch_l2(kv.k_at(slot, kvh + 1));
                     }
                 }
                 heads_of_kv(isa, p, &krows, &vrows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
@@ -419,20 +419,6 @@ fn heads_of_kv<'q>(
         o_c[h * hd..(h + 1) * hd].fill(0.0);
         simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], vrows);
     }
-}
-
-/// Requests the cache lines of `row` into L2 (changes no value).
-#[inline]
-fn prefetch(row: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..row.len()).step_by(16) {
-        // SAFETY: a prefetch of an address inside `row`; SSE is part of x86_64.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(row[at..].as_ptr() as *const i8)
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = row;
 }
 
 /// Pushes the slots of prefix positions `a..b` (all inside `table`) onto `slots`, walking whole blocks.

@@ -246,7 +246,7 @@ pub(super) fn chunk(p: &Packed, next: Option<&Packed>, act: &ActQ, c0: usize, c1
         // The chunk's first groups at once (the previous chunk's last groups requested them too when that ran
         // just before on this core).
         for i in c0 / LANES..(c0 / LANES + AHEAD_GROUPS).min(c1.div_ceil(LANES)) {
-            super::prefetch_l2(p.group(i));
+            crate::simd::prefetch_l2(p.group(i));
         }
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);

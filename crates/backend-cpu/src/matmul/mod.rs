@@ -542,7 +542,7 @@ fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ,
     // tile of a chunk would otherwise arrive line by line as the kernel touches it.
     // The weight's bytes, looked up once (a mapped weight's slice is not free to form per tile).
     let (bytes, rb) = (w.bytes(), w.row_bytes);
-    prefetch_l2(&bytes[c0 * rb..(c0 + L).min(c1) * rb]);
+    crate::simd::prefetch_l2(&bytes[c0 * rb..(c0 + L).min(c1) * rb]);
     for t0 in (c0..c1).step_by(L) {
         let t1 = (t0 + L).min(c1);
         let mut r0 = 0;
@@ -566,19 +566,6 @@ fn chunk_quant<const L: usize>(kernel: TileKernel<L>, w: &CpuWeight, act: &ActQ,
             r0 += rt;
         }
     }
-}
-
-/// Asks for every cache line of `bytes` to be brought into L2 (changes no value).
-fn prefetch_l2(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for at in (0..bytes.len()).step_by(64) {
-        // SAFETY: a prefetch of an address inside `bytes`; SSE is part of x86_64.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(bytes[at..].as_ptr() as *const i8)
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// A checkpoint tile kernel: weight rows `cols[0..8 / rt]` × activation rows `r0..r0 + rt` → 8 lanes, lane
