@@ -251,7 +251,6 @@ pub(super) fn chunk(p: &Packed, next: Option<&Packed>, act: &ActQ, c0: usize, c1
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);
             let group = p.group(g0 / LANES);
-            // The next group, requested into L2 a slice per block while this group's first rows are computed.
             // The group `AHEAD_GROUPS` further, requested into L2 a slice per block while this group's first rows
             // are computed; past the chunk's end too (the pool hands out the next chunk next), and into the next
             // weight.
