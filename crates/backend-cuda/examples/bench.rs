@@ -7,8 +7,8 @@
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them), and for
 //! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s), in the portable arithmetic for both
-//! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=1` loads the model's float matrices interleaved
-//! (`CudaWeight::interleaved`), for an A/B of whole steps.
+//! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=0` loads the model's float matrices unpermuted
+//! (the default is interleaved, `CudaWeight::interleaved`), for an A/B of whole steps.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -180,6 +180,9 @@ impl Backend for Timed<'_> {
     fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
         let op = if w.out_dim() > 100_000 { "matmul lm_head" } else { "matmul layers" };
         self.time(op, || self.be.matmul(x, w, bias))
+    }
+    fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        self.time("matmul layers", || self.be.matmul_many(x, ws))
     }
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
         self.time("rms_norm", || self.be.rms_norm(x, w, group, eps))
@@ -387,8 +390,8 @@ fn main() {
     let src = DummyWeights::new(&cfg, dtype, 0).unwrap_or_else(|e| panic!("{e}"));
     let gen_s = t.elapsed().as_secs_f64();
     let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("{e}"));
-    // TF_CUDA_INTERLEAVE=1: the model's float matrices interleaved (the backend's default is unpermuted).
-    let interleave = std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "1");
+    // TF_CUDA_INTERLEAVE=0: the model's float matrices unpermuted (the backend's default is interleaved).
+    let interleave = !std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0");
     be.set_float_tuning(interleave, 0);
     let t = Instant::now();
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
@@ -401,7 +404,7 @@ fn main() {
         "# {shape_name} {dtype} {} on {}: {gb:.2} GB of weights (random), generated {gen_s:.1} s, uploaded {load_s:.1} s{}",
         precision.name(),
         be.describe(),
-        if interleave { ", float matrices interleaved (TF_CUDA_INTERLEAVE=1)" } else { "" }
+        if interleave { ", float matrices interleaved" } else { ", float matrices unpermuted (TF_CUDA_INTERLEAVE=0)" }
     );
     if std::env::var_os("TF_BENCH_DECODE_ONLY").is_some() {
         // For a profiler: a 64-row prefill, then 100 one-row steps and nothing else.
@@ -411,6 +414,10 @@ fn main() {
             one.push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1));
         }
         println!("decode only: 100 one-row steps, median {:.3} ms", median(one) * 1e3);
+        return;
+    }
+    if std::env::var_os("TF_BENCH_ATTN_ONLY").is_some() {
+        attention_rates(&be, shape.4, shape.5);
         return;
     }
     if matches!(dtype, DType::BF16 | DType::F16) {

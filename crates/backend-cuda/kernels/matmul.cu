@@ -125,7 +125,18 @@ __device__ __forceinline__ float ld_w_stream(const u8* row, int i) {
     return DT == DT_F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
 }
 
-template <int DT>
+// Where logical element i of a row is stored: at i, or with IL (rows interleaved, il_index in common.cu) element
+// 16t + j of each 16·EPV-element block at EPV·j + t of that block (lane j's chain elements side by side).
+template <int DT, bool IL>
+__device__ __forceinline__ int w_at(int i) {
+    if (!IL) return i;
+    const int EPV = DT == DT_F32 ? 4 : 8;
+    const int BLK = 16 * EPV;
+    int b = i / BLK, e = i % BLK;
+    return b * BLK + (e % 16) * EPV + e / 16;
+}
+
+template <int DT, bool IL>
 __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
                              float* y) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
@@ -147,19 +158,19 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
             for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
                 float wv[FLOAT_UNROLL], xv[FLOAT_UNROLL];
 #pragma unroll
-                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w_stream<DT>(wr, i + 16 * u);
+                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w_stream<DT>(wr, w_at<DT, IL>(i + 16 * u));
 #pragma unroll
                 for (int u = 0; u < FLOAT_UNROLL; u++) xv[u] = xr[i + 16 * u];
 #pragma unroll
                 for (int u = 0; u < FLOAT_UNROLL; u++) acc[0] = fmaf(xv[u], wv[u], acc[0]);
             }
-            for (; i < K; i += 16) acc[0] = fmaf(xr[i], ld_w<DT>(wr, i), acc[0]);
+            for (; i < K; i += 16) acc[0] = fmaf(xr[i], ld_w<DT>(wr, w_at<DT, IL>(i)), acc[0]);
         } else {
             int i = j;
             for (; i + 16 * (FLOAT_UNROLL - 1) < K; i += 16 * FLOAT_UNROLL) {
                 float wv[FLOAT_UNROLL];
 #pragma unroll
-                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, i + 16 * u);
+                for (int u = 0; u < FLOAT_UNROLL; u++) wv[u] = ld_w<DT>(wr, w_at<DT, IL>(i + 16 * u));
 #pragma unroll
                 for (int u = 0; u < FLOAT_UNROLL; u++) {
 #pragma unroll
@@ -169,7 +180,7 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
                 }
             }
             for (; i < K; i += 16) {
-                float wv = ld_w<DT>(wr, i);
+                float wv = ld_w<DT>(wr, w_at<DT, IL>(i));
 #pragma unroll
                 for (int t = 0; t < FLOAT_GROUP; t++) {
                     if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i], wv, acc[t]);
@@ -189,17 +200,17 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
 
 extern "C" __global__ void matmul_f32w(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
                                        float* y) {
-    matmul_float<DT_F32>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_F32, false>(x, R, K, w, N, bias, bias_dt, y);
 }
 
 extern "C" __global__ void matmul_f16w(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
                                        float* y) {
-    matmul_float<DT_F16>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_F16, false>(x, R, K, w, N, bias, bias_dt, y);
 }
 
 extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                         int bias_dt, float* y) {
-    matmul_float<DT_BF16>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_BF16, false>(x, R, K, w, N, bias, bias_dt, y);
 }
 
 // ---- interleaved float weights (il_index in common.cu) -----------------------------------------------------------
@@ -208,16 +219,15 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 // j + 16, ... in increasing order, then tree16) on rows stored interleaved: one 16-byte load gives lane j the next
 // EPV elements of its own chain (logical 16·EPV·b + 16t + j, t = 0..EPV-1), and a half-warp's 16 loads of block b
 // are one contiguous 256-byte segment. Activations are read at the logical indices. Needs K a multiple of 16·EPV.
-// Opt-in (TF_CUDA_INTERLEAVE=1, src/backend.rs): on the H200 one row runs ~25% faster than matmul_float (decode
-// step 1.5B 3.35 -> 2.54 ms, 7B 7.23 -> 5.47 ms) but row groups ~2x slower (16-row window 12.7 -> 22.0 ms), and
-// why `_ilg` trails matmul_float's identical loop is not yet known (docs/perf-notes.md, issue 8).
+// On the H200 one row runs ~25% faster than matmul_float (decode step 1.5B 3.35 -> 2.54 ms, 7B 7.23 -> 5.47 ms).
 //
 // Two kernels per weight type with the same fma sequence per output: `_il1` for one row (the decode step) and
-// `_ilg` for any number of rows. They are separate entry points only because registers are allotted per kernel:
-// the one-row kernel holds a batch of activations in registers, the row-group kernel 16 accumulators. Which one
+// `_ilg` for any number of rows, which is matmul_float itself reading each element at its interleaved place
+// (w_at; a half-warp's 2-byte loads then spread over the block's 256 bytes, served by L1 for the next seven).
+// An earlier `_ilg` with 16-byte loads ran 1.5-2.3x slower than matmul_float for reasons not found. Which one
 // runs changes no output's bits (the device tests compare a row alone with the same row in windows of 2..256
-// rows). The block is blockDim.x / 16 columns wide, chosen by N on the host; grid (ceil(N / cols),
-// ceil(R / FLOAT_ROWS)).
+// rows). `_il1`'s block is blockDim.x / 16 columns wide, chosen by N on the host; grid (ceil(N / cols), 1);
+// `_ilg` takes matmul_float's grid.
 //
 // One row: each thread issues IL_DEPTH weight vectors (IL_DEPTH·EPV chain elements) and then the activations
 // they meet, all before the first fma of the batch. Weight loads bypass L1 (read once per step); the activations
@@ -225,9 +235,6 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 // to each fma the chain waited on an L1/L2 round trip per element, and long rows (K = 8960, 18944) ran at
 // 0.8-1.0 TB/s.
 #define IL_DEPTH 8
-// Row groups: IL_GROUP_DEPTH vectors per batch, full batches unpredicated (as matmul_float's FLOAT_UNROLL), then
-// the remaining vectors one at a time.
-#define IL_GROUP_DEPTH 4
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
@@ -252,20 +259,20 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// ONE: the one-row kernel (R == 1), else the row-group kernel.
-template <int DT, bool ONE>
-__device__ __forceinline__ void matmul_float_il(const float* x, int R, int K, const u8* w, int N, const u8* bias,
-                                                int bias_dt, float* y) {
+// bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone).
+template <int DT>
+__device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
+                                                int bias_dt, float* y, int bx) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
-    int n = blockIdx.x * (blockDim.x / 16) + half;
+    int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
     int nn = live ? n : N - 1;
     // Lane j's vector of block b: wq[16 b].
     const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
     int nb = K / BLK;
-    if (ONE) {
+    {
         const float* xr = x + j;
         float acc = 0.0f;
         for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
@@ -293,85 +300,79 @@ __device__ __forceinline__ void matmul_float_il(const float* x, int R, int K, co
             if (bias) s = s + deq_elem(bias_dt, bias, n);
             y[n] = s;
         }
-        return;
-    }
-    int rend = min(R, (int)(blockIdx.y + 1) * FLOAT_ROWS);
-    for (int r0 = blockIdx.y * FLOAT_ROWS; r0 < rend; r0 += FLOAT_GROUP) {
-        int nr = min(FLOAT_GROUP, rend - r0);
-        const float* xr = x + (i64)r0 * K + j;
-        float acc[FLOAT_GROUP];
-#pragma unroll
-        for (int t = 0; t < FLOAT_GROUP; t++) acc[t] = 0.0f;
-        // matmul_float's loop (FLOAT_UNROLL = IL_GROUP_DEPTH·EPV chain elements per batch, element u of the
-        // batch at i + 16u) with the batch's weights from IL_GROUP_DEPTH vector loads.
-        int i = 0;
-        int b = 0;
-        for (; b + IL_GROUP_DEPTH <= nb; b += IL_GROUP_DEPTH, i += IL_GROUP_DEPTH * BLK) {
-            uint4 v[IL_GROUP_DEPTH];
-#pragma unroll
-            for (int u = 0; u < IL_GROUP_DEPTH; u++) v[u] = wq[16 * (b + u)];
-            float wv[IL_GROUP_DEPTH * EPV];
-#pragma unroll
-            for (int u = 0; u < IL_GROUP_DEPTH * EPV; u++) wv[u] = vec_elem<DT>(v[u / EPV], u % EPV);
-#pragma unroll
-            for (int u = 0; u < IL_GROUP_DEPTH * EPV; u++) {
-#pragma unroll
-                for (int t = 0; t < FLOAT_GROUP; t++) {
-                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * u], wv[u], acc[t]);
-                }
-            }
-        }
-        for (; b < nb; b++, i += BLK) {
-            uint4 v = wq[16 * b];
-#pragma unroll
-            for (int e = 0; e < EPV; e++) {
-                float wv = vec_elem<DT>(v, e);
-#pragma unroll
-                for (int t = 0; t < FLOAT_GROUP; t++) {
-                    if (t < nr) acc[t] = fmaf(xr[(i64)t * K + i + 16 * e], wv, acc[t]);
-                }
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < FLOAT_GROUP; t++) {
-            float s = tree16(acc[t]);
-            if (live && j == 0 && t < nr) {
-                if (bias) s = s + deq_elem(bias_dt, bias, n);
-                y[(i64)(r0 + t) * N + n] = s;
-            }
-        }
     }
 }
 
 extern "C" __global__ void matmul_f32w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                            int bias_dt, float* y) {
-    matmul_float_il<DT_F32, true>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float_il1<DT_F32>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void matmul_f32w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                            int bias_dt, float* y) {
-    matmul_float_il<DT_F32, false>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_F32, true>(x, R, K, w, N, bias, bias_dt, y);
 }
 
 extern "C" __global__ void matmul_f16w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                            int bias_dt, float* y) {
-    matmul_float_il<DT_F16, true>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float_il1<DT_F16>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void matmul_f16w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                            int bias_dt, float* y) {
-    matmul_float_il<DT_F16, false>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_F16, true>(x, R, K, w, N, bias, bias_dt, y);
 }
 
 extern "C" __global__ void matmul_bf16w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                             int bias_dt, float* y) {
-    matmul_float_il<DT_BF16, true>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float_il1<DT_BF16>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void matmul_bf16w_ilg(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                             int bias_dt, float* y) {
-    matmul_float_il<DT_BF16, false>(x, R, K, w, N, bias, bias_dt, y);
+    matmul_float<DT_BF16, true>(x, R, K, w, N, bias, bias_dt, y);
 }
+
+// Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
+// Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for
+// weight 1, then the rest for weight 2; each block runs `_il1`'s code for its weight. Same outputs, same bits, one
+// launch instead of three. grid (nb0 + nb1 + nb2, 1), 16 · cols threads.
+template <int DT>
+__device__ __forceinline__ void matmul_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                                const u8* b0, int bdt0, float* y0, const u8* w1, int n1,
+                                                const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
+                                                const u8* b2, int bdt2, float* y2) {
+    int bx = blockIdx.x;
+    if (bx < nb0) {
+        matmul_float_il1<DT>(x, K, w0, n0, b0, bdt0, y0, bx);
+    } else if (bx < nb0 + nb1) {
+        matmul_float_il1<DT>(x, K, w1, n1, b1, bdt1, y1, bx - nb0);
+    } else {
+        matmul_float_il1<DT>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1);
+    }
+}
+
+extern "C" __global__ void matmul_f32w_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                                const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
+                                                int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
+                                                float* y2) {
+    matmul_il1_many<DT_F32>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+}
+
+extern "C" __global__ void matmul_f16w_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                                const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
+                                                int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
+                                                float* y2) {
+    matmul_il1_many<DT_F16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+}
+
+extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                                const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
+                                                int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
+                                                float* y2) {
+    matmul_il1_many<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+}
+
 
 // Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv
 // bytes each); thread j of each half-warp reads lane j's elements 16t + j of its block, the half-warp syncs, and

@@ -4,9 +4,9 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid,
-    matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_KERNELS, ATTN_THREADS, DT_INTERLEAVED,
-    FULL_COLS, MAX_HEAD_DIM, MMA_CHUNK,
+    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block,
+    matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_KERNELS, ATTN_THREADS,
+    DT_INTERLEAVED, MAX_HEAD_DIM, MMA_CHUNK,
 };
 use crate::graph::Mode;
 use crate::Arithmetic;
@@ -37,7 +37,7 @@ pub struct CudaWeight {
     pub buf: Buf,
     /// The elements of each block of [`interleave_block`] elements are permuted so that each of dot16's 16 lane
     /// chains is contiguous (`il_index` in kernels/common.cu): set at upload when interleaving is on
-    /// (`TF_CUDA_INTERLEAVE=1`; off by default), in the portable arithmetic only, for F32/F16/BF16 tensors of two
+    /// (the default; `TF_CUDA_INTERLEAVE=0` turns it off), in the portable arithmetic only, for F32/F16/BF16 tensors of two
     /// or more dimensions whose rows are whole blocks. Every kernel reading such a weight reads through the map:
     /// the matmul's `_il*` kernels by construction, the others by [`Self::tag`].
     pub interleaved: bool,
@@ -192,9 +192,9 @@ impl CudaBackend {
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
             tune: FloatTuning {
-                // Off unless TF_CUDA_INTERLEAVE=1: interleaved rows make one-row steps ~25% faster but row groups
-                // (windows, prefill) ~2x slower than matmul_f*w's (docs/perf-notes.md, issue 8).
-                no_interleave: AtomicBool::new(!std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "1")),
+                // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
+                // read them at matmul_float's speed (docs/perf-notes.md, issue 8).
+                no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
                 ..FloatTuning::default()
             },
             attn_heads_cap: AtomicUsize::new(
@@ -211,8 +211,8 @@ impl CudaBackend {
         self.attn_heads_cap.store(cap.min(7), Ordering::Relaxed);
     }
 
-    /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on with
-    /// `TF_CUDA_INTERLEAVE=1`, else off), and the columns per block of the interleaved kernels (a power of two in
+    /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on unless
+    /// `TF_CUDA_INTERLEAVE=0`), and the columns per block of the interleaved kernels (a power of two in
     /// 2..=64, 0 = by shape), for tests and measurements. The arithmetic of every output stays the same.
     #[doc(hidden)]
     pub fn set_float_tuning(&self, interleave: bool, cols: u32) {
@@ -475,13 +475,8 @@ impl CudaBackend {
                     .go(grid, blk);
             }
             None if cw.interleaved => {
-                // One row: the one-row kernel; else the row-group kernel. The same fma sequence per output either
-                // way (kernels/matmul.cu).
-                let cols = match self.tune.cols.load(Ordering::Relaxed) {
-                    0 if rows == 1 => il_cols(n),
-                    0 => FULL_COLS,
-                    c => c,
-                };
+                // One row: the one-row kernel; else matmul_float's row groups reading the interleaved places. The
+                // same fma sequence per output either way (kernels/matmul.cu).
                 let kernel = match (cw.dtype, rows) {
                     (DType::F32, 1) => "matmul_f32w_il1",
                     (DType::F32, _) => "matmul_f32w_ilg",
@@ -490,7 +485,11 @@ impl CudaBackend {
                     (_, 1) => "matmul_bf16w_il1",
                     _ => "matmul_bf16w_ilg",
                 };
-                let (grid, blk) = matmul_il_grid(rows, n, cols);
+                let (grid, blk) = match self.tune.cols.load(Ordering::Relaxed) {
+                    _ if rows > 1 => matmul_float_grid(rows, n),
+                    0 => matmul_il_grid(rows, n, il_cols(n)),
+                    c => matmul_il_grid(rows, n, c),
+                };
                 self.gpu
                     .launch(kernel)
                     .ptr(xb)
@@ -616,6 +615,65 @@ impl Backend for CudaBackend {
 
     fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
         self.matmul_impl(x, w, bias)
+    }
+
+    fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
+        // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul.cu). Anything else: one call each.
+        let first = ws.first().map(|(w, _)| weight(w));
+        let fused = x.rows == 1
+            && (2..=3).contains(&ws.len())
+            && first.is_some_and(|f| {
+                f.interleaved
+                    && f.in_dim == x.cols
+                    && ws.iter().all(|(w, _)| {
+                        let c = weight(w);
+                        c.interleaved && c.dtype == f.dtype && c.in_dim == f.in_dim && c.out_dim > 0
+                    })
+            })
+            && self.tune.cols.load(Ordering::Relaxed) == 0;
+        let Some(first) = first.filter(|_| fused) else {
+            return ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect();
+        };
+        let k = first.in_dim;
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let mut outs = Vec::with_capacity(ws.len());
+        let mut args = Vec::with_capacity(3);
+        let mut blocks = Vec::with_capacity(3);
+        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
+        for &(w, bias) in ws {
+            let cw = weight(w);
+            let n = cw.out_dim;
+            let (bias_ptr, bias_code) = match bias {
+                Some(b) => {
+                    let cb = weight(b);
+                    assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
+                    (cb.buf.ptr, cb.tag())
+                }
+                None => (0, 0),
+            };
+            let out = self.alloc_f32(n);
+            args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
+            blocks.push(matmul_il_grid(1, n, cols).0 .0);
+            outs.push((n, out));
+        }
+        while args.len() < 3 {
+            // An absent third weight: no blocks, never read.
+            args.push((0, 0, 0, 0, 0));
+            blocks.push(0);
+        }
+        let kernel = match first.dtype {
+            DType::F32 => "matmul_f32w_il1_many",
+            DType::F16 => "matmul_f16w_il1_many",
+            _ => "matmul_bf16w_il1_many",
+        };
+        let mut l = self.gpu.launch(kernel).ptr(xb).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
+        for &(w, n, b, bdt, y) in &args {
+            l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
+        }
+        l.go((blocks.iter().sum(), 1, 1), (16 * cols, 1, 1));
+        outs.into_iter().map(|(n, out)| self.tensor(1, n, out)).collect()
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {

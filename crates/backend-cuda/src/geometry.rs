@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 35] = [
+pub const KERNELS: [&str; 38] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -26,6 +26,9 @@ pub const KERNELS: [&str; 35] = [
     "matmul_f16w_ilg",
     "matmul_bf16w_il1",
     "matmul_bf16w_ilg",
+    "matmul_f32w_il1_many",
+    "matmul_f16w_il1_many",
+    "matmul_bf16w_il1_many",
     "interleave_rows",
     "matmul_quant",
     "rms_norm",

@@ -211,7 +211,7 @@ fn tiny_llama_f32_both_precisions() {
     check("llama", None, Precision::Full);
 }
 
-/// The portable arithmetic on the llama re-encoded to BF16 and F16. With `TF_CUDA_INTERLEAVE=1` float matrices whose
+/// The portable arithmetic on the llama re-encoded to BF16 and F16. With interleaving on (the default) float matrices whose
 /// rows are whole 128-element blocks (the MLP down-projection) are stored interleaved, the rest unpermuted (and the
 /// f32 fixtures interleave every matrix with rows of 64 elements, the gemma3 one including its tied embedding).
 #[test]

@@ -481,6 +481,58 @@ fn interleaved(w: &Weight) -> bool {
 
 /// Float matrices stored interleaved (the portable arithmetic's opt-in layout for rows of whole 64/128-element blocks)
 /// against the CPU bit for bit, and row-exact, at 1, 7, 16, 33 and 64 rows: row lengths that are whole blocks
+/// q/k/v- and gate/up-like sets of interleaved weights against one row through `matmul_many` (one launch of
+/// `_il1_many`) equal the same weights one `matmul` at a time and the CPU, bitwise; with several rows, mixed types or
+/// four weights (separate calls) too.
+#[test]
+fn matmul_many_in_one_launch_matches_separate_calls() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    g.set_float_tuning(true, 0);
+    let k = 1024;
+    let sets: [(&[DType], &[usize], &[bool]); 6] = [
+        (&[DType::BF16; 3], &[300, 64, 64], &[true, true, true]),
+        (&[DType::BF16; 2], &[700, 700], &[false, false]),
+        (&[DType::F16; 3], &[129, 3, 65], &[false, true, false]),
+        (&[DType::F32; 2], &[1, 37], &[true, false]),
+        (&[DType::BF16, DType::F16], &[40, 40], &[false, false]),
+        (&[DType::BF16; 4], &[8, 9, 10, 11], &[false, false, true, false]),
+    ];
+    for (dtypes, ns, biased) in sets {
+        let mut wg = Vec::new();
+        let mut wc = Vec::new();
+        for (i, (&dtype, &n)) in dtypes.iter().zip(ns).enumerate() {
+            let w = random_weight(dtype, n, k, &mut rng);
+            wg.push(up(&g, "w", dtype, &[n, k], &w));
+            wc.push(up(&c, "w", dtype, &[n, k], &w));
+            assert!(interleaved(&wg[i]), "{dtype} [{n}, {k}] layout");
+        }
+        let mut bg = Vec::new();
+        let mut bc = Vec::new();
+        for &n in ns {
+            let b = values(&mut rng, n, 1.0);
+            bg.push(g.upload_f32("b", &[n], b.clone()).unwrap());
+            bc.push(c.upload_f32("b", &[n], b).unwrap());
+        }
+        fn list<'a>(ws: &'a [Weight], bs: &'a [Weight], biased: &[bool]) -> Vec<(&'a Weight, Option<&'a Weight>)> {
+            ws.iter().zip(bs).zip(biased).map(|((w, b), &on)| (w, on.then_some(b))).collect()
+        }
+        for rows in [1usize, 1, 3] {
+            let x = values(&mut rng, rows * k, 2.0);
+            let xt = Tensor::host(rows, k, x);
+            let what = format!("{dtypes:?} {ns:?}, {rows} rows");
+            let many = g.matmul_many(&xt, &list(&wg, &bg, biased));
+            let cpu = c.matmul_many(&xt, &list(&wc, &bc, biased));
+            assert_eq!(many.len(), ns.len(), "{what}: outputs");
+            for (i, &(w, b)) in list(&wg, &bg, biased).iter().enumerate() {
+                let got = g.to_host(&many[i]);
+                same(&got, &g.to_host(&g.matmul(&xt, w, b)), &format!("{what}: weight {i}, many vs one call"));
+                same(&got, &c.to_host(&cpu[i]), &format!("{what}: weight {i}, cuda vs cpu"));
+            }
+        }
+    }
+}
+
 /// (block counts 1, 5, 11, 12, 17 and 19: partial and whole batches of the one-row kernel's 8 vectors and the row
 /// groups' 4) and that are not (those stay unpermuted), N not a multiple of the block width, with 1-D and 2-D
 /// (interleaved) biases. A wrong map in the upload or in any reader gives other sums (the lane chains would
@@ -503,7 +555,7 @@ fn interleaved_float_weights_match_the_cpu() {
     ];
     let (gf, gc, cf, cc) =
         (gpu(Precision::Full), gpu(Precision::Checkpoint), cpu(Precision::Full), cpu(Precision::Checkpoint));
-    // Interleaving is off by default (TF_CUDA_INTERLEAVE=1 turns it on): on for these two backends.
+    // Interleaving is on by default (TF_CUDA_INTERLEAVE=0 turns it off): on for these two backends either way.
     gf.set_float_tuning(true, 0);
     gc.set_float_tuning(true, 0);
     for (dtype, n, k, precision) in cases {
