@@ -16,8 +16,8 @@ use std::time::Instant;
 use tf_backend_cuda::device::Mark;
 use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{
-    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RowAttn, Tensor,
-    TensorInfo, Weight,
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RowAttn,
+    Tensor, TensorInfo, Weight,
 };
 use tf_loader::dummy::DummyWeights;
 use tf_loader::hf_config::HfConfig;
@@ -103,7 +103,8 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
 /// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel;
 /// or, with `gpu`, records events around each op without waiting (GPU time from the end of the previous op to the
 /// end of this one, read after the step). Without `timing` it only passes the ops on; without `fuse` it runs
-/// `add_rms_norm` as `add` then `rms_norm` (the trait's default), for an A/B of the fused kernel.
+/// `add_rms_norm`, `matmul_glu` and `rope_kv_write` as the trait's defaults (separate ops), for an A/B of the
+/// fused kernels.
 struct Timed<'a> {
     be: &'a CudaBackend,
     timing: bool,
@@ -119,7 +120,7 @@ impl Timed<'_> {
         Timed { be, timing: true, fuse: true, times: Mutex::new(BTreeMap::new()), gpu, marks: Mutex::new(Vec::new()) }
     }
 
-    /// Passes every op on untimed; `fuse: false` splits `add_rms_norm` into `add` then `rms_norm`.
+    /// Passes every op on untimed; `fuse: false` splits the fused ops into their parts.
     fn plain(be: &CudaBackend, fuse: bool) -> Timed<'_> {
         Timed { timing: false, fuse, ..Timed::new(be, false) }
     }
@@ -183,6 +184,21 @@ impl Backend for Timed<'_> {
     }
     fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
         self.time("matmul layers", || self.be.matmul_many(x, ws))
+    }
+    fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        if !self.fuse {
+            let [g, u]: [Tensor; 2] = self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("two");
+            return self.glu(&g, &u, act);
+        }
+        self.time("matmul layers + glu", || self.be.matmul_glu(x, gate, up, act))
+    }
+    fn rope_kv_write(&self, q: &mut Tensor, k: &mut Tensor, v: &Tensor, kv: &mut KvCache, layer: usize, at: &RopeKv) {
+        if !self.fuse {
+            self.rope(q, at.positions, at.head_dim, at.rope);
+            self.rope(k, at.positions, at.head_dim, at.rope);
+            return self.kv_write(kv, layer, k, v, at.slots);
+        }
+        self.time("rope + kv_write", || self.be.rope_kv_write(q, k, v, kv, layer, at))
     }
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
         self.time("rms_norm", || self.be.rms_norm(x, w, group, eps))
@@ -487,7 +503,8 @@ fn main() {
         let how = if gpu { "GPU time between events, not synchronized" } else { "each op synchronized" };
         println!("  per op, {rows} row(s), {how}: {:.2} ms = {}", total * 1e3, parts.join(", "));
     }
-    // A/B of the fused residual add + RMSNorm: alternating steps with and without it (medians of 20 each).
+    // A/B of the fused ops (residual add + RMSNorm, gate/up + GLU, RoPE + KV write): alternating steps with and
+    // without them (medians of 20 each).
     let mut ab = Vec::new();
     for rows in [1, 16] {
         let (mut fused, mut split) = (Vec::new(), Vec::new());
@@ -499,13 +516,9 @@ fn main() {
                 if fuse { &mut fused } else { &mut split }.push(s);
             }
         }
-        ab.push(format!(
-            "{rows} row(s) {:.3} ms fused vs {:.3} ms add + rms_norm",
-            median(fused) * 1e3,
-            median(split) * 1e3
-        ));
+        ab.push(format!("{rows} row(s) {:.3} ms fused vs {:.3} ms split", median(fused) * 1e3, median(split) * 1e3));
     }
-    println!("  fused residual add + RMSNorm, alternating steps: {}", ab.join(" | "));
+    println!("  fused ops (add + rms_norm, matmul + glu, rope + kv_write), alternating steps: {}", ab.join(" | "));
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
          ({:.0} GB/s of weights) | 16-row window {:.2} ms = {:.2}x one row",

@@ -259,47 +259,52 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
+// dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
+// IL_DEPTH weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
+// valid in lane 0.
+template <int DT>
+__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j) {
+    const int EPV = DT == DT_F32 ? 4 : 8;
+    const int BLK = 16 * EPV;
+    // Lane j's vector of block b: wq[16 b].
+    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
+    int nb = K / BLK;
+    const float* xr = x + j;
+    float acc = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
+        uint4 v[IL_DEPTH];
+#pragma unroll
+        for (int u = 0; u < IL_DEPTH; u++) {
+            if (b0 + u < nb) v[u] = ld_stream(wq + 16 * (b0 + u));
+        }
+        float xv[IL_DEPTH][EPV];
+#pragma unroll
+        for (int u = 0; u < IL_DEPTH; u++) {
+#pragma unroll
+            for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < IL_DEPTH; u++) {
+            if (b0 + u < nb) {
+#pragma unroll
+                for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
+            }
+        }
+    }
+    return tree16(acc);
+}
+
 // bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone).
 template <int DT>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx) {
-    const int EPV = DT == DT_F32 ? 4 : 8;
-    const int BLK = 16 * EPV;
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    int nn = live ? n : N - 1;
-    // Lane j's vector of block b: wq[16 b].
-    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
-    int nb = K / BLK;
-    {
-        const float* xr = x + j;
-        float acc = 0.0f;
-        for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
-            uint4 v[IL_DEPTH];
-#pragma unroll
-            for (int u = 0; u < IL_DEPTH; u++) {
-                if (b0 + u < nb) v[u] = ld_stream(wq + 16 * (b0 + u));
-            }
-            float xv[IL_DEPTH][EPV];
-#pragma unroll
-            for (int u = 0; u < IL_DEPTH; u++) {
-#pragma unroll
-                for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < IL_DEPTH; u++) {
-                if (b0 + u < nb) {
-#pragma unroll
-                    for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
-                }
-            }
-        }
-        float s = tree16(acc);
-        if (live && j == 0) {
-            if (bias) s = s + deq_elem(bias_dt, bias, n);
-            y[n] = s;
-        }
+    float s = il1_dot<DT>(x, K, w, live ? n : N - 1, j);
+    if (live && j == 0) {
+        if (bias) s = s + deq_elem(bias_dt, bias, n);
+        y[n] = s;
     }
 }
 
@@ -373,6 +378,45 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
     matmul_il1_many<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
 }
 
+
+// glu(x · gateᵀ, x · upᵀ) for one row and interleaved gate and up [N, K] of one type, in one launch: half-warps
+// 0..cols-1 of a block compute gate columns n0..n0+cols-1 and half-warps cols..2·cols-1 the up columns of the same
+// n (each as `_il1`), then thread t < cols writes act(g) * u for column n0 + t with exactly `glu`'s arithmetic.
+// grid (ceil(N / cols)), 32 · cols threads; act 0 = SiLU, 1 = GELU (tanh form).
+template <int DT>
+__device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
+                                        float* out) {
+    __shared__ float gu[64];  // [2 · cols]: the block's gate sums, then its up sums
+    int cols = blockDim.x / 32;
+    int half = threadIdx.x / 16, j = threadIdx.x % 16;
+    bool is_up = half >= cols;
+    int n = blockIdx.x * cols + (is_up ? half - cols : half);
+    float s = il1_dot<DT>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
+    if (j == 0) gu[half] = s;
+    __syncthreads();
+    int t = threadIdx.x;
+    int nt = blockIdx.x * cols + t;
+    if (t < cols && nt < N) {
+        float g = gu[t];
+        float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
+        out[nt] = a * gu[cols + t];
+    }
+}
+
+extern "C" __global__ void matmul_f32w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
+                                               float* out) {
+    il1_glu<DT_F32>(x, K, gate, up, N, act, out);
+}
+
+extern "C" __global__ void matmul_f16w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
+                                               float* out) {
+    il1_glu<DT_F16>(x, K, gate, up, N, act, out);
+}
+
+extern "C" __global__ void matmul_bf16w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
+                                                float* out) {
+    il1_glu<DT_BF16>(x, K, gate, up, N, act, out);
+}
 
 // Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv
 // bytes each); thread j of each half-warp reads lane j's elements 16t + j of its block, the half-warp syncs, and

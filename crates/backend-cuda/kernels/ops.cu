@@ -1,15 +1,17 @@
 // Row and elementwise ops, bit-equal to tf_quant::reference::ops: rms_norm, RoPE rotation, GLU, add, scale,
 // embedding rows, row selection, and the paged KV writes and copies.
 
-// RMSNorm of n consecutive floats x by one block of 256 threads: threads 0..15 are dot16's lane accumulators of
-// Σ x² (elements i ≡ lane mod 16, increasing), fed from shared memory that the whole block fills NORM_CHUNK
-// elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of type w_dt.
-// With ADD, the residual add comes first with exactly the arithmetic of `add`: x_i = x_i + b_i is written back to x
-// and to the shared chunk (the sums are what the norm sees), and the last loop reads the sums back from x.
+// RMSNorm of n consecutive floats x by one block (any whole number of warps; the host gives about n / 2 threads so
+// each loads few elements): threads 0..15 are dot16's lane accumulators of Σ x² (elements i ≡ lane mod 16,
+// increasing; eight shared-memory loads ahead of their fmas), fed from shared memory that the whole block fills
+// NORM_CHUNK elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of
+// type w_dt. With ADD, the residual add comes first with exactly the arithmetic of `add`: x_i = x_i + b_i is
+// written back to x and to the shared chunk (the sums are what the norm sees), and the last loop reads the sums
+// back from x. The thread count changes no bits: the sums of squares are the 16 lanes' in any case.
 #define NORM_CHUNK 4096
 template <bool ADD>
-__device__ __forceinline__ void norm_block(float* x, const float* b, int n, const u8* w, int w_dt, float eps,
-                                           float* y) {
+__device__ __forceinline__ void norm_block(float* __restrict__ x, const float* __restrict__ b, int n,
+                                           const u8* __restrict__ w, int w_dt, float eps, float* __restrict__ y) {
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
     int tid = threadIdx.x;
@@ -27,7 +29,15 @@ __device__ __forceinline__ void norm_block(float* x, const float* b, int n, cons
         __syncthreads();
         if (tid < 16) {
             // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
-            for (int i = tid; i < m; i += 16) acc = fmaf(xs[i], xs[i], acc);
+            int i = tid;
+            for (; i + 16 * 7 < m; i += 16 * 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
+            }
+            for (; i < m; i += 16) acc = fmaf(xs[i], xs[i], acc);
         }
         __syncthreads();
     }
@@ -40,7 +50,7 @@ __device__ __forceinline__ void norm_block(float* x, const float* b, int n, cons
     for (int i = tid; i < n; i += blockDim.x) y[i] = (x[i] * inv) * deq_elem(w_dt, w, i);
 }
 
-// One block of 256 threads per (group g, row r): grid (cols / group, R); the norm of each group of `group` values.
+// One block per (group g, row r): grid (cols / group, R); the norm of each group of `group` values.
 extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
                                     float* y) {
     i64 off = (i64)blockIdx.y * cols + (i64)blockIdx.x * group;
@@ -49,7 +59,7 @@ extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u
 }
 
 // The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =
-// cols. One block of 256 threads per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`
+// cols. One block per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`
 // (norm_block). Saves one launch and a read of the row.
 extern "C" __global__ void add_rms_norm(float* a, const float* b, int cols, const u8* w, int w_dt, float eps,
                                         float* y) {
@@ -124,6 +134,57 @@ extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float*
     i64 dst = (i64)slots[r] * width + c;
     k_layer[dst] = k[t];
     v_layer[dst] = v[t];
+}
+
+// rope of q and k in place, then k and v into slots[r] of one layer, in one launch: exactly `rope` (the same two
+// products and one sum or difference per element) twice and `kv_write`. Threads in turn: one per (row, q head,
+// pair), one per (row, k head, unit) where units 0..half-1 are the pairs (rotated, written to k and to the cache)
+// and the rest the head's dimensions rot.. head_dim - 1 (copied to the cache as they are), one per V element.
+// q [R, qcols], k and v [R, kcols]; k_layer, v_layer [slots, kcols].
+extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int R, int qcols, int kcols, int head_dim,
+                                         int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+                                         float* v_layer, const u32* slots) {
+    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    int rot = 2 * half;
+    int hq = qcols / head_dim, hk = kcols / head_dim;
+    int ku = half + head_dim - rot;
+    i64 nq = (i64)R * hq * half, nk = (i64)R * hk * ku, nv = (i64)R * kcols;
+    bool is_q = idx < nq;
+    if (!is_q) idx -= nq;
+    if (is_q || idx < nk) {
+        int per = is_q ? half : ku;
+        int heads = is_q ? hq : hk;
+        int cols = is_q ? qcols : kcols;
+        int u = (int)(idx % per);
+        i64 rh = idx / per;
+        int h = (int)(rh % heads);
+        int r = (int)(rh / heads);
+        float* xh = (is_q ? q : k) + (i64)r * cols + (i64)h * head_dim;
+        float* ch = k_layer + (i64)slots[r] * kcols + (i64)h * head_dim;
+        if (u < half) {
+            int i0 = neox ? u : 2 * u;
+            int i1 = neox ? u + half : 2 * u + 1;
+            float c = cos_t[(i64)r * half + u], s = sin_t[(i64)r * half + u];
+            float x0 = xh[i0], x1 = xh[i1];
+            float y0 = x0 * c - x1 * s;
+            float y1 = x0 * s + x1 * c;
+            xh[i0] = y0;
+            xh[i1] = y1;
+            if (!is_q) {
+                ch[i0] = y0;
+                ch[i1] = y1;
+            }
+        } else {
+            int d = rot + (u - half);
+            ch[d] = xh[d];
+        }
+        return;
+    }
+    idx -= nk;
+    if (idx < nv) {
+        int r = (int)(idx / kcols), c = (int)(idx % kcols);
+        v_layer[(i64)slots[r] * kcols + c] = v[idx];
+    }
 }
 
 // Copies slot src[i] to dst[i] for i in order, in every layer: block (layer, K or V), the pairs one after another.

@@ -4,8 +4,8 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block,
-    matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, ATTN_KERNELS, ATTN_THREADS,
+    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid,
+    matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, norm_threads, ATTN_KERNELS, ATTN_THREADS,
     DT_INTERLEAVED, MAX_HEAD_DIM, MMA_CHUNK,
 };
 use crate::graph::Mode;
@@ -14,8 +14,8 @@ use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELA
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
-    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeStyle, Storage,
-    Tensor, TensorInfo, Weight,
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RopeStyle,
+    Storage, Tensor, TensorInfo, Weight,
 };
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
@@ -148,6 +148,14 @@ fn f32_bytes(v: &[f32]) -> &[u8] {
 
 fn u32_bytes(v: &[u32]) -> &[u8] {
     bytemuck::cast_slice(v)
+}
+
+/// The `act` argument of the GLU kernels: 0 = SiLU, 1 = GELU (tanh form).
+fn act_code(act: GluAct) -> i32 {
+    match act {
+        GluAct::Silu => 0,
+        GluAct::GeluTanh => 1,
+    }
 }
 
 fn weight(w: &Weight) -> &CudaWeight {
@@ -400,6 +408,54 @@ impl CudaBackend {
             bt_off: self.upload_or_panic(bytemuck::cast_slice(&bt_off)),
             tree: self.upload_or_panic(u32_bytes(&tree)),
         }
+    }
+
+    /// The cos and sin rows (`[positions.len(), rot_dims / 2]` each) of `positions`, uploaded once per forward
+    /// (cached across the layers).
+    fn rope_tables(&self, positions: &[u32], rope: &Rope) -> Arc<(Buf, Buf)> {
+        let half = rope.rot_dims / 2;
+        let mut up = self.uploads();
+        match &up.rope {
+            Some((p, r, t)) if p == positions && r == rope => t.clone(),
+            _ => {
+                let freqs = rope_freqs(rope);
+                let rows = positions.len();
+                let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
+                for (r, &p) in positions.iter().enumerate() {
+                    let (c, s) = (&mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
+                    rope_cos_sin(&freqs, p, c, s);
+                }
+                let t = Arc::new((self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin))));
+                up.rope = Some((positions.to_vec(), *rope, t.clone()));
+                t
+            }
+        }
+    }
+
+    /// The KV slots of a forward's rows, uploaded once per forward (cached across the layers).
+    fn slots_buf(&self, slots: &[u32]) -> Arc<Buf> {
+        let mut up = self.uploads();
+        match &up.slots {
+            Some((s, b)) if s == slots => b.clone(),
+            _ => {
+                let b = Arc::new(self.upload_or_panic(u32_bytes(slots)));
+                up.slots = Some((slots.to_vec(), b.clone()));
+                b
+            }
+        }
+    }
+
+    /// Checks of `kv_write`'s arguments (shared with `rope_kv_write`); the layer's row width.
+    fn kv_write_checks(&self, kv: &KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) -> usize {
+        let store = cuda_kv(kv);
+        let width = store.width();
+        assert!(layer < store.spec.layers, "kv_write: layer {layer} of {}", store.spec.layers);
+        assert!(k.cols == width && v.cols == width, "kv_write: k/v cols {}/{} vs {width}", k.cols, v.cols);
+        assert!(k.rows == slots.len() && v.rows == slots.len(), "kv_write: rows vs {} slots", slots.len());
+        for &s in slots {
+            assert!((s as usize) < store.slots(), "kv_write: slot {s} outside the pool of {}", store.slots());
+        }
+        width
     }
 
     fn matmul_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
@@ -693,7 +749,7 @@ impl Backend for CudaBackend {
                 .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
-                .go(((x.cols / group) as u32, x.rows as u32, 1), (256, 1, 1));
+                .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group), 1, 1));
         }
         self.tensor(x.rows, x.cols, out)
     }
@@ -710,23 +766,7 @@ impl Backend for CudaBackend {
             return;
         }
         let half = rope.rot_dims / 2;
-        let tables = {
-            let mut up = self.uploads();
-            match &up.rope {
-                Some((p, r, t)) if p == positions && r == rope => t.clone(),
-                _ => {
-                    let freqs = rope_freqs(rope);
-                    let (mut cos, mut sin) = (vec![0f32; x.rows * half], vec![0f32; x.rows * half]);
-                    for (r, &p) in positions.iter().enumerate() {
-                        let (c, s) = (&mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
-                        rope_cos_sin(&freqs, p, c, s);
-                    }
-                    let t = Arc::new((self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin))));
-                    up.rope = Some((positions.to_vec(), *rope, t.clone()));
-                    t
-                }
-            }
-        };
+        let tables = self.rope_tables(positions, rope);
         let (cb, sb) = (&tables.0, &tables.1);
         let (rows, cols) = (x.rows, x.cols);
         let xt = self.make_unique(x);
@@ -744,6 +784,53 @@ impl Backend for CudaBackend {
             .go(g, b);
     }
 
+    fn rope_kv_write(&self, q: &mut Tensor, k: &mut Tensor, v: &Tensor, kv: &mut KvCache, layer: usize, at: &RopeKv) {
+        let (hd, rope) = (at.head_dim, at.rope);
+        assert!(at.positions.len() == q.rows && at.positions.len() == k.rows, "rope_kv_write: one position per row");
+        assert!(
+            hd > 0 && q.cols.is_multiple_of(hd) && k.cols.is_multiple_of(hd),
+            "rope_kv_write: q/k cols {}/{} not multiples of head_dim {hd}",
+            q.cols,
+            k.cols
+        );
+        assert!(rope.rot_dims <= hd, "rope_kv_write: rot_dims {} > head_dim {hd}", rope.rot_dims);
+        let width = self.kv_write_checks(kv, layer, k, v, at.slots);
+        let rows = q.rows;
+        if rows == 0 || width == 0 {
+            // Nothing to write; q may still have columns to rotate.
+            return self.rope(q, at.positions, hd, rope);
+        }
+        let half = rope.rot_dims / 2;
+        let tables = self.rope_tables(at.positions, rope);
+        let sb = self.slots_buf(at.slots);
+        let store = cuda_kv(kv);
+        let off = (layer * store.layer_len() * 4) as u64;
+        let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
+        let vs = self.input(v);
+        let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let qb = self.make_unique(q).buf.ptr;
+        let kb = self.make_unique(k).buf.ptr;
+        let units = rows * (q.cols / hd) * half + rows * (k.cols / hd) * (half + hd - 2 * half) + rows * width;
+        let (g, b) = elementwise_grid(units);
+        self.gpu
+            .launch("rope_kv_write")
+            .addr(qb)
+            .addr(kb)
+            .ptr(vb)
+            .i32(rows)
+            .i32(q.cols)
+            .i32(k.cols)
+            .i32(hd)
+            .i32(half)
+            .ptr(&tables.0)
+            .ptr(&tables.1)
+            .int(i32::from(rope.style == RopeStyle::Neox))
+            .addr(kptr)
+            .addr(vptr)
+            .ptr(&sb)
+            .go(g, b);
+    }
+
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
         let n = spec
             .layers
@@ -757,31 +844,15 @@ impl Backend for CudaBackend {
     }
 
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
+        let width = self.kv_write_checks(kv, layer, k, v, slots);
         let store = cuda_kv(kv);
-        let width = store.width();
-        assert!(layer < store.spec.layers, "kv_write: layer {layer} of {}", store.spec.layers);
-        assert!(k.cols == width && v.cols == width, "kv_write: k/v cols {}/{} vs {width}", k.cols, v.cols);
-        assert!(k.rows == slots.len() && v.rows == slots.len(), "kv_write: rows vs {} slots", slots.len());
-        for &s in slots {
-            assert!((s as usize) < store.slots(), "kv_write: slot {s} outside the pool of {}", store.slots());
-        }
         if slots.is_empty() || width == 0 {
             return;
         }
         let (ks, vs) = (self.input(k), self.input(v));
         let kb = &ks.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let sb = {
-            let mut up = self.uploads();
-            match &up.slots {
-                Some((s, b)) if s == slots => b.clone(),
-                _ => {
-                    let b = Arc::new(self.upload_or_panic(u32_bytes(slots)));
-                    up.slots = Some((slots.to_vec(), b.clone()));
-                    b
-                }
-            }
-        };
+        let sb = self.slots_buf(slots);
         let off = (layer * store.layer_len() * 4) as u64;
         let (g, b) = elementwise_grid(slots.len() * width);
         self.gpu
@@ -917,14 +988,51 @@ impl Backend for CudaBackend {
             let (gs, us) = (self.input(gate), self.input(up));
             let gb = &gs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
             let ub = &us.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-            let a = match act {
-                GluAct::Silu => 0,
-                GluAct::GeluTanh => 1,
-            };
             let (g, b) = elementwise_grid(n);
-            self.gpu.launch("glu").ptr(gb).ptr(ub).i64(n).int(a).ptr(&out).go(g, b);
+            self.gpu.launch("glu").ptr(gb).ptr(ub).i64(n).int(act_code(act)).ptr(&out).go(g, b);
         }
         self.tensor(gate.rows, gate.cols, out)
+    }
+
+    fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        // One row against interleaved gate and up of one type: one launch computing both and the GLU
+        // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
+        let (cg, cu) = (weight(gate), weight(up));
+        let fused = x.rows == 1
+            && cg.interleaved
+            && cu.interleaved
+            && cg.dtype == cu.dtype
+            && cg.in_dim == x.cols
+            && cu.in_dim == x.cols
+            && cg.out_dim == cu.out_dim
+            && cg.out_dim > 0
+            && self.tune.cols.load(Ordering::Relaxed) == 0;
+        if !fused {
+            let [g, u]: [Tensor; 2] =
+                self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
+            return self.glu(&g, &u, act);
+        }
+        let n = cg.out_dim;
+        let out = self.alloc_f32(n);
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let kernel = match cg.dtype {
+            DType::F32 => "matmul_f32w_il1_glu",
+            DType::F16 => "matmul_f16w_il1_glu",
+            _ => "matmul_bf16w_il1_glu",
+        };
+        let cols = il_cols(n);
+        self.gpu
+            .launch(kernel)
+            .ptr(xb)
+            .i32(x.cols)
+            .ptr(&cg.buf)
+            .ptr(&cu.buf)
+            .i32(n)
+            .int(act_code(act))
+            .ptr(&out)
+            .go((n.div_ceil(cols as usize) as u32, 1, 1), (32 * cols, 1, 1));
+        self.tensor(1, n, out)
     }
 
     fn add(&self, a: &mut Tensor, b: &Tensor) {
@@ -959,7 +1067,7 @@ impl Backend for CudaBackend {
                 .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
-                .go((rows as u32, 1, 1), (256, 1, 1));
+                .go((rows as u32, 1, 1), (norm_threads(cols), 1, 1));
         }
         self.tensor(rows, cols, out)
     }

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 38] = [
+pub const KERNELS: [&str; 42] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -29,6 +29,9 @@ pub const KERNELS: [&str; 38] = [
     "matmul_f32w_il1_many",
     "matmul_f16w_il1_many",
     "matmul_bf16w_il1_many",
+    "matmul_f32w_il1_glu",
+    "matmul_f16w_il1_glu",
+    "matmul_bf16w_il1_glu",
     "interleave_rows",
     "matmul_quant",
     "rms_norm",
@@ -40,6 +43,7 @@ pub const KERNELS: [&str; 38] = [
     "embed",
     "select_rows",
     "kv_write",
+    "rope_kv_write",
     "kv_copy",
     "attention_chunk_s1",
     "attention_chunk_s2",
@@ -158,6 +162,12 @@ pub fn attn_heads_per_block(heads: usize, kv_heads: usize, units: usize, cap: us
     };
     let group = if kv_heads == 0 || !heads.is_multiple_of(kv_heads) { 1 } else { heads / kv_heads };
     (1..=cap).rev().find(|s| group % s == 0).unwrap_or(1)
+}
+
+/// Threads per block of `rms_norm` / `add_rms_norm` over `n` values: about one per two values in whole warps,
+/// 32 to 1024 (each thread then loads few elements; the sums of squares are the same 16 lanes' whatever the count).
+pub fn norm_threads(n: usize) -> u32 {
+    (n.div_ceil(2).div_ceil(32) * 32).clamp(32, 1024) as u32
 }
 
 /// Threads per block of the attention kernel (`ATTN_THREADS`).
@@ -279,6 +289,7 @@ mod tests {
         assert_eq!(attn_heads_per_block(9, 3, 1, 7), 3);
         assert_eq!(attn_heads_per_block(8, 8, 1000, 0), 1);
         assert_eq!(attn_heads_per_block(12, 2, 1000, 1), 1);
+        assert_eq!((norm_threads(1), norm_threads(128), norm_threads(1536), norm_threads(3584)), (32, 64, 768, 1024));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 use tf_backend_cpu::CpuBackend;
 use tf_backend_cuda::CudaBackend;
 use tf_core::{
-    AttnMeta, AttnParams, Backend, DType, GluAct, KvSpec, Precision, Rope, RopeScaling, RopeStyle, RowAttn, Tensor,
-    TensorInfo, Weight,
+    AttnMeta, AttnParams, Backend, DType, GluAct, KvSpec, Precision, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn,
+    Tensor, TensorInfo, Weight,
 };
 
 const ROW_COUNTS: [usize; 9] = [1, 2, 3, 5, 8, 16, 33, 64, 256];
@@ -481,6 +481,106 @@ fn interleaved(w: &Weight) -> bool {
 
 /// Float matrices stored interleaved (the portable arithmetic's opt-in layout for rows of whole 64/128-element blocks)
 /// against the CPU bit for bit, and row-exact, at 1, 7, 16, 33 and 64 rows: row lengths that are whole blocks
+/// The gate/up matmuls and the GLU in one launch (`matmul_glu`, one row, interleaved weights) equal `matmul` twice
+/// then `glu` on the GPU and the CPU's default, bitwise, for both activations; several rows take the unfused path.
+#[test]
+fn matmul_glu_in_one_launch_matches_matmul_then_glu() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    g.set_float_tuning(true, 0);
+    for (dtype, n, k) in [(DType::BF16, 700, 1024), (DType::F16, 129, 512), (DType::F32, 37, 256)] {
+        let (gw, uw) = (random_weight(dtype, n, k, &mut rng), random_weight(dtype, n, k, &mut rng));
+        let (gg, ug) = (up(&g, "gate", dtype, &[n, k], &gw), up(&g, "up", dtype, &[n, k], &uw));
+        let (gc, uc) = (up(&c, "gate", dtype, &[n, k], &gw), up(&c, "up", dtype, &[n, k], &uw));
+        assert!(interleaved(&gg) && interleaved(&ug), "{dtype} layout");
+        for act in [GluAct::Silu, GluAct::GeluTanh] {
+            for rows in [1usize, 1, 3] {
+                let what = format!("{dtype} [{n}, {k}] {act:?}, {rows} rows");
+                let x = Tensor::host(rows, k, values(&mut rng, rows * k, 2.0));
+                let fused = g.to_host(&g.matmul_glu(&x, &gg, &ug, act));
+                let split = g.glu(&g.matmul(&x, &gg, None), &g.matmul(&x, &ug, None), act);
+                same(&fused, &g.to_host(&split), &format!("{what}: fused vs matmul + glu"));
+                same(&fused, &c.to_host(&c.matmul_glu(&x, &gc, &uc, act)), &format!("{what}: cuda vs cpu"));
+            }
+        }
+    }
+}
+
+/// RoPE of q and k and the K/V write in one launch (`rope_kv_write`) equal `rope`, `rope`, `kv_write` on the GPU
+/// and the CPU's default, bitwise: the rotated q and k, and the cache as attention reads it (every slot of the
+/// layer, written or not, through a full-context attention of a few query rows; the other layer untouched).
+/// Full and partial rotation (the unrotated dimensions copied as they are), both styles, 1 to 33 rows at scattered
+/// slots, q with more heads than k.
+#[test]
+fn rope_kv_write_equals_rope_then_kv_write() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    let ropes = [
+        Rope { theta: 1e6, rot_dims: 128, style: RopeStyle::Neox, scaling: RopeScaling::None },
+        Rope { theta: 10000.0, rot_dims: 64, style: RopeStyle::Normal, scaling: RopeScaling::None },
+        Rope { theta: 5e5, rot_dims: 32, style: RopeStyle::Neox, scaling: RopeScaling::Linear { factor: 4.0 } },
+    ];
+    let (hd, hq, hk) = (128, 6, 2);
+    let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
+    let nslots = spec.blocks * spec.block_size;
+    let width = hk * hd;
+    let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
+    for rope in ropes {
+        for rows in [1usize, 7, 16, 33] {
+            let what = format!("rope_kv_write {rope:?}, {rows} rows");
+            let mut slots: Vec<u32> = (0..nslots as u32).collect();
+            slots.shuffle(&mut rng);
+            slots.truncate(rows);
+            let positions: Vec<u32> = (0..rows).map(|_| rng.gen_range(0..100_000)).collect();
+            let at = RopeKv { positions: &positions, slots: &slots, head_dim: hd, rope: &rope };
+            let probe = values(&mut rng, 3 * hq * hd, 1.0);
+            let (q, k, v) = (
+                values(&mut rng, rows * hq * hd, 3.0),
+                values(&mut rng, rows * width, 3.0),
+                values(&mut rng, rows * width, 3.0),
+            );
+            let run = |be: &dyn Backend, fused: bool| {
+                let mut kv = be.alloc_kv(spec).unwrap();
+                let (mut qt, mut kt, vt) = (
+                    Tensor::host(rows, hq * hd, q.clone()),
+                    Tensor::host(rows, width, k.clone()),
+                    Tensor::host(rows, width, v.clone()),
+                );
+                if fused {
+                    be.rope_kv_write(&mut qt, &mut kt, &vt, &mut kv, 1, &at);
+                } else {
+                    be.rope(&mut qt, &positions, hd, &rope);
+                    be.rope(&mut kt, &positions, hd, &rope);
+                    be.kv_write(&mut kv, 1, &kt, &vt, &slots);
+                }
+                let table: Vec<u32> = (0..spec.blocks as u32).collect();
+                let meta = AttnMeta {
+                    block_tables: vec![table],
+                    rows: (0..3)
+                        .map(|_| RowAttn { pos: nslots as u32 - 1, seq: 0, ctx: nslots as u32, tree: vec![] })
+                        .collect(),
+                };
+                let probe = Tensor::host(3, hq * hd, probe.clone());
+                let seen: Vec<Vec<f32>> =
+                    (0..2).map(|l| be.to_host(&be.attention(&probe, &kv, l, &meta, &p))).collect();
+                (be.to_host(&qt), be.to_host(&kt), seen)
+            };
+            let (fused, split, cpu) = (run(&g, true), run(&g, false), run(&c, true));
+            for (name, other) in [("split", &split), ("cpu", &cpu)] {
+                same(&fused.0, &other.0, &format!("{what}: q, fused vs {name}"));
+                same(&fused.1, &other.1, &format!("{what}: k, fused vs {name}"));
+                for l in 0..2 {
+                    same(
+                        &fused.2[l],
+                        &other.2[l],
+                        &format!("{what}: layer {l} as attention reads it, fused vs {name}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// q/k/v- and gate/up-like sets of interleaved weights against one row through `matmul_many` (one launch of
 /// `_il1_many`) equal the same weights one `matmul` at a time and the CPU, bitwise; with several rows, mixed types or
 /// four weights (separate calls) too.

@@ -209,6 +209,17 @@ pub struct Rope {
     pub scaling: RopeScaling,
 }
 
+/// Where [`Backend::rope_kv_write`] rotates and writes: each row's position and KV slot, and the rotation.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKv<'a> {
+    /// `positions[r]`: the position row r is rotated to.
+    pub positions: &'a [u32],
+    /// `slots[r]`: the KV slot row r's K and V go to.
+    pub slots: &'a [u32],
+    pub head_dim: usize,
+    pub rope: &'a Rope,
+}
+
 /// Gated activations of the feed-forward block: `act(gate) * up`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GluAct {
@@ -272,6 +283,21 @@ pub trait Backend: Send + Sync {
     fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor;
     /// `act(gate) * up`, elementwise.
     fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor;
+    /// The feed-forward block's first half in one call: `glu(x · gateᵀ, x · upᵀ, act)` → `[R, F]`. By default
+    /// [`Backend::matmul_many`] then [`Backend::glu`]; a backend that fuses them must give exactly those bits.
+    fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        let [g, u]: [Tensor; 2] =
+            self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
+        self.glu(&g, &u, act)
+    }
+    /// RoPE of `q` and `k` in place (`at.positions`, `at.head_dim`, `at.rope`), then the rotated `k` and `v` of
+    /// `layer` into `at.slots`. By default [`Backend::rope`] twice and [`Backend::kv_write`]; a backend that fuses
+    /// them must give exactly those bits.
+    fn rope_kv_write(&self, q: &mut Tensor, k: &mut Tensor, v: &Tensor, kv: &mut KvCache, layer: usize, at: &RopeKv) {
+        self.rope(q, at.positions, at.head_dim, at.rope);
+        self.rope(k, at.positions, at.head_dim, at.rope);
+        self.kv_write(kv, layer, k, v, at.slots);
+    }
     /// `a += b`, elementwise.
     fn add(&self, a: &mut Tensor, b: &Tensor);
     /// The residual add and the RMSNorm after it in one call: `a += b`, then the norm of the new `a` over whole

@@ -6,7 +6,7 @@
 //! heads, `F` feed-forward width.
 
 use crate::model::Batch;
-use tf_core::{AttnParams, Backend, GluAct, KvCache, Rope, Tensor, Weight};
+use tf_core::{AttnParams, Backend, GluAct, KvCache, Rope, RopeKv, Tensor, Weight};
 
 /// Names an intermediate of layer `layer` (`usize::MAX` for tensors outside the layer stack), so a failing golden
 /// can be bisected. A no-op unless the `trace` feature is on; then it hands the tensor to the hook installed with
@@ -150,11 +150,11 @@ pub fn attention(
         k = be.rms_norm(&k, n, dh, spec.eps);
         trace("k_normed", layer, &k);
     }
-    be.rope(&mut q, &batch.positions, dh, &spec.rope);
-    be.rope(&mut k, &batch.positions, dh, &spec.rope);
+    // RoPE of q and k, then k and v into the cache, in one call.
+    let at = RopeKv { positions: &batch.positions, slots: &batch.slots, head_dim: dh, rope: &spec.rope };
+    be.rope_kv_write(&mut q, &mut k, &v, kv, layer, &at);
     trace("q_rope", layer, &q);
     trace("k_rope", layer, &k);
-    be.kv_write(kv, layer, &k, &v, &batch.slots);
     let attn = be.attention(&q, kv, layer, &batch.attn, &spec.params); // [R, Nq·Dh]
     trace("attn_heads", layer, &attn);
     linear(be, &attn, &w.o) // [R, H]
@@ -173,9 +173,7 @@ pub struct GluMlp {
 
 /// `down(act(gate(x)) * up(x))`: `x [R, H] → [R, H]`.
 pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usize) -> Tensor {
-    let [gate, up]: [Tensor; 2] =
-        be.matmul_many(x, &[(&w.gate, None), (&w.up, None)]).try_into().expect("one result per weight"); // [R, F] each
-    let h = be.glu(&gate, &up, act); // [R, F]
+    let h = be.matmul_glu(x, &w.gate, &w.up, act); // [R, F]
     trace("ffn_act", layer, &h);
     be.matmul(&h, &w.down, None) // [R, H]
 }
