@@ -12,21 +12,6 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 
-// l_c = ((0 + e_0) + e_1) + ... in visit order, with the loads 8 ahead of the additions.
-__device__ __forceinline__ float sum_in_order(const float* e, int n) {
-    float l = 0.0f;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = e[i + u];
-#pragma unroll
-        for (int u = 0; u < 8; u++) l += v[u];
-    }
-    for (; i < n; i++) l += e[i];
-    return l;
-}
-
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
 // the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
@@ -48,7 +33,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ float sc_all[S][ATTN_CHUNK];
     __shared__ float red_all[S][ATTN_THREADS / 32];
-    __shared__ float lc_all[S];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
     int h = blockIdx.x * S + sub, r = blockIdx.y, c = blockIdx.z;
@@ -87,7 +71,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     int np = pbeg < pend ? (int)(pend - pbeg) : 0;
     for (int i = ft; i < np; i += T) {
         i64 p = pbeg + i;
-        slots[i] = table[p / block_size] * (u32)block_size + (u32)(p % block_size);
+        u32 pu = (u32)p, bs = (u32)block_size;  // positions are u32: 32-bit division
+        slots[i] = table[pu / bs] * bs + pu % bs;
     }
     int n = np;
     for (int ti = 0; ti < tlen; ti++) {
@@ -144,95 +129,99 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
     // threads loading with float4). The next stage's loads are issued into registers before the current stage is
     // consumed, so they cross memory while the chains run; the chains read 8 positions' operands ahead of their
-    // fmas (same fmas, same order).
-    float oc[MAX_HEAD_DIM / ATTN_THREADS];
-#pragma unroll
-    for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) oc[t] = 0.0f;
-    int stage = ATTN_VSTAGE * MAX_HEAD_DIM / hd;
+    // fmas (same fmas, same order). Every thread also adds the e values it reads into l_c, in visit order (the
+    // same additions in the same order as one thread summing them, which none then has to do alone).
+    float oc0 = 0.0f, oc1 = 0.0f;  // dimensions tid and tid + ATTN_THREADS
+    float lc = 0.0f;
+    // Thread ft < vstep · per_row loads float4 column vcol of stage rows vrow + k · vstep, k < PF (the rest load
+    // nothing); a stage is as many visits as fit in vs and in those PF rounds.
     int per_row = hd / 4;
+    int vstep = T / per_row;
+    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep);
+    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
     float4 pf[PF];
     {
-        int lim = min(stage, n) * per_row;
+        int lim = min(stage, n);
 #pragma unroll
         for (int k = 0; k < PF; k++) {
-            int f = ft + k * T;
-            if (f < lim) pf[k] = *(const float4*)(vh + (i64)slots[f / per_row] * stride_slot + 4 * (f % per_row));
+            int row_k = vrow + k * vstep;
+            if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
+    bool two = hd > ATTN_THREADS;
     for (int base = 0; base < n; base += stage) {
         int cnt = min(stage, n - base);
 #pragma unroll
         for (int k = 0; k < PF; k++) {
-            int f = ft + k * T;
-            if (f < cnt * per_row) vs[f] = pf[k];
+            int row_k = vrow + k * vstep;
+            if (row_k < cnt) vs[row_k * per_row + vcol / 4] = pf[k];
         }
         __syncthreads();
         int nb = base + stage;
         if (nb < n) {
-            int lim = min(stage, n - nb) * per_row;
+            int lim = min(stage, n - nb);
 #pragma unroll
             for (int k = 0; k < PF; k++) {
-                int f = ft + k * T;
-                if (f < lim)
-                    pf[k] = *(const float4*)(vh + (i64)slots[nb + f / per_row] * stride_slot + 4 * (f % per_row));
+                int row_k = vrow + k * vstep;
+                if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[nb + row_k] * stride_slot + vcol);
             }
         }
+        const float* vsf = (const float*)vs;
         int i = 0;
-        for (; i + 8 <= cnt; i += 8) {
-            float e[8], vv[8][MAX_HEAD_DIM / ATTN_THREADS];
+        if (two) {
+            for (; i + 8 <= cnt; i += 8) {
+                float e[8], v0[8], v1[8];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                e[u] = sc[base + i + u];
-                const float* vr = (const float*)(vs + (i + u) * per_row);
+                for (int u = 0; u < 8; u++) {
+                    e[u] = sc[base + i + u];
+                    v0[u] = vsf[(i + u) * hd + tid];
+                    v1[u] = tid + ATTN_THREADS < hd ? vsf[(i + u) * hd + tid + ATTN_THREADS] : 0.0f;
+                }
 #pragma unroll
-                for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
-                    int dd = tid + ATTN_THREADS * t;
-                    vv[u][t] = dd < hd ? vr[dd] : 0.0f;
+                for (int u = 0; u < 8; u++) {
+                    oc0 = fmaf(e[u], v0[u], oc0);
+                    oc1 = fmaf(e[u], v1[u], oc1);
+                    lc += e[u];
                 }
             }
+        } else {
+            for (; i + 8 <= cnt; i += 8) {
+                float e[8], v0[8];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+                for (int u = 0; u < 8; u++) {
+                    e[u] = sc[base + i + u];
+                    v0[u] = tid < hd ? vsf[(i + u) * hd + tid] : 0.0f;
+                }
 #pragma unroll
-                for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
-                    int dd = tid + ATTN_THREADS * t;
-                    if (dd < hd) oc[t] = fmaf(e[u], vv[u][t], oc[t]);
+                for (int u = 0; u < 8; u++) {
+                    oc0 = fmaf(e[u], v0[u], oc0);
+                    lc += e[u];
                 }
             }
         }
         for (; i < cnt; i++) {
             float e = sc[base + i];
-            const float* vr = (const float*)(vs + i * per_row);
-#pragma unroll
-            for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
-                int dd = tid + ATTN_THREADS * t;
-                if (dd < hd) oc[t] = fmaf(e, vr[dd], oc[t]);
-            }
+            const float* vr = vsf + i * hd;
+            if (tid < hd) oc0 = fmaf(e, vr[tid], oc0);
+            if (tid + ATTN_THREADS < hd) oc1 = fmaf(e, vr[tid + ATTN_THREADS], oc1);
+            lc += e;
         }
         __syncthreads();
     }
     if (cmax == 1) {
         // The row's only chunk: the merge would output o_c / l_c; do it here and skip attention_merge.
-        if (tid == 0) lc_all[sub] = sum_in_order(sc, n);
-        __syncthreads();
-        float lc = lc_all[sub];
         float* outh = out + ((i64)r * heads + h) * hd;
-#pragma unroll
-        for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
-            int dd = tid + ATTN_THREADS * t;
-            if (dd < hd) outh[dd] = oc[t] / lc;
-        }
+        if (tid < hd) outh[tid] = oc0 / lc;
+        if (tid + ATTN_THREADS < hd) outh[tid + ATTN_THREADS] = oc1 / lc;
         return;
     }
     float* pp = part + (((i64)r * heads + h) * cmax + c) * (hd + 2);
     if (tid == 0) {
         pp[0] = mc;
-        pp[1] = sum_in_order(sc, n);  // l_c in visit order
+        pp[1] = lc;  // l_c in visit order
     }
-#pragma unroll
-    for (int t = 0; t < MAX_HEAD_DIM / ATTN_THREADS; t++) {
-        int dd = tid + ATTN_THREADS * t;
-        if (dd < hd) pp[2 + dd] = oc[t];
-    }
+    if (tid < hd) pp[2 + tid] = oc0;
+    if (tid + ATTN_THREADS < hd) pp[2 + tid + ATTN_THREADS] = oc1;
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)

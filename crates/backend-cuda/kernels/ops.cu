@@ -16,15 +16,47 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     __shared__ float inv_s;
     int tid = threadIdx.x;
     float acc = 0.0f;
+    // A row of up to NORM_PER elements per thread that fits one chunk (every norm the host launches with
+    // norm_threads up to 4096 wide): each thread loads its x, b and w before any store, and the last loop reads
+    // the sums from shared memory, so the block waits on one round trip to memory instead of one per element.
+    const int NORM_PER = 4;
+    bool small = n <= NORM_CHUNK && n <= NORM_PER * (int)blockDim.x;
+    float wv[NORM_PER];
+    if (small) {
+        float xv[NORM_PER], bv[NORM_PER];
+#pragma unroll
+        for (int u = 0; u < NORM_PER; u++) {
+            int i = tid + u * blockDim.x;
+            if (i < n) {
+                xv[u] = x[i];
+                if (ADD) bv[u] = b[i];
+                wv[u] = deq_elem(w_dt, w, i);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_PER; u++) {
+            int i = tid + u * blockDim.x;
+            if (i < n) {
+                float s = xv[u];
+                if (ADD) {
+                    s = s + bv[u];
+                    x[i] = s;
+                }
+                xs[i] = s;
+            }
+        }
+    }
     for (int c0 = 0; c0 < n; c0 += NORM_CHUNK) {
         int m = min(NORM_CHUNK, n - c0);
-        for (int i = tid; i < m; i += blockDim.x) {
-            float s = x[c0 + i];
-            if (ADD) {
-                s = s + b[c0 + i];
-                x[c0 + i] = s;
+        if (!small) {
+            for (int i = tid; i < m; i += blockDim.x) {
+                float s = x[c0 + i];
+                if (ADD) {
+                    s = s + b[c0 + i];
+                    x[c0 + i] = s;
+                }
+                xs[i] = s;
             }
-            xs[i] = s;
         }
         __syncthreads();
         if (tid < 16) {
@@ -47,6 +79,14 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     }
     __syncthreads();
     float inv = inv_s;
+    if (small) {
+#pragma unroll
+        for (int u = 0; u < NORM_PER; u++) {
+            int i = tid + u * blockDim.x;
+            if (i < n) y[i] = (xs[i] * inv) * wv[u];
+        }
+        return;
+    }
     for (int i = tid; i < n; i += blockDim.x) y[i] = (x[i] * inv) * deq_elem(w_dt, w, i);
 }
 
