@@ -15,6 +15,23 @@ typedef unsigned long long u64;
 
 #define FULL_MASK 0xffffffffu
 
+// Programmatic dependent launch (sm_90+; no-ops before). A kernel launched with it (src/device.rs, Launch::pdl)
+// may start while the previous kernel in the stream still runs: it must call griddep_wait() before it reads
+// anything that kernel wrote or writes anything at all; what it reads before (the weights, never written after
+// upload) it may load early. griddep_launch() lets the next such kernel be scheduled once every block of this one
+// has called it; without it that happens when this kernel's blocks exit.
+__device__ __forceinline__ void griddep_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // The GGML dtype tags the host passes (`dtype_code` in src/geometry.rs).
 #define DT_F32 0
 #define DT_F16 1

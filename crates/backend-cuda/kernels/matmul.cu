@@ -261,7 +261,8 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
 // IL_DEPTH weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
-// valid in lane 0.
+// valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
+// batch of weights is requested before griddep_wait(), and nothing is read from x or written before it.
 template <int DT>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j) {
     const int EPV = DT == DT_F32 ? 4 : 8;
@@ -271,12 +272,15 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     int nb = K / BLK;
     const float* xr = x + j;
     float acc = 0.0f;
+    griddep_launch();
     for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
         uint4 v[IL_DEPTH];
 #pragma unroll
         for (int u = 0; u < IL_DEPTH; u++) {
             if (b0 + u < nb) v[u] = ld_stream(wq + 16 * (b0 + u));
         }
+        // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
+        if (b0 == 0) griddep_wait();
         float xv[IL_DEPTH][EPV];
 #pragma unroll
         for (int u = 0; u < IL_DEPTH; u++) {

@@ -546,8 +546,10 @@ impl CudaBackend {
                     0 => matmul_il_grid(rows, n, il_cols(n)),
                     c => matmul_il_grid(rows, n, c),
                 };
-                self.gpu
-                    .launch(kernel)
+                // The one-row kernel requests its first weights before waiting on the previous kernel.
+                let launch = self.gpu.launch(kernel);
+                let launch = if rows == 1 { launch.pdl() } else { launch };
+                launch
                     .ptr(xb)
                     .i32(rows)
                     .i32(k)
@@ -724,7 +726,7 @@ impl Backend for CudaBackend {
             DType::F16 => "matmul_f16w_il1_many",
             _ => "matmul_bf16w_il1_many",
         };
-        let mut l = self.gpu.launch(kernel).ptr(xb).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
+        let mut l = self.gpu.launch(kernel).pdl().ptr(xb).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
         for &(w, n, b, bdt, y) in &args {
             l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
         }
@@ -1024,6 +1026,7 @@ impl Backend for CudaBackend {
         let cols = il_cols(n);
         self.gpu
             .launch(kernel)
+            .pdl()
             .ptr(xb)
             .i32(x.cols)
             .ptr(&cg.buf)

@@ -161,6 +161,9 @@ pub struct Gpu {
     stage: Mutex<HostStage>,
     /// Freed activation buffers for reuse.
     pool: Arc<Mutex<Pool>>,
+    /// Whether launches marked [`Launch::pdl`] use programmatic dependent launch (compute capability 9.0+, unless
+    /// `TF_CUDA_PDL=0`).
+    pdl: bool,
 }
 
 impl Drop for Gpu {
@@ -213,7 +216,8 @@ impl Gpu {
             enabled: std::env::var("TF_CUDA_POOL").map_or(true, |v| v != "0"),
             ..Default::default()
         }));
-        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool })
+        let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
+        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool, pdl })
     }
 
     /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that
@@ -522,7 +526,7 @@ impl Gpu {
     /// [`Launch::go`].
     pub fn launch(&self, name: &'static str) -> Launch<'_> {
         let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
-        Launch { gpu: self, name, func: f, args: Vec::new() }
+        Launch { gpu: self, name, func: f, args: Vec::new(), pdl: false }
     }
 }
 
@@ -540,6 +544,8 @@ pub struct Launch<'a> {
     name: &'static str,
     func: &'a CudaFunction,
     args: Vec<Arg>,
+    /// Launch with programmatic dependence on the previous kernel ([`Launch::pdl`]).
+    pdl: bool,
 }
 
 impl Launch<'_> {
@@ -581,12 +587,20 @@ impl Launch<'_> {
         self
     }
 
+    /// Lets the kernel start before the previous kernel in the stream has finished (programmatic dependent launch,
+    /// sm_90+): only for kernels that call `griddep_wait()` before reading anything an earlier kernel wrote and
+    /// before writing anything (kernels/common.cu). Eager launches only; graph captures launch plainly.
+    pub fn pdl(mut self) -> Self {
+        self.pdl = true;
+        self
+    }
+
     /// Launches on the stream with `grid` blocks of `block` threads; panics on a launch error.
     pub fn go(self, grid: (u32, u32, u32), block: (u32, u32, u32)) {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
         }
-        {
+        let eager = {
             let mut a = self.gpu.arena();
             if a.mode != Mode::Eager {
                 let args: Vec<(u8, u64)> = self
@@ -604,6 +618,10 @@ impl Launch<'_> {
                     return;
                 }
             }
+            a.mode == Mode::Eager
+        };
+        if self.pdl && self.gpu.pdl && eager {
+            return self.go_pdl(grid, block);
         }
         let mut b = self.gpu.stream.launch_builder(self.func);
         for a in &self.args {
@@ -618,5 +636,46 @@ impl Launch<'_> {
         // SAFETY: the argument list matches the kernel's signature (each call site mirrors the .cu declaration)
         // and every pointer is a live buffer sized for the launch's grid (checked by the caller's shape asserts).
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("CUDA launch of {}: {e:?}", self.name));
+    }
+}
+
+impl Launch<'_> {
+    /// [`Launch::go`] through `cuLaunchKernelEx` with programmatic stream serialization allowed.
+    fn go_pdl(mut self, grid: (u32, u32, u32), block: (u32, u32, u32)) {
+        use sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION as PSS;
+        self.gpu.bind();
+        let mut params: Vec<*mut std::ffi::c_void> = self
+            .args
+            .iter_mut()
+            .map(|a| match a {
+                Arg::U64(v) => v as *mut u64 as *mut std::ffi::c_void,
+                Arg::I32(v) => v as *mut i32 as *mut std::ffi::c_void,
+                Arg::I64(v) => v as *mut i64 as *mut std::ffi::c_void,
+                Arg::F32(v) => v as *mut f32 as *mut std::ffi::c_void,
+            })
+            .collect();
+        // SAFETY: a zeroed attribute is a valid plain-data value; the id and the union member set below match.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = PSS;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: 0,
+            hStream: self.gpu.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: `params` points at this launch's arguments, which live until the call returns and match the
+        // kernel's signature (as in `go`); the stream and function belong to the bound context.
+        let r =
+            unsafe { sys::cuLaunchKernelEx(&cfg, self.func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            panic!("CUDA launch of {} (programmatic): {r:?}", self.name);
+        }
     }
 }
