@@ -67,6 +67,7 @@ pub fn bench_streams(s: Session, args: &BenchArgs, n: usize, prompt: Vec<u32>) -
             let mut req = GenRequest::new(p, SamplingParams::greedy(), args.gen_tokens);
             req.prefill_chunk = args.prefill_chunk;
             req.draft = false;
+            req.logprobs = false;
             let tx = tx.clone();
             let sink = Box::new(move |ev: EngineEvent| {
                 let seen = match ev {

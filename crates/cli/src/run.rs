@@ -176,6 +176,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut req = GenRequest::new(prompt, args.sampling.params(&s), args.max_tokens);
     req.stop_ids = s.tokenizer.stop_ids().to_vec();
     req.prefill_chunk = args.prefill_chunk;
+    req.logprobs = false; // not printed
     let blocks = (req.prompt.len() + args.max_tokens).max(64 + args.drafting.max_window).div_ceil(BLOCK_SIZE);
     let drafting = args.drafting.resolve(&s, req.prompt.len() + args.max_tokens, BLOCK_SIZE)?;
     let mut generator =

@@ -212,6 +212,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
     req.prefill_chunk = args.prefill_chunk;
+    // What a client that asks for no logprobs gets (the server computes them only when asked).
+    req.logprobs = false;
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for run in 0..=args.runs {
         let out = g.generate(&req, &mut |_| tf_engine::Flow::Continue).map_err(|e| e.to_string())?;

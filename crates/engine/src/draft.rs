@@ -6,7 +6,7 @@
 
 use crate::generate::{EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
-use crate::sampler::{penalized, sample, top_logprobs, Draw};
+use crate::sampler::{penalized, sample, sample_token, top_logprobs};
 use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
@@ -90,7 +90,9 @@ pub struct DraftSetup {
 
 /// One drawn token waiting to be emitted: the draw and its alternatives.
 struct Drawn {
-    draw: Draw,
+    token: u32,
+    /// ln P(token), when the request asked for logprobs.
+    logprob: Option<f64>,
     top: Vec<(u32, f64)>,
 }
 
@@ -199,7 +201,7 @@ impl<'a> Generator<'a> {
                 let mut reply = tokens.clone();
                 reply.extend_from_slice(path);
                 let d = self.drawn(req, &all[row * vocab..(row + 1) * vocab], seed, positions[row] + 1, &reply);
-                let t = d.draw.token;
+                let t = d.token;
                 drawn.push(d);
                 t
             });
@@ -221,7 +223,7 @@ impl<'a> Generator<'a> {
             }
             let n = verdict.tokens.len();
             for (i, d) in drawn.into_iter().take(n).enumerate() {
-                debug_assert_eq!(d.draw.token, verdict.tokens[i]);
+                debug_assert_eq!(d.token, verdict.tokens[i]);
                 if i > 0 {
                     context.push(*tokens.last().expect("emitted"));
                 }
@@ -261,13 +263,18 @@ impl<'a> Generator<'a> {
 
     /// The keyed draw of one row (and its alternatives when the request wants them).
     fn drawn(&self, req: &GenRequest, logits: &[f32], seed: u64, position: usize, reply: &[u32]) -> Drawn {
-        let draw = sample(logits, &req.params, seed, position as u64, reply);
+        let (token, logprob) = if req.logprobs {
+            let d = sample(logits, &req.params, seed, position as u64, reply);
+            (d.token, Some(d.logprob))
+        } else {
+            (sample_token(logits, &req.params, seed, position as u64, reply), None)
+        };
         let top = if req.top_logprobs > 0 {
             top_logprobs(&penalized(logits, &req.params, reply), req.top_logprobs)
         } else {
             Vec::new()
         };
-        Drawn { draw, top }
+        Drawn { token, logprob, top }
     }
 
     /// Measures window costs, runs the self-check with `max_window`-row windows on the real weights, and turns
@@ -436,16 +443,10 @@ fn emit(
     cancelled: &dyn Fn() -> bool,
 ) -> Option<FinishReason> {
     let position = req.prompt.len() + tokens.len();
-    tokens.push(d.draw.token);
-    let is_stop = req.stop_ids.contains(&d.draw.token);
-    let event = TokenEvent {
-        token: d.draw.token,
-        index: tokens.len() - 1,
-        position,
-        logprob: d.draw.logprob,
-        is_stop,
-        top: d.top,
-    };
+    tokens.push(d.token);
+    let is_stop = req.stop_ids.contains(&d.token);
+    let event =
+        TokenEvent { token: d.token, index: tokens.len() - 1, position, logprob: d.logprob, is_stop, top: d.top };
     let flow = on_token(event);
     if is_stop {
         Some(FinishReason::Stop)

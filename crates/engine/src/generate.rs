@@ -38,6 +38,9 @@ pub struct GenRequest {
     pub cancel: Option<Arc<AtomicBool>>,
     /// Draft when the generator is set up to (`false`: one row per round, the serial reference).
     pub draft: bool,
+    /// Report each generated token's logprob ([`TokenEvent::logprob`]). Off spares an `exp` per vocabulary entry
+    /// per token (over a millisecond on a 152k vocabulary); the tokens are the same either way.
+    pub logprobs: bool,
 }
 
 impl GenRequest {
@@ -53,6 +56,7 @@ impl GenRequest {
             prompt_logprobs: None,
             cancel: None,
             draft: true,
+            logprobs: true,
         }
     }
 }
@@ -93,8 +97,9 @@ pub struct TokenEvent {
     pub index: usize,
     /// Absolute position (= prompt length + index); the sampling key's position.
     pub position: usize,
-    /// ln P(token) at temperature 1 after penalties (see [`crate::Draw::logprob`]).
-    pub logprob: f64,
+    /// ln P(token) at temperature 1 after penalties (see [`crate::Draw::logprob`]); `None` unless the request
+    /// asked for logprobs ([`GenRequest::logprobs`]).
+    pub logprob: Option<f64>,
     /// Whether the token is one of the request's stop ids (it ends the reply).
     pub is_stop: bool,
     /// The request's `top_logprobs` likeliest tokens of this row, `(id, ln P)`, likeliest first.

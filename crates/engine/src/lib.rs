@@ -27,5 +27,5 @@ pub use handle::{
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
 pub use prefix_cache::PrefixCache;
 pub use rounds::{Grant, OnToken, Stream};
-pub use sampler::{log_softmax_at, penalized, sample, top_logprobs, Draw, SamplingError, SamplingParams};
+pub use sampler::{log_softmax_at, penalized, sample, sample_token, top_logprobs, Draw, SamplingError, SamplingParams};
 pub use spec::CostTable;

@@ -10,7 +10,7 @@
 use crate::draft::{fallback_guess, first_path, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
-use crate::sampler::{penalized, sample, top_logprobs};
+use crate::sampler::{penalized, sample, sample_token, top_logprobs};
 use crate::spec::{truncate_after, verify, ClassStats, DraftTree, Proposer};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -478,18 +478,29 @@ impl<'a> Generator<'a> {
 }
 
 /// The keyed draw of a row: (token, logprob, alternatives).
-fn drawn(req: &GenRequest, logits: &[f32], seed: u64, position: usize, reply: &[u32]) -> (u32, f64, Vec<(u32, f64)>) {
-    let d = sample(logits, &req.params, seed, position as u64, reply);
+fn drawn(
+    req: &GenRequest,
+    logits: &[f32],
+    seed: u64,
+    position: usize,
+    reply: &[u32],
+) -> (u32, Option<f64>, Vec<(u32, f64)>) {
+    let (token, logprob) = if req.logprobs {
+        let d = sample(logits, &req.params, seed, position as u64, reply);
+        (d.token, Some(d.logprob))
+    } else {
+        (sample_token(logits, &req.params, seed, position as u64, reply), None)
+    };
     let top = if req.top_logprobs > 0 {
         top_logprobs(&penalized(logits, &req.params, reply), req.top_logprobs)
     } else {
         Vec::new()
     };
-    (d.token, d.logprob, top)
+    (token, logprob, top)
 }
 
 /// Emits one token to its stream and records why it ends, if it does.
-fn emit(s: &mut Stream<'_>, (token, logprob, top): (u32, f64, Vec<(u32, f64)>)) {
+fn emit(s: &mut Stream<'_>, (token, logprob, top): (u32, Option<f64>, Vec<(u32, f64)>)) {
     let position = s.req.prompt.len() + s.tokens.len();
     s.tokens.push(token);
     let is_stop = s.req.stop_ids.contains(&token);

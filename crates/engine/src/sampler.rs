@@ -132,8 +132,22 @@ pub struct Draw {
 pub fn sample(logits: &[f32], params: &SamplingParams, seed: u64, position: u64, reply: &[u32]) -> Draw {
     assert!(!logits.is_empty(), "sample: empty logits");
     let values = penalized(logits, params, reply);
-    let token = if params.is_greedy() { argmax(&values) } else { keyed(&values, params, seed, position) };
+    let token = draw_from(&values, params, seed, position);
     Draw { token, logprob: log_softmax_at(&values, token) }
+}
+
+/// [`sample`]'s token alone: the same draw without the logprob (which costs an `exp` per vocabulary entry).
+pub fn sample_token(logits: &[f32], params: &SamplingParams, seed: u64, position: u64, reply: &[u32]) -> u32 {
+    assert!(!logits.is_empty(), "sample: empty logits");
+    draw_from(&penalized(logits, params, reply), params, seed, position)
+}
+
+fn draw_from(values: &[f64], params: &SamplingParams, seed: u64, position: u64) -> u32 {
+    if params.is_greedy() {
+        argmax(values)
+    } else {
+        keyed(values, params, seed, position)
+    }
 }
 
 /// The logits in f64 with the penalties of `params` applied for the tokens of `reply` (published

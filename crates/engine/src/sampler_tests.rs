@@ -470,3 +470,15 @@ fn top_logprobs_are_the_likeliest_in_order_and_match_log_softmax() {
     assert!(top_logprobs(&values, 0).is_empty());
     assert_eq!(top_logprobs(&values, 100).len(), values.len());
 }
+
+#[test]
+fn sample_token_is_samples_token() {
+    for p in [params(0.0, 0, 1.0, 0.0), params(0.8, 5, 0.9, 0.0), params(1.3, 0, 1.0, 0.05)] {
+        for logits in [tied(), frac()] {
+            for pos in 0..20u64 {
+                let reply = [1u32, 2, 2];
+                assert_eq!(sample_token(&logits, &p, 9, pos, &reply), sample(&logits, &p, 9, pos, &reply).token);
+            }
+        }
+    }
+}

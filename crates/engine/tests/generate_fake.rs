@@ -177,3 +177,19 @@ fn the_generator_is_reusable_and_stale_kv_does_not_leak() {
     assert_eq!(run(&mut g, &b).0.tokens, other);
     assert_eq!(first, reference(&a, 9));
 }
+
+#[test]
+fn logprobs_off_gives_the_same_tokens_and_no_logprobs() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 256));
+    let mut g = Generator::new(&be, &model, 16, 8).unwrap();
+    for params in [SamplingParams::greedy(), sampled(Some(5))] {
+        let mut req = GenRequest::new(prompt(11), params, 25);
+        let (with, ev_with) = run(&mut g, &req);
+        req.logprobs = false;
+        let (without, ev_without) = run(&mut g, &req);
+        assert_eq!(with.tokens, without.tokens);
+        assert_eq!(without.tokens, reference(&req, without.seed));
+        assert!(ev_with.iter().all(|e| e.logprob.is_some_and(|l| l <= 0.0)), "logprobs reported when asked");
+        assert!(ev_without.iter().all(|e| e.logprob.is_none()), "and only then");
+    }
+}

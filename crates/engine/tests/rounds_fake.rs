@@ -45,6 +45,8 @@ fn requests(n: usize) -> Vec<GenRequest> {
             r.draft = i % 3 != 2;
             r.stop_ids = if i % 5 == 0 { vec![3] } else { vec![] };
             r.prefill_chunk = [64, 7, 1][i as usize % 3];
+            // Half the streams ask for no logprobs (the draw skips them): their tokens must not change.
+            r.logprobs = i % 2 == 0;
             r
         })
         .collect()

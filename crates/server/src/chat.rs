@@ -166,6 +166,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         params,
         max_tokens,
         stops,
+        logprobs,
         top_logprobs: if logprobs { top.unwrap_or(0) as usize } else { 0 },
         prompt_logprobs: None,
         priority,

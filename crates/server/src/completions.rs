@@ -124,6 +124,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let job = Job {
         // With echo and max_tokens 0 the engine only fills the prompt (scoring it is then nearly free).
         prompt_logprobs: if echo { logprobs.or((max_tokens == 0).then_some(0)) } else { None },
+        logprobs: logprobs.is_some(),
         top_logprobs: logprobs.unwrap_or(0),
         prompt,
         params,
@@ -153,7 +154,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                 push_prompt(&mut l, &tok, &job.prompt, &out.prompt_logprobs);
             }
             for (ev, _) in tokens.iter().filter(|(ev, _)| !ev.is_stop) {
-                l.push(&tok, ev.token, Some((ev.logprob, &ev.top)));
+                l.push(&tok, ev.token, ev.logprob.map(|lp| (lp, ev.top.as_slice())));
             }
             l.json()
         });
@@ -181,7 +182,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                 }
                 let lp = logprobs.filter(|_| !ev.is_stop).map(|_| {
                     let mut l = Legacy::default();
-                    l.push(&tok, ev.token, Some((ev.logprob, &ev.top)));
+                    l.push(&tok, ev.token, ev.logprob.map(|lp| (lp, ev.top.as_slice())));
                     l.json()
                 });
                 if !text.is_empty() || lp.is_some() {

@@ -20,6 +20,8 @@ pub struct Job {
     pub params: SamplingParams,
     pub max_tokens: usize,
     pub stops: Vec<String>,
+    /// Report each generated token's logprob (the request's `logprobs`).
+    pub logprobs: bool,
     /// Alternatives per generated token (0 = none).
     pub top_logprobs: usize,
     /// Score the prompt with this many alternatives (completions with `echo` + `logprobs`).
@@ -106,6 +108,7 @@ fn overflow(ctx: usize, prompt: usize, max_tokens: Option<u64>) -> ApiError {
 pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     let mut req = GenRequest::new(job.prompt.clone(), job.params.clone(), job.max_tokens);
     req.stop_ids = st.model.tokenizer.stop_ids().to_vec();
+    req.logprobs = job.logprobs;
     req.top_logprobs = job.top_logprobs;
     req.prompt_logprobs = job.prompt_logprobs;
     req.draft = job.draft;
@@ -229,8 +232,8 @@ pub fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
 
-/// A chat `logprobs.content` entry.
-pub fn chat_logprob(tok: &Tokenizer, token: u32, logprob: f64, top: &[(u32, f64)]) -> Value {
+/// A chat `logprobs.content` entry (`logprob` is there whenever the request asked for logprobs; null otherwise).
+pub fn chat_logprob(tok: &Tokenizer, token: u32, logprob: Option<f64>, top: &[(u32, f64)]) -> Value {
     let (text, bytes) = token_text(tok, token);
     let top: Vec<Value> = top
         .iter()
@@ -239,7 +242,7 @@ pub fn chat_logprob(tok: &Tokenizer, token: u32, logprob: f64, top: &[(u32, f64)
             json!({"token": t, "logprob": finite(lp), "bytes": b})
         })
         .collect();
-    json!({"token": text, "logprob": finite(logprob), "bytes": bytes, "top_logprobs": top})
+    json!({"token": text, "logprob": logprob.map(finite), "bytes": bytes, "top_logprobs": top})
 }
 
 /// JSON cannot carry −∞ (a token masked out): −9999.0 stands in, as vLLM does.

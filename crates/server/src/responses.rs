@@ -230,6 +230,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         params,
         max_tokens,
         stops: Vec::new(),
+        logprobs: false,
         top_logprobs: 0,
         prompt_logprobs: None,
         priority: f.priority()?,
