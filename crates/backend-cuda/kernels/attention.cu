@@ -35,6 +35,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     griddep_launch();
+    griddep_wait();  // launched early (PDL): nothing read before the previous kernel is done
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
     int h = blockIdx.x * S + sub, r = blockIdx.y, c = blockIdx.z;
     float* qs = qs_all[sub];
@@ -281,6 +282,7 @@ attention_chunk_s7(const float* q, const float* k, const float* v, const i32* ro
 extern "C" __global__ void attention_merge(const float* part, const i32* chunks, int cmax, int heads, int hd,
                                            float* out) {
     griddep_launch();
+    griddep_wait();
     int h = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
     const float* pp = part + ((i64)r * heads + h) * cmax * (hd + 2);
     float* outh = out + ((i64)r * heads + h) * hd;

@@ -15,6 +15,7 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
     griddep_launch();
+    griddep_wait();  // launched early (PDL): nothing read before the previous kernel is done
     int tid = threadIdx.x;
     float acc = 0.0f;
     // A row of up to NORM_PER elements per thread that fits one chunk (every norm the host launches with
@@ -186,6 +187,7 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int
                                          int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
                                          float* v_layer, const u32* slots) {
     griddep_launch();
+    griddep_wait();
     i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     int rot = 2 * half;
     int hq = qcols / head_dim, hk = kcols / head_dim;

@@ -744,6 +744,7 @@ impl Backend for CudaBackend {
             let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
             self.gpu
                 .launch("rms_norm")
+                .pdl()
                 .ptr(xb)
                 .i32(x.cols)
                 .i32(group)
@@ -816,6 +817,7 @@ impl Backend for CudaBackend {
         let (g, b) = elementwise_grid(units);
         self.gpu
             .launch("rope_kv_write")
+            .pdl()
             .addr(qb)
             .addr(kb)
             .ptr(vb)
@@ -948,6 +950,7 @@ impl Backend for CudaBackend {
         let sb = attn_heads_per_block(p.heads, p.kv_heads, q.rows * cmax, self.attn_heads_cap.load(Ordering::Relaxed));
         self.gpu
             .launch(ATTN_KERNELS[sb - 1])
+            .pdl()
             .ptr(qb)
             .addr(store.k.ptr + off)
             .addr(store.v.ptr + off)
@@ -971,6 +974,7 @@ impl Backend for CudaBackend {
         if cmax > 1 {
             self.gpu
                 .launch("attention_merge")
+                .pdl()
                 .ptr(&part)
                 .ptr(&chunks_b)
                 .i32(cmax)
@@ -1063,6 +1067,7 @@ impl Backend for CudaBackend {
             let at = self.make_unique(a);
             self.gpu
                 .launch("add_rms_norm")
+                .pdl()
                 .ptr(&at.buf)
                 .ptr(bb)
                 .i32(cols)
