@@ -158,6 +158,18 @@ fn act_code(act: GluAct) -> i32 {
     }
 }
 
+/// A matmul's optional bias for `n` outputs as kernel arguments: (address, type tag), or (0, 0) without one.
+fn bias_arg(bias: Option<&Weight>, n: usize) -> (u64, i32) {
+    match bias {
+        Some(b) => {
+            let cb = weight(b);
+            assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
+            (cb.buf.ptr, cb.tag())
+        }
+        None => (0, 0),
+    }
+}
+
 fn weight(w: &Weight) -> &CudaWeight {
     w.storage.downcast_ref::<CudaWeight>().unwrap_or_else(|| panic!("weight {} was not uploaded by CUDA", w.name))
 }
@@ -466,14 +478,7 @@ impl CudaBackend {
             "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k}",
             x.cols, w.shape, w.dtype
         );
-        let (bias_ptr, bias_code) = match bias {
-            Some(b) => {
-                let cb = weight(b);
-                assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
-                (cb.buf.ptr, cb.tag())
-            }
-            None => (0, 0),
-        };
+        let (bias_ptr, bias_code) = bias_arg(bias, n);
         let out = self.alloc_f32(rows * n);
         if rows == 0 || n == 0 {
             return self.tensor(rows, n, out);
@@ -703,14 +708,7 @@ impl Backend for CudaBackend {
         for &(w, bias) in ws {
             let cw = weight(w);
             let n = cw.out_dim;
-            let (bias_ptr, bias_code) = match bias {
-                Some(b) => {
-                    let cb = weight(b);
-                    assert_eq!(cb.out_dim * cb.in_dim, n, "matmul: bias {:?} for {n} outputs", b.shape);
-                    (cb.buf.ptr, cb.tag())
-                }
-                None => (0, 0),
-            };
+            let (bias_ptr, bias_code) = bias_arg(bias, n);
             let out = self.alloc_f32(n);
             args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
             blocks.push(matmul_il_grid(1, n, cols).0 .0);
