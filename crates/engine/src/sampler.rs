@@ -180,6 +180,86 @@ fn order(values: &[f64], a: u32, b: u32) -> Ordering {
     y.partial_cmp(&x).unwrap_or(Ordering::Equal).then(a.cmp(&b))
 }
 
+/// Every id in candidate order ([`order`]: value descending, ties to the lower id), by a stable LSD radix sort of
+/// order-preserving integer keys, 11 bits a pass, starting from ids in increasing order (so equal values keep the
+/// lower id first); a pass whose digit is the same for every key is skipped. When every value is an f32 (logits
+/// without penalties) the key is the f32's 32 bits packed with the id into one `u64`, else the f64's 64 bits
+/// beside the id. The comparator sort of ids by `order` took 17 ms for a 152k vocabulary. Keys order like the
+/// values (`-0.0` as `0.0`, as `partial_cmp` has them equal), so the order, a strict one, is the same.
+pub(crate) fn sorted_ids(values: &[f64]) -> Vec<u32> {
+    if values.iter().all(|&v| f64::from(v as f32) == v) {
+        let packed: Vec<u64> =
+            values.iter().enumerate().map(|(i, &v)| (u64::from(descending_key32(v as f32)) << 32) | i as u64).collect();
+        return radix(packed, 32..64, false, |_| ()).into_iter().map(|k| k as u32).collect();
+    }
+    let keys: Vec<u64> = values.iter().map(|&v| descending_key(v)).collect();
+    let n = values.len();
+    let mut ids: Vec<u32> = (0..n as u32).collect();
+    let mut ids2 = vec![0u32; n];
+    radix(keys, 0..64, true, |moves: &[usize]| {
+        for (j, &to) in moves.iter().enumerate() {
+            ids2[to] = ids[j];
+        }
+        std::mem::swap(&mut ids, &mut ids2);
+    });
+    ids
+}
+
+/// Stable LSD radix sort of `keys` by their bits `bits`, 11 at a time; with `track`, after each pass that moved
+/// anything, `follow` gets where each element went (`moves[old] = new`) to carry a payload along.
+fn radix(mut keys: Vec<u64>, bits: std::ops::Range<u32>, track: bool, mut follow: impl FnMut(&[usize])) -> Vec<u64> {
+    const DIGIT: u32 = 11;
+    const MASK: u64 = (1 << DIGIT) - 1;
+    let n = keys.len();
+    let mut out = vec![0u64; n];
+    let mut moves = if track { vec![0usize; n] } else { Vec::new() };
+    let mut count = vec![0usize; 1 << DIGIT];
+    for shift in bits.step_by(DIGIT as usize) {
+        count.iter_mut().for_each(|c| *c = 0);
+        for &k in &keys {
+            count[((k >> shift) & MASK) as usize] += 1;
+        }
+        if count.contains(&n) {
+            continue;
+        }
+        let mut sum = 0;
+        for c in count.iter_mut() {
+            let here = *c;
+            *c = sum;
+            sum += here;
+        }
+        for (j, &k) in keys.iter().enumerate() {
+            let d = ((k >> shift) & MASK) as usize;
+            out[count[d]] = k;
+            if track {
+                moves[j] = count[d];
+            }
+            count[d] += 1;
+        }
+        std::mem::swap(&mut keys, &mut out);
+        if track {
+            follow(&moves);
+        }
+    }
+    keys
+}
+
+/// A `u32` that is smaller for a larger `v` (NaN-free input; `-0.0` and `0.0` map alike).
+fn descending_key32(v: f32) -> u32 {
+    let v = if v == 0.0 { 0.0 } else { v };
+    let b = v.to_bits();
+    let ascending = if b >> 31 == 1 { !b } else { b | (1 << 31) };
+    !ascending
+}
+
+/// A `u64` that is smaller for a larger `v` (NaN-free input; `-0.0` and `0.0` map alike).
+fn descending_key(v: f64) -> u64 {
+    let v = if v == 0.0 { 0.0 } else { v };
+    let b = v.to_bits();
+    let ascending = if b >> 63 == 1 { !b } else { b | (1 << 63) };
+    !ascending
+}
+
 /// Argmax, ties to the lower id.
 fn argmax(values: &[f64]) -> u32 {
     let mut best = 0usize;
@@ -210,7 +290,7 @@ pub(crate) fn kept(values: &[f64], params: &SamplingParams) -> Kept {
         ids.truncate(k);
         ids.sort_unstable_by(|&a, &b| order(values, a, b));
     } else if top_p_on {
-        ids.sort_unstable_by(|&a, &b| order(values, a, b));
+        ids = sorted_ids(values);
     }
     let t = params.temperature.max(1e-6);
     let mut scaled: Vec<f64> = ids.iter().map(|&i| values[i as usize] / t).collect();

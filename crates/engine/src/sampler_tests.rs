@@ -482,3 +482,38 @@ fn sample_token_is_samples_token() {
         }
     }
 }
+
+#[test]
+fn the_radix_candidate_order_is_the_comparator_order() {
+    // xorshift64*: values of every kind the draw can see (ties, signed zeros, −∞, denormals, penalized f64s).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    for case in 0..40 {
+        let n = [1usize, 2, 7, 300, 5000][case % 5];
+        let values: Vec<f64> = (0..n)
+            .map(|_| {
+                let r = next();
+                let f = (r >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+                // Even cases hold only f32 values (the packed 32-bit path), odd ones f64s too (the 64-bit path).
+                let kind = if case % 2 == 0 && matches!(r % 10, 4 | 5) { 9 } else { r % 10 };
+                match kind {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => f64::NEG_INFINITY,
+                    3 => ((r >> 8) % 7) as f64 - 3.0,
+                    4 => (f - 0.5) * 1e-300,
+                    5 => f64::from(((f - 0.5) * 60.0) as f32) / 1.05,
+                    _ => f64::from(((f - 0.5) * 60.0) as f32),
+                }
+            })
+            .collect();
+        let mut want: Vec<u32> = (0..n as u32).collect();
+        want.sort_by(|&a, &b| order(&values, a, b));
+        assert_eq!(sorted_ids(&values), want, "case {case}");
+    }
+}
