@@ -497,9 +497,9 @@ fn the_radix_candidate_order_is_the_comparator_order() {
         let n = [1usize, 2, 7, 300, 5000][case % 5];
         let values: Vec<f64> = (0..n)
             .map(|_| {
-                let r = next();
-                let f = (r >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
                 // Even cases hold only f32 values (the packed 32-bit path), odd ones f64s too (the 64-bit path).
+                let r = next();
+                let f = (r >> 11) as f64 / (1u64 << 53) as f64;
                 let kind = if case % 2 == 0 && matches!(r % 10, 4 | 5) { 9 } else { r % 10 };
                 match kind {
                     0 => 0.0,
