@@ -4,11 +4,13 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{
-    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, il_cols, interleave_block, matmul_float_grid,
-    matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, norm_threads, ATTN_KERNELS, ATTN_THREADS,
-    DT_INTERLEAVED, MAX_HEAD_DIM, MMA_CHUNK,
+    attn_chunks, attn_heads_per_block, dtype_code, elementwise_grid, interleave_block, norm_threads, ATTN_KERNELS,
+    ATTN_THREADS, DT_INTERLEAVED, MAX_HEAD_DIM,
 };
 use crate::graph::Mode;
+
+// The matmul paths (one weight, several, gate/up with the GLU): backend/matmul.rs.
+mod matmul;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -17,7 +19,6 @@ use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RopeStyle,
     Storage, Tensor, TensorInfo, Weight,
 };
-use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
 
 /// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
@@ -469,139 +470,6 @@ impl CudaBackend {
         }
         width
     }
-
-    fn matmul_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
-        let cw = weight(w);
-        let (rows, k, n) = (x.rows, cw.in_dim, cw.out_dim);
-        assert_eq!(
-            x.cols, k,
-            "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k}",
-            x.cols, w.shape, w.dtype
-        );
-        let (bias_ptr, bias_code) = bias_arg(bias, n);
-        let out = self.alloc_f32(rows * n);
-        if rows == 0 || n == 0 {
-            return self.tensor(rows, n, out);
-        }
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
-            Some(block) => {
-                let nblocks = k / block;
-                let q = self.gpu.uninit(rows * k).unwrap_or_else(|e| panic!("{e}"));
-                let d = self.alloc_f32(rows * nblocks);
-                let sums = self.gpu.uninit(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
-                self.gpu
-                    .launch("quantize_rows")
-                    .ptr(xb)
-                    .i32(k)
-                    .i32(block)
-                    .ptr(&q)
-                    .ptr(&d)
-                    .ptr(&sums)
-                    .go((nblocks as u32, rows as u32, 1), (32, 1, 1));
-                let (grid, blk) = matmul_quant_grid(rows, n);
-                self.gpu
-                    .launch("matmul_quant")
-                    .ptr(&q)
-                    .ptr(&d)
-                    .ptr(&sums)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .int(cw.code)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if self.arithmetic == Arithmetic::Tensor
-                && matches!(cw.dtype, DType::F16 | DType::BF16)
-                && k.is_multiple_of(MMA_CHUNK) =>
-            {
-                // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
-                // their arithmetic.
-                let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
-                self.gpu
-                    .launch(kernel)
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if cw.interleaved => {
-                // One row: the one-row kernel; else matmul_float's row groups reading the interleaved places. The
-                // same fma sequence per output either way (kernels/matmul.cu).
-                let kernel = match (cw.dtype, rows) {
-                    (DType::F32, 1) => "matmul_f32w_il1",
-                    (DType::F32, _) => "matmul_f32w_ilg",
-                    (DType::F16, 1) => "matmul_f16w_il1",
-                    (DType::F16, _) => "matmul_f16w_ilg",
-                    (_, 1) => "matmul_bf16w_il1",
-                    _ => "matmul_bf16w_ilg",
-                };
-                let (grid, blk) = match self.tune.cols.load(Ordering::Relaxed) {
-                    _ if rows > 1 => matmul_float_grid(rows, n),
-                    0 => matmul_il_grid(rows, n, il_cols(n)),
-                    c => matmul_il_grid(rows, n, c),
-                };
-                // The one-row kernel requests its first weights before waiting on the previous kernel.
-                let launch = self.gpu.launch(kernel);
-                let launch = if rows == 1 { launch.pdl() } else { launch };
-                launch
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
-                let kernel = match cw.dtype {
-                    DType::F32 => "matmul_f32w",
-                    DType::F16 => "matmul_f16w",
-                    _ => "matmul_bf16w",
-                };
-                let (grid, blk) = matmul_float_grid(rows, n);
-                self.gpu
-                    .launch(kernel)
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None => {
-                let (grid, blk) = matmul_full_grid(rows, n);
-                self.gpu
-                    .launch("matmul_full")
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .int(cw.code)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-        }
-        self.tensor(rows, n, out)
-    }
 }
 
 impl Backend for CudaBackend {
@@ -681,55 +549,7 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
-        // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
-        // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul.cu). Anything else: one call each.
-        let first = ws.first().map(|(w, _)| weight(w));
-        let fused = x.rows == 1
-            && (2..=3).contains(&ws.len())
-            && first.is_some_and(|f| {
-                f.interleaved
-                    && f.in_dim == x.cols
-                    && ws.iter().all(|(w, _)| {
-                        let c = weight(w);
-                        c.interleaved && c.dtype == f.dtype && c.in_dim == f.in_dim && c.out_dim > 0
-                    })
-            })
-            && self.tune.cols.load(Ordering::Relaxed) == 0;
-        let Some(first) = first.filter(|_| fused) else {
-            return ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect();
-        };
-        let k = first.in_dim;
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let mut outs = Vec::with_capacity(ws.len());
-        let mut args = Vec::with_capacity(3);
-        let mut blocks = Vec::with_capacity(3);
-        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
-        for &(w, bias) in ws {
-            let cw = weight(w);
-            let n = cw.out_dim;
-            let (bias_ptr, bias_code) = bias_arg(bias, n);
-            let out = self.alloc_f32(n);
-            args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
-            blocks.push(matmul_il_grid(1, n, cols).0 .0);
-            outs.push((n, out));
-        }
-        while args.len() < 3 {
-            // An absent third weight: no blocks, never read.
-            args.push((0, 0, 0, 0, 0));
-            blocks.push(0);
-        }
-        let kernel = match first.dtype {
-            DType::F32 => "matmul_f32w_il1_many",
-            DType::F16 => "matmul_f16w_il1_many",
-            _ => "matmul_bf16w_il1_many",
-        };
-        let mut l = self.gpu.launch(kernel).pdl().ptr(xb).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
-        for &(w, n, b, bdt, y) in &args {
-            l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
-        }
-        l.go((blocks.iter().sum(), 1, 1), (16 * cols, 1, 1));
-        outs.into_iter().map(|(n, out)| self.tensor(1, n, out)).collect()
+        self.matmul_many_impl(x, ws)
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
@@ -999,45 +819,7 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
-        // One row against interleaved gate and up of one type: one launch computing both and the GLU
-        // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
-        let (cg, cu) = (weight(gate), weight(up));
-        let fused = x.rows == 1
-            && cg.interleaved
-            && cu.interleaved
-            && cg.dtype == cu.dtype
-            && cg.in_dim == x.cols
-            && cu.in_dim == x.cols
-            && cg.out_dim == cu.out_dim
-            && cg.out_dim > 0
-            && self.tune.cols.load(Ordering::Relaxed) == 0;
-        if !fused {
-            let [g, u]: [Tensor; 2] =
-                self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
-            return self.glu(&g, &u, act);
-        }
-        let n = cg.out_dim;
-        let out = self.alloc_f32(n);
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let kernel = match cg.dtype {
-            DType::F32 => "matmul_f32w_il1_glu",
-            DType::F16 => "matmul_f16w_il1_glu",
-            _ => "matmul_bf16w_il1_glu",
-        };
-        let cols = il_cols(n);
-        self.gpu
-            .launch(kernel)
-            .pdl()
-            .ptr(xb)
-            .i32(x.cols)
-            .ptr(&cg.buf)
-            .ptr(&cu.buf)
-            .i32(n)
-            .int(act_code(act))
-            .ptr(&out)
-            .go((n.div_ceil(cols as usize) as u32, 1, 1), (32 * cols, 1, 1));
-        self.tensor(1, n, out)
+        self.matmul_glu_impl(x, gate, up, act)
     }
 
     fn add(&self, a: &mut Tensor, b: &Tensor) {
