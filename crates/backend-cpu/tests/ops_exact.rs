@@ -594,3 +594,70 @@ fn attention_edge_cases() {
         assert_eq!(be.attention(&Tensor::zeros(0, 32), cache, 0, &m, &p).rows, 0);
     }
 }
+
+/// A random row for the argmax: plain values, or with ties at the maximum, NaN, ±0 as the maximum, +∞ twice,
+/// every value −∞ or NaN.
+fn argmax_row_data(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    let mut row = values(rng, n, 8.0);
+    let at = |rng: &mut StdRng| rng.gen_range(0..n);
+    match rng.gen_range(0..8) {
+        0 => {}
+        1 => {
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for _ in 0..rng.gen_range(1..4) {
+                let i = at(rng);
+                row[i] = m;
+            }
+        }
+        2 => {
+            for _ in 0..rng.gen_range(1..=n.min(40)) {
+                let i = at(rng);
+                row[i] = f32::NAN;
+            }
+        }
+        3 => {
+            row.iter_mut().for_each(|v| *v = -v.abs() - 1.0);
+            for _ in 0..rng.gen_range(1..4) {
+                let i = at(rng);
+                row[i] = if rng.gen() { 0.0 } else { -0.0 };
+            }
+        }
+        4 => {
+            for _ in 0..2 {
+                let i = at(rng);
+                row[i] = f32::INFINITY;
+            }
+        }
+        5 => row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+        6 => row.iter_mut().for_each(|v| *v = f32::NAN),
+        _ => row.iter_mut().for_each(|v| *v = if rng.gen() { f32::NAN } else { f32::NEG_INFINITY }),
+    }
+    row
+}
+
+/// The greedy rule written independently of `tf_core::argmax_row`: the maximum with NaN read as −∞, then the
+/// first index holding it.
+fn max_then_first(row: &[f32]) -> u32 {
+    let read = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
+    let max = row.iter().map(|&v| read(v)).fold(f32::NEG_INFINITY, f32::max);
+    row.iter().position(|&v| read(v) == max).unwrap_or(0) as u32
+}
+
+#[test]
+fn argmax_rows_is_the_row_rule() {
+    let (mut rng, _guard) = rng();
+    let be = CpuBackend::new(2, Precision::Full);
+    for &cols in &[1usize, 2, 31, 1000, 4099] {
+        for rows in 1..=20 {
+            let data: Vec<f32> = (0..rows).flat_map(|_| argmax_row_data(&mut rng, cols)).collect();
+            let x = Tensor::host(rows, cols, data);
+            let got = be.argmax_rows(&x);
+            let want: Vec<u32> = (0..rows).map(|r| max_then_first(x.row(r))).collect();
+            assert_eq!(got, want, "{rows}×{cols}");
+            let rule: Vec<u32> = (0..rows).map(|r| tf_core::argmax_row(x.row(r))).collect();
+            assert_eq!(got, rule, "{rows}×{cols}: tf_core::argmax_row");
+        }
+    }
+    assert!(be.argmax_rows(&Tensor::zeros(0, 7)).is_empty());
+    assert_eq!(be.argmax_rows(&Tensor::zeros(3, 0)), vec![0; 3]);
+}

@@ -246,3 +246,61 @@ extern "C" __global__ void kv_copy(float* k, float* v, i64 layer_len, int width,
         __syncthreads();
     }
 }
+
+// The greedy token of each row of x [R, cols] (tf_core::argmax_row): the lowest id holding the row's maximum,
+// NaN read as −∞, so -0.0 and 0.0 are equal and a row of only −∞/NaN gives 0. One block per row (blockDim a
+// multiple of 32, at most 1024): each thread keeps the best (value, id) of its strided slice, then the warps and
+// the block combine pairs by "greater value wins, equal values go to the lower id" — the maximum of a total order
+// on (value, id) pairs, so the order in which pairs meet changes nothing. A thread that saw nothing holds
+// (−∞, INT_MAX), which loses to every element. out: u32 [R].
+__device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+extern "C" __global__ void argmax_rows(const float* x, int cols, u32* out) {
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    const float* row = x + (i64)blockIdx.x * cols;
+    const float neg_inf = __uint_as_float(0xff800000u);
+    const int B = blockDim.x;
+    float bv = neg_inf;
+    int bi = 0x7fffffff;
+    int i = threadIdx.x;
+    // Four loads in flight per thread, then the tail.
+    for (; i + 3 * B < cols; i += 4 * B) {
+        float v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = row[i + u * B];
+#pragma unroll
+        for (int u = 0; u < 4; u++) argmax_take(bv, bi, v[u] != v[u] ? neg_inf : v[u], i + u * B);
+    }
+    for (; i < cols; i += B) {
+        float v = row[i];
+        argmax_take(bv, bi, v != v ? neg_inf : v, i);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float ov = __shfl_down_sync(FULL_MASK, bv, off);
+        int oi = __shfl_down_sync(FULL_MASK, bi, off);
+        argmax_take(bv, bi, ov, oi);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = B >> 5;
+    if (lane == 0) {
+        wv[warp] = bv;
+        wi[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < warps ? wv[lane] : neg_inf;
+        bi = lane < warps ? wi[lane] : 0x7fffffff;
+        for (int off = 16; off > 0; off >>= 1) {
+            float ov = __shfl_down_sync(FULL_MASK, bv, off);
+            int oi = __shfl_down_sync(FULL_MASK, bi, off);
+            argmax_take(bv, bi, ov, oi);
+        }
+        // (−∞, INT_MAX) only when cols == 0, which the host never launches; 0 then all the same.
+        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (u32)bi;
+    }
+}

@@ -313,4 +313,83 @@ pub trait Backend: Send + Sync {
     fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor;
     /// The tensor's data on the host (row-major).
     fn to_host(&self, x: &Tensor) -> Vec<f32>;
+    /// For each row of `x [R, V]`, [`argmax_row`] of it: the engine's greedy token, so that a greedy draw needs
+    /// only `R` ids on the host instead of the whole logits. By default [`Backend::to_host`] then [`argmax_row`];
+    /// a backend that computes it where the data is must give exactly those ids.
+    fn argmax_rows(&self, x: &Tensor) -> Vec<u32> {
+        let host = self.to_host(x);
+        argmax_rows_of(&host, x.rows, x.cols)
+    }
+}
+
+/// The greedy rule of the engine's sampler (`tf_engine::sampler`: `penalized` without penalties, then its
+/// `argmax`) on one row of f32 logits: NaN counts as −∞, and the result is the FIRST index whose value is strictly
+/// greater than every earlier one. So ties go to the lower id, `-0.0` and `0.0` are equal (the first of them
+/// wins), and a row with no value above −∞ (every value −∞ or NaN) gives 0; an empty row gives 0 too.
+/// Equivalently: the lowest id among those holding the row's maximum, NaN read as −∞.
+pub fn argmax_row(row: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_value = f32::NEG_INFINITY;
+    for (i, &v) in row.iter().enumerate() {
+        // NaN > x is false, so a NaN never takes the lead: it acts as −∞ (which never does either).
+        if v > best_value {
+            best = i;
+            best_value = v;
+        }
+    }
+    best as u32
+}
+
+/// [`argmax_row`] of every row of a row-major `[rows, cols]` host matrix (`cols == 0`: every id 0).
+pub fn argmax_rows_of(data: &[f32], rows: usize, cols: usize) -> Vec<u32> {
+    assert_eq!(data.len(), rows * cols, "argmax_rows: data length vs {rows}×{cols}");
+    if cols == 0 {
+        return vec![0; rows];
+    }
+    data.chunks_exact(cols).map(argmax_row).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule written another way: the maximum (NaN as −∞), then the first index holding it.
+    fn max_then_first(row: &[f32]) -> u32 {
+        let read = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
+        let max = row.iter().map(|&v| read(v)).fold(f32::NEG_INFINITY, f32::max);
+        row.iter().position(|&v| read(v) == max).unwrap_or(0) as u32
+    }
+
+    #[test]
+    fn argmax_row_known_answers() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let cases: [(&[f32], u32); 14] = [
+            (&[], 0),
+            (&[7.0], 0),
+            (&[0.0, 3.0, 1.0, 3.0], 1),
+            (&[5.0, 5.0], 0),
+            (&[nan, -1.0, nan], 1),
+            (&[nan, nan, nan], 0),
+            (&[f32::NEG_INFINITY, f32::NEG_INFINITY], 0),
+            (&[nan, f32::NEG_INFINITY, nan], 0),
+            (&[-1.0, -0.0, 0.0, -2.0], 1),
+            (&[-1.0, 0.0, -0.0], 1),
+            (&[1.0, inf, 2.0, inf], 1),
+            (&[nan, inf], 1),
+            (&[-3.0, -2.0, f32::from_bits(0xffc0_0000), -2.0], 1),
+            (&[1.0, 1.0 + f32::EPSILON, 1.0 + f32::EPSILON], 1),
+        ];
+        for (row, want) in cases {
+            assert_eq!(argmax_row(row), want, "{row:?}");
+            assert_eq!(max_then_first(row), want, "{row:?} (the other formulation)");
+        }
+    }
+
+    #[test]
+    fn argmax_rows_of_splits_rows() {
+        let data = [1.0, 2.0, 2.0, f32::NAN, f32::NAN, f32::NAN, -0.0, 0.0, -1.0];
+        assert_eq!(argmax_rows_of(&data, 3, 3), vec![1, 0, 0]);
+        assert_eq!(argmax_rows_of(&[], 4, 0), vec![0; 4]);
+        assert!(argmax_rows_of(&[], 0, 5).is_empty());
+    }
 }

@@ -6,7 +6,7 @@
 
 use crate::generate::{EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
-use crate::sampler::{penalized, sample, sample_token, top_logprobs};
+use crate::logits::{draw_row, window_on_device, Logits, Row};
 use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,19 +97,18 @@ struct Drawn {
 }
 
 impl<'a> Generator<'a> {
-    /// Runs decode rounds after the prompt: `logits` are the prompt's last row. Returns the reply, why it ended
-    /// and the drafting counts.
+    /// Runs decode rounds after the prompt: `first` is the prompt's last logits row. Returns the reply, why it
+    /// ended and the drafting counts.
     pub(crate) fn decode(
         &mut self,
         req: &GenRequest,
         table: &BlockTable,
-        logits: &[f32],
+        first: Row<'_>,
         seed: u64,
         on_token: &mut dyn FnMut(TokenEvent) -> Flow,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<(Vec<u32>, FinishReason, DraftCounts), EngineError> {
         let prompt = &req.prompt;
-        let vocab = self.model.vocab_size();
         let config = self.drafting.clone().filter(|c| req.draft && c.max_window >= 2);
         let mut counts = DraftCounts { drafts: config.is_some(), ..DraftCounts::default() };
         let mut proposer = config.as_ref().map(|c| match &c.proposer {
@@ -126,7 +125,7 @@ impl<'a> Generator<'a> {
         let mut context: Vec<u32> = prompt.clone();
 
         // The first token comes from the prompt's last row.
-        let first = self.drawn(req, logits, seed, prompt.len(), &tokens);
+        let first = draw(req, first, seed, prompt.len(), &tokens);
         if let Some(end) = emit(req, &mut tokens, first, on_token, cancelled) {
             return Ok((tokens, end, counts));
         }
@@ -192,15 +191,16 @@ impl<'a> Generator<'a> {
             };
             let rows = tree.row_tokens(pending);
             let positions = tree.row_positions(p);
+            let argmax = window_on_device(req, &tokens, rows.len() > 1);
             let all = match &scratch {
-                None => self.forward(table, &rows, p, (0..rows.len()).collect())?,
-                Some(sc) => self.forward_tree(table, sc, &tree, &rows, p)?,
+                None => self.forward(table, &rows, p, (0..rows.len()).collect(), argmax)?,
+                Some(sc) => self.forward_tree(table, sc, &tree, &rows, p, argmax)?,
             };
             let mut drawn: Vec<Drawn> = Vec::new();
             let verdict = verify(&tree, &mut |row, path| {
                 let mut reply = tokens.clone();
                 reply.extend_from_slice(path);
-                let d = self.drawn(req, &all[row * vocab..(row + 1) * vocab], seed, positions[row] + 1, &reply);
+                let d = draw(req, all.row(row), seed, positions[row] + 1, &reply);
                 let t = d.token;
                 drawn.push(d);
                 t
@@ -238,7 +238,8 @@ impl<'a> Generator<'a> {
     }
 
     /// The forward of a tree window: row 0 (the pending token at `p`) in its own slot, node `i` at position
-    /// `p + depth(i)` in scratch slot `i`, attending to the committed prefix `0..=p` and its own path.
+    /// `p + depth(i)` in scratch slot `i`, attending to the committed prefix `0..=p` and its own path. `argmax`
+    /// as in [`Generator::forward`].
     fn forward_tree(
         &mut self,
         table: &BlockTable,
@@ -246,7 +247,8 @@ impl<'a> Generator<'a> {
         tree: &DraftTree,
         rows: &[u32],
         p: usize,
-    ) -> Result<Vec<f32>, EngineError> {
+        argmax: bool,
+    ) -> Result<Logits, EngineError> {
         let positions: Vec<u32> = tree.row_positions(p).into_iter().map(|x| x as u32).collect();
         let mut slots = vec![table.slot(p)];
         slots.extend((0..tree.len()).map(|i| scratch.slot(i)));
@@ -258,23 +260,7 @@ impl<'a> Generator<'a> {
             let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, scratch.slot(a))).collect();
             attn.push(RowAttn { pos: positions[i + 1], seq: 0, ctx, tree: pairs });
         }
-        self.forward_rows(table, rows, positions, slots, attn, (0..rows.len()).collect())
-    }
-
-    /// The keyed draw of one row (and its alternatives when the request wants them).
-    fn drawn(&self, req: &GenRequest, logits: &[f32], seed: u64, position: usize, reply: &[u32]) -> Drawn {
-        let (token, logprob) = if req.logprobs {
-            let d = sample(logits, &req.params, seed, position as u64, reply);
-            (d.token, Some(d.logprob))
-        } else {
-            (sample_token(logits, &req.params, seed, position as u64, reply), None)
-        };
-        let top = if req.top_logprobs > 0 {
-            top_logprobs(&penalized(logits, &req.params, reply), req.top_logprobs)
-        } else {
-            Vec::new()
-        };
-        Drawn { token, logprob, top }
+        self.forward_rows(table, rows, positions, slots, attn, (0..rows.len()).collect(), argmax)
     }
 
     /// Measures window costs, runs the self-check with `max_window`-row windows on the real weights, and turns
@@ -314,14 +300,14 @@ impl<'a> Generator<'a> {
         let mut table = BlockTable::new(&self.pool);
         table.ensure(&self.pool, need)?;
         let tokens: Vec<u32> = (0..need as u32).map(|i| i % self.model.vocab_size() as u32).collect();
-        self.forward(&table, &tokens[..prefix.max(1)], 0, Vec::new())?;
+        self.forward(&table, &tokens[..prefix.max(1)], 0, Vec::new(), false)?;
         let mut costs = vec![0.0];
         for w in 1..=max_window {
             let rows = &tokens[prefix..prefix + w];
             let mut times = Vec::new();
             for _ in 0..4 {
                 let t = Instant::now();
-                self.forward(&table, rows, prefix, (0..w).collect())?;
+                self.forward(&table, rows, prefix, (0..w).collect(), false)?;
                 times.push(t.elapsed().as_secs_f64());
             }
             times.remove(0);
@@ -345,20 +331,20 @@ impl<'a> Generator<'a> {
         {
             let mut table = BlockTable::new(&self.pool);
             table.ensure(&self.pool, tokens.len())?;
-            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new(), false)?;
             for p in prefix..tokens.len() {
-                serial.extend(self.forward(&table, &tokens[p..p + 1], p, vec![0])?);
+                serial.extend(self.forward(&table, &tokens[p..p + 1], p, vec![0], false)?.into_values());
             }
         }
         let mut windowed = Vec::new();
         {
             let mut table = BlockTable::new(&self.pool);
             table.ensure(&self.pool, tokens.len())?;
-            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new(), false)?;
             let mut p = prefix;
             while p < tokens.len() {
                 let w = window.min(tokens.len() - p);
-                windowed.extend(self.forward(&table, &tokens[p..p + w], p, (0..w).collect())?);
+                windowed.extend(self.forward(&table, &tokens[p..p + w], p, (0..w).collect(), false)?.into_values());
                 p += w;
             }
         }
@@ -384,9 +370,9 @@ impl<'a> Generator<'a> {
             table.ensure(&self.pool, tokens.len())?;
             let mut scratch = BlockTable::new(&self.pool);
             scratch.ensure(&self.pool, tree.len())?;
-            self.forward(&table, &tokens[..prefix], 0, Vec::new())?;
+            self.forward(&table, &tokens[..prefix], 0, Vec::new(), false)?;
             let rows = tree.row_tokens(tokens[prefix]);
-            let all = self.forward_tree(&table, &scratch, &tree, &rows, prefix)?;
+            let all = self.forward_tree(&table, &scratch, &tree, &rows, prefix, false)?.into_values();
             let mut at = None;
             for d in 0..=depth {
                 let row = match d {
@@ -411,6 +397,12 @@ impl<'a> Generator<'a> {
         }
         Ok(None)
     }
+}
+
+/// The keyed draw of one row (and its alternatives when the request wants them).
+fn draw(req: &GenRequest, row: Row<'_>, seed: u64, position: usize, reply: &[u32]) -> Drawn {
+    let (token, logprob, top) = draw_row(req, row, seed, position, reply);
+    Drawn { token, logprob, top }
 }
 
 /// Whether node `i`'s parent is node `i − 1` for every node (a single chain in order).

@@ -5,7 +5,8 @@
 
 use crate::generate::{EngineError, GenRequest};
 use crate::kv_pool::{BlockTable, KvPool};
-use crate::sampler::{sample, SamplingParams};
+use crate::logits::{draw_is_argmax, fetch, Logits, Row};
+use crate::sampler::{sample_token, SamplingParams};
 use crate::spec::{DraftTree, NgramProposer, Proposer};
 use std::sync::{Arc, Mutex};
 use tf_core::{derive_seed, AttnMeta, Backend, KvCache, RowAttn};
@@ -21,6 +22,8 @@ pub struct DraftModel {
     table: BlockTable,
     /// Tokens whose K/V sit in the cache at positions `0..fed.len()`.
     fed: Vec<u32>,
+    /// Greedy draws without penalties take their token from [`Backend::argmax_rows`] (as the target's do).
+    device_argmax: bool,
 }
 
 impl DraftModel {
@@ -35,15 +38,21 @@ impl DraftModel {
         let kv = be.alloc_kv(model.kv_spec(blocks, block_size))?;
         let pool = KvPool::new(blocks, block_size);
         let table = BlockTable::new(&pool);
-        Ok(DraftModel { be, model, kv, pool, table, fed: Vec::new() })
+        Ok(DraftModel { be, model, kv, pool, table, fed: Vec::new(), device_argmax: true })
     }
 
     pub fn vocab_size(&self) -> usize {
         self.model.vocab_size()
     }
 
-    /// Feeds `tokens` at positions `start..` and returns the last row's logits.
-    fn feed(&mut self, tokens: &[u32], start: usize) -> Result<Vec<f32>, EngineError> {
+    /// Lets draws that are a plain argmax fetch only the token ([`Backend::argmax_rows`]) instead of the logits:
+    /// on by default; off downloads every row (the same drafts).
+    pub fn set_device_argmax(&mut self, on: bool) {
+        self.device_argmax = on;
+    }
+
+    /// Feeds `tokens` at positions `start..` and returns the last row's logits (its argmax alone with `argmax`).
+    fn feed(&mut self, tokens: &[u32], start: usize, argmax: bool) -> Result<Logits, EngineError> {
         self.table.ensure(&self.pool, start + tokens.len())?;
         let positions: Vec<u32> = (start..start + tokens.len()).map(|p| p as u32).collect();
         let batch = Batch {
@@ -57,13 +66,11 @@ impl DraftModel {
             logit_rows: vec![tokens.len() - 1],
         };
         let out = self.model.forward(self.be.as_ref(), &batch, &mut self.kv);
-        let host = self.be.to_host(&out);
-        if host.len() != self.model.vocab_size() {
-            return Err(EngineError::Model(format!("draft logits hold {} values", host.len())));
-        }
+        let logits = fetch(self.be.as_ref(), &out, 1, self.model.vocab_size(), argmax && self.device_argmax)
+            .map_err(|e| EngineError::Model(format!("draft model: {e}")))?;
         self.fed.truncate(start);
         self.fed.extend_from_slice(tokens);
-        Ok(host)
+        Ok(logits)
     }
 
     /// Drafts `k` tokens after `context` (pending token last) with the request's keyed draw.
@@ -79,16 +86,19 @@ impl DraftModel {
             return Ok(Vec::new());
         }
         let common = self.fed.iter().zip(context).take_while(|(a, b)| a == b).count().min(context.len() - 1);
-        let mut logits = self.feed(&context[common..], common)?;
         let mut reply: Vec<u32> = context[prompt_len.min(context.len())..].to_vec();
+        let mut logits = self.feed(&context[common..], common, draw_is_argmax(params, &reply))?;
         let mut chain = Vec::with_capacity(k);
         for i in 0..k {
             let position = context.len() + i;
-            let t = sample(&logits, params, seed, position as u64, &reply).token;
+            let t = match logits.row(0) {
+                Row::Argmax(t) => t,
+                Row::Values(l) => sample_token(l, params, seed, position as u64, &reply),
+            };
             chain.push(t);
             reply.push(t);
             if i + 1 < k {
-                logits = self.feed(&[t], position)?;
+                logits = self.feed(&[t], position, draw_is_argmax(params, &reply))?;
             }
         }
         Ok(chain)

@@ -6,6 +6,7 @@
 
 use crate::draft::{DraftConfig, DraftCounts};
 use crate::kv_pool::{BlockTable, KvPool, PoolError};
+use crate::logits::{fetch, greedy_on_device, Logits};
 use crate::prefix_cache::PrefixCache;
 use crate::sampler::{log_softmax_at, penalized, top_logprobs, SamplingError, SamplingParams};
 use sha2::{Digest, Sha256};
@@ -209,6 +210,8 @@ pub struct Generator<'a> {
     pub(crate) drafting: Option<DraftConfig>,
     /// Full blocks kept after their request for later requests that start the same way; `None`: off.
     pub(crate) cache: Option<PrefixCache>,
+    /// Greedy rows take their token from [`Backend::argmax_rows`] instead of downloaded logits (`logits.rs`).
+    pub(crate) device_argmax: bool,
 }
 
 impl<'a> Generator<'a> {
@@ -226,7 +229,7 @@ impl<'a> Generator<'a> {
     /// Uses an allocated KV cache; the pool follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
-        Generator { be, model, kv, pool, drafting: None, cache: None }
+        Generator { be, model, kv, pool, drafting: None, cache: None, device_argmax: true }
     }
 
     /// Turns the automatic prefix cache on or off (off drops every cached block).
@@ -241,6 +244,13 @@ impl<'a> Generator<'a> {
             );
             PrefixCache::new(&self.pool, &fingerprint)
         });
+    }
+
+    /// Lets forwards whose every logits row is a plain greedy draw ([`crate::greedy_on_device`]) fetch only each
+    /// row's token ([`Backend::argmax_rows`]) instead of downloading the logits: on by default. Off, every row is
+    /// downloaded and drawn on the host (the same tokens; tests compare the two).
+    pub fn set_device_argmax(&mut self, on: bool) {
+        self.device_argmax = on;
     }
 
     pub fn prefix_cache(&self) -> Option<&PrefixCache> {
@@ -334,23 +344,26 @@ impl<'a> Generator<'a> {
     }
 
     /// One forward over `tokens` at positions `start..`, all causal rows of sequence 0; returns the logits of
-    /// `logit_rows` (indices into `tokens`), row-major `[logit_rows.len(), vocab]`.
+    /// `logit_rows` (indices into `tokens`), in that order: only each row's argmax when `argmax` (the caller
+    /// checked [`greedy_on_device`] for every row) and the generator allows it, else every value.
     pub(crate) fn forward(
         &mut self,
         table: &BlockTable,
         tokens: &[u32],
         start: usize,
         logit_rows: Vec<usize>,
-    ) -> Result<Vec<f32>, EngineError> {
+        argmax: bool,
+    ) -> Result<Logits, EngineError> {
         let n = tokens.len();
         let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
         let slots = (start..start + n).map(|p| table.slot(p)).collect();
         let rows = positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect();
-        self.forward_rows(table, tokens, positions, slots, rows, logit_rows)
+        self.forward_rows(table, tokens, positions, slots, rows, logit_rows, argmax)
     }
 
     /// One forward over rows of sequence 0 with explicit positions, KV slots and attention lists; returns the
-    /// logits of `logit_rows`, row-major `[logit_rows.len(), vocab]`.
+    /// logits of `logit_rows` as [`Generator::forward`] does.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward_rows(
         &mut self,
         table: &BlockTable,
@@ -359,7 +372,8 @@ impl<'a> Generator<'a> {
         slots: Vec<u32>,
         rows: Vec<RowAttn>,
         logit_rows: Vec<usize>,
-    ) -> Result<Vec<f32>, EngineError> {
+        argmax: bool,
+    ) -> Result<Logits, EngineError> {
         let want = logit_rows.len();
         let batch = Batch {
             tokens: tokens.to_vec(),
@@ -369,18 +383,11 @@ impl<'a> Generator<'a> {
             logit_rows,
         };
         let out = self.model.forward(self.be, &batch, &mut self.kv);
-        if want == 0 {
-            return Ok(Vec::new());
-        }
         let vocab = self.model.vocab_size();
-        if out.rows != want || out.cols != vocab {
-            return Err(EngineError::Model(format!("logits are {}×{}, expected {want}×{vocab}", out.rows, out.cols)));
+        if want == 0 {
+            return Ok(Logits::Values { data: Vec::new(), vocab });
         }
-        let host = self.be.to_host(&out);
-        if host.len() != want * vocab {
-            return Err(EngineError::Model(format!("logits hold {} values, expected {}", host.len(), want * vocab)));
-        }
-        Ok(host)
+        fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
     }
 
     /// Teacher-forced scoring: feeds `tokens` (a fresh sequence from position 0) in chunks of `chunk` rows and
@@ -410,7 +417,7 @@ impl<'a> Generator<'a> {
         table.ensure(&self.pool, tokens.len())?;
         let mut start = 0;
         for piece in tokens.chunks(chunk) {
-            let logits = self.forward(&table, piece, start, (0..piece.len()).collect())?;
+            let logits = self.forward(&table, piece, start, (0..piece.len()).collect(), false)?.into_values();
             for (i, row) in logits.chunks_exact(vocab).enumerate() {
                 on_row(start + i, row);
             }
@@ -432,7 +439,10 @@ impl<'a> Generator<'a> {
         let vocab = self.model.vocab_size();
 
         let t0 = Instant::now();
-        let mut logits = Vec::new();
+        // The prompt's last row gives the first token (after an empty reply); prompt logprobs need every row's
+        // values.
+        let argmax = req.prompt_logprobs.is_none() && greedy_on_device(req, &[]);
+        let mut last_row = None;
         let mut prompt_logprobs = Vec::new();
         if req.prompt_logprobs.is_some() {
             prompt_logprobs.push(None);
@@ -455,10 +465,10 @@ impl<'a> Generator<'a> {
                 None if last => vec![chunk.len() - 1],
                 None => Vec::new(),
             };
-            let l = self.forward(&table, chunk, start, rows)?;
-            if let Some(k) = req.prompt_logprobs {
+            let l = self.forward(&table, chunk, start, rows, argmax && last)?;
+            if let (Some(k), Logits::Values { data, .. }) = (req.prompt_logprobs, &l) {
                 // Row i (position start + i) predicts prompt[start + i + 1].
-                for (i, row) in l.chunks_exact(vocab).enumerate() {
+                for (i, row) in data.chunks_exact(vocab).enumerate() {
                     let Some(&next) = prompt.get(start + i + 1) else { break };
                     let values = penalized(row, &req.params, &[]);
                     prompt_logprobs.push(Some(TokenLogprob {
@@ -469,7 +479,7 @@ impl<'a> Generator<'a> {
                 }
             }
             if last {
-                logits = if req.prompt_logprobs.is_some() { l[l.len() - vocab..].to_vec() } else { l };
+                last_row = Some(l);
             }
             start += chunk.len();
         }
@@ -484,7 +494,9 @@ impl<'a> Generator<'a> {
         }
 
         let t1 = Instant::now();
-        let (tokens, finish_reason, counts) = self.decode(req, &table, &logits, seed, on_token, &cancelled)?;
+        let last_row = last_row.expect("the prompt's last chunk ran");
+        let first = last_row.row(last_row.rows() - 1);
+        let (tokens, finish_reason, counts) = self.decode(req, &table, first, seed, on_token, &cancelled)?;
         if let Some(cache) = self.cache.as_mut() {
             // Every token but the last was fed: its K/V sits at its position (a tree's accepted path was copied
             // into place), so those full blocks are exactly what a fresh fill would write.

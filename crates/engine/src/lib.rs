@@ -9,6 +9,7 @@ pub mod generate;
 pub mod handle;
 mod handle_shared;
 pub mod kv_pool;
+mod logits;
 pub mod prefix_cache;
 pub mod rounds;
 pub mod sampler;
@@ -25,6 +26,7 @@ pub use handle::{
     TTFT_BUCKETS,
 };
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
+pub use logits::greedy_on_device;
 pub use prefix_cache::PrefixCache;
 pub use rounds::{Grant, OnToken, Stream};
 pub use sampler::{log_softmax_at, penalized, sample, sample_token, top_logprobs, Draw, SamplingError, SamplingParams};

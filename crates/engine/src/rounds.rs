@@ -10,7 +10,7 @@
 use crate::draft::{fallback_guess, first_path, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
-use crate::sampler::{penalized, sample, sample_token, top_logprobs};
+use crate::logits::{draw_row, fetch, greedy_on_device, window_on_device};
 use crate::spec::{truncate_after, verify, ClassStats, DraftTree, Proposer};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -346,13 +346,19 @@ impl<'a> Generator<'a> {
                 batch.attn.rows.push(RowAttn { pos, seq, ctx: pos + 1, tree: Vec::new() });
             }
         }
+        // Only the argmaxes cross to the host when every logits row of the round is a plain greedy draw: a fill's
+        // last row follows the stream's reply so far, a window's rows the reply and their drafts.
+        let argmax = self.device_argmax
+            && parts.iter().all(|(i, part)| {
+                let s = &streams[*i];
+                match part {
+                    Part::Fill { start, len } => start + len < s.fill_target() || greedy_on_device(&s.req, &s.tokens),
+                    Part::Window { drafts } => window_on_device(&s.req, &s.tokens, !drafts.is_empty()),
+                }
+            });
         let rows = batch.tokens.len();
         let out = self.model.forward(self.be, &batch, &mut self.kv);
-        let want = batch.logit_rows.len();
-        if out.rows != want || out.cols != vocab {
-            return Err(EngineError::Model(format!("logits are {}×{}, expected {want}×{vocab}", out.rows, out.cols)));
-        }
-        let logits = self.be.to_host(&out);
+        let logits = fetch(self.be, &out, batch.logit_rows.len(), vocab, argmax)?;
         // Hand each stream its logits rows, in part order.
         let mut at = 0;
         for (i, part) in parts {
@@ -361,9 +367,8 @@ impl<'a> Generator<'a> {
                 Part::Fill { start, len } => {
                     s.filled = start + len;
                     if s.filled == s.fill_target() {
-                        let row = &logits[at * vocab..(at + 1) * vocab];
+                        let d = draw_row(&s.req, logits.row(at), s.seed, s.fill_target(), &s.tokens);
                         at += 1;
-                        let d = drawn(&s.req, row, s.seed, s.fill_target(), &s.tokens);
                         if s.resuming {
                             // The old pending token is fed now; the draw is the window it would have run.
                             s.resuming = false;
@@ -377,7 +382,7 @@ impl<'a> Generator<'a> {
                 }
                 Part::Window { drafts } => {
                     let n = drafts.len() + 1;
-                    let window = &logits[at * vocab..(at + n) * vocab];
+                    let first = at;
                     at += n;
                     let p = s.fill_target() - 1;
                     let tree = DraftTree::from_chain(&drafts);
@@ -387,7 +392,7 @@ impl<'a> Generator<'a> {
                     let verdict = verify(&tree, &mut |row, path| {
                         let mut reply = tokens.clone();
                         reply.extend_from_slice(path);
-                        let d = drawn(req, &window[row * vocab..(row + 1) * vocab], seed, p + row + 1, &reply);
+                        let d = draw_row(req, logits.row(first + row), seed, p + row + 1, &reply);
                         let t = d.0;
                         ds.push(d);
                         t
@@ -475,28 +480,6 @@ impl<'a> Generator<'a> {
         }
         results.into_iter().map(|r| r.expect("every request answered")).collect()
     }
-}
-
-/// The keyed draw of a row: (token, logprob, alternatives).
-fn drawn(
-    req: &GenRequest,
-    logits: &[f32],
-    seed: u64,
-    position: usize,
-    reply: &[u32],
-) -> (u32, Option<f64>, Vec<(u32, f64)>) {
-    let (token, logprob) = if req.logprobs {
-        let d = sample(logits, &req.params, seed, position as u64, reply);
-        (d.token, Some(d.logprob))
-    } else {
-        (sample_token(logits, &req.params, seed, position as u64, reply), None)
-    };
-    let top = if req.top_logprobs > 0 {
-        top_logprobs(&penalized(logits, &req.params, reply), req.top_logprobs)
-    } else {
-        Vec::new()
-    };
-    (token, logprob, top)
 }
 
 /// Emits one token to its stream and records why it ends, if it does.

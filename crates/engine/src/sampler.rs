@@ -112,7 +112,8 @@ impl SamplingParams {
         self.temperature <= 0.0
     }
 
-    fn has_penalty(&self) -> bool {
+    /// Whether any penalty is set (penalties change only the values of tokens in the reply).
+    pub fn has_penalty(&self) -> bool {
         self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
     }
 }

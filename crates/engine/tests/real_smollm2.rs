@@ -1,5 +1,6 @@
 //! The generation loop on the real SmolLM2-135M (Q4_1 GGUF) on the CPU backend: greedy and seeded-sampled
-//! replies of 32 tokens are identical for prefill chunks 1, 7, 64 and 512 and for 1 and 2 threads.
+//! replies of 32 tokens are identical for prefill chunks 1, 7, 64 and 512 and for 1 and 2 threads; a greedy
+//! reply without logprobs (tokens from `Backend::argmax_rows`) equals the one drawn from downloaded logits.
 
 use tf_backend_cpu::CpuBackend;
 use tf_core::Precision;
@@ -61,4 +62,24 @@ fn replies_are_identical_across_prefill_chunks_and_threads() {
     assert_ne!(greedy, sampled, "the sampled reply should not be the greedy one");
     let two = replies(2);
     assert_eq!(one, two, "1 thread vs 2 threads");
+}
+
+#[test]
+fn greedy_replies_without_logprobs_take_the_backends_argmax_and_the_same_tokens() {
+    let be = CpuBackend::new(2, Precision::Checkpoint);
+    let file = GgufFile::open(tf_testkit::model_path("smollm2")).unwrap_or_else(|e| panic!("{e}"));
+    let model = load_model(&be, &file, &file).unwrap_or_else(|e| panic!("{e}"));
+    let mut g = Generator::new(&be, &*model, 8, 16).unwrap();
+    let mut req = GenRequest::new(PROMPT.to_vec(), SamplingParams::greedy(), 32);
+    req.prefill_chunk = 16;
+    // Logprobs wanted: every row's logits are downloaded and drawn on the host.
+    let host = g.generate(&req, &mut |_| Flow::Continue).unwrap();
+    // No logprobs: the backend's argmax_rows, then the same request with that path turned off.
+    req.logprobs = false;
+    let argmax = g.generate(&req, &mut |_| Flow::Continue).unwrap();
+    g.set_device_argmax(false);
+    let off = g.generate(&req, &mut |_| Flow::Continue).unwrap();
+    assert_eq!(argmax.tokens, host.tokens);
+    assert_eq!(off.tokens, host.tokens);
+    assert_eq!(host.tokens.len(), 32);
 }
