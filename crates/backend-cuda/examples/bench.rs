@@ -53,12 +53,19 @@ fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positi
     let batch = batch(table, positions);
     let y = m.forward(be, &batch, kv);
     HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
-    let logits = be.to_host(&y);
-    assert_eq!(logits.len(), n * m.vocab_size());
+    if IDS_ONLY.with(|c| c.get()) {
+        assert_eq!(be.argmax_rows(&y).len(), n);
+    } else {
+        let logits = be.to_host(&y);
+        assert_eq!(logits.len(), n * m.vocab_size());
+    }
     t.elapsed().as_secs_f64()
 }
 
 thread_local! {
+    /// Whether [`step`] fetches only each row's argmax id (`Backend::argmax_rows`, what the engine does for greedy
+    /// requests) instead of downloading the logits.
+    static IDS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Seconds from the start of the last step until its forward returned (the host's side: op calls, launches;
     /// the GPU may still be running), to tell a step bound by the host from one bound by the kernels.
     static HOST: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
@@ -239,6 +246,9 @@ impl Backend for Timed<'_> {
     }
     fn to_host(&self, x: &Tensor) -> Vec<f32> {
         self.time("to_host", || self.be.to_host(x))
+    }
+    fn argmax_rows(&self, x: &Tensor) -> Vec<u32> {
+        self.time("argmax_rows", || self.be.argmax_rows(x))
     }
 }
 
@@ -453,6 +463,7 @@ fn main() {
         }
     }
     let mut window = Vec::new();
+    let window_at = pos;
     for i in 0..13 {
         let s = step(&be, model.as_ref(), &mut kv, &table, pos..pos + 16);
         pos += 16;
@@ -519,6 +530,32 @@ fn main() {
         ab.push(format!("{rows} row(s) {:.3} ms fused vs {:.3} ms split", median(fused) * 1e3, median(split) * 1e3));
     }
     println!("  fused ops (add + rms_norm, matmul + glu, rope + kv_write), alternating steps: {}", ab.join(" | "));
+    // Greedy steps as the engine runs them: argmax ids instead of the logits, against the logits download at the
+    // same positions (the window measurement's; attention grows with the context), alternated: medians of 10.
+    let (mut l1, mut i1, mut l16, mut i16) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (rows, logits, ids) in [(1, &mut l1, &mut i1), (16, &mut l16, &mut i16)] {
+        let at = window_at;
+        for i in 0..24 {
+            let only = i % 2 == 1;
+            IDS_ONLY.with(|c| c.set(only));
+            let s = step(&be, model.as_ref(), &mut kv, &table, at + (i / 2) * rows..at + (i / 2 + 1) * rows);
+            if i >= 4 {
+                if only { &mut *ids } else { &mut *logits }.push(s);
+            }
+        }
+    }
+    IDS_ONLY.with(|c| c.set(false));
+    let (l1, i1, l16, i16) = (median(l1), median(i1), median(l16), median(i16));
+    println!(
+        "  same positions, logits vs argmax ids (greedy): 1 row {:.2} vs {:.2} ms | 16-row window {:.2} vs {:.2} ms \
+         = {:.2}x vs {:.2}x one row",
+        l1 * 1e3,
+        i1 * 1e3,
+        l16 * 1e3,
+        i16 * 1e3,
+        l16 / l1,
+        i16 / i1
+    );
     println!(
         "{shape_name} {dtype} {}: prefill 64 rows {:.1} ms ({:.0} tok/s, first {:.1} ms) | decode 1 row {:.2} ms = {:.1} tok/s \
          ({:.0} GB/s of weights) | 16-row window {:.2} ms = {:.2}x one row",

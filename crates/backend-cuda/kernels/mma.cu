@@ -17,8 +17,8 @@
 // one-row window runs exactly the instructions of row 0 of a full tile.
 //
 // Kernels differ only in how outputs are grouped (which outputs share weight and activation loads): `_s` for up to
-// 16 rows (one 16-row tile, one 8-column tile per warp, two column tiles per block), `_l` for more (four row tiles
-// and four column tiles per warp). The grouping never changes an output's arithmetic; tests/tensor.rs checks that
+// 16 rows (one 16-row tile, two 8-column tiles per warp, two column groups per block; `_sn` one tile per block for
+// narrow matrices, `_s_many` for several weights, `_s_glu` with the GLU), `_l` for more (four row tiles and four column tiles per warp). The grouping never changes an output's arithmetic; tests/tensor.rs checks that
 // rows alone and rows in windows of 2..256 (both kernels) are bitwise equal.
 
 #define MMA_CHUNK 32
@@ -188,16 +188,207 @@ __device__ void mma_matmul(const float* x, int R, int K, const u16* w, int N, co
     }
 }
 
-// Up to 16 rows (decode and verify windows): one row tile, one column tile per warp, two per block; 256 threads.
-// grid (ceil(N / 16), ceil(R / 16)).
+// Up to 16 rows (decode steps, verify windows, small shared rounds): one 16-row tile, streamed like the one-row
+// float kernels (kernels/matmul.cu, `_il1`). Block: NB column groups × MMA_SPLIT warps; warp (nb, p) computes
+// K-part p of NT column tiles of 8 columns. Weights go through ld_stream (not allocated in L1: read once), U chunks
+// × NT tiles ahead, and the first batch is requested before griddep_wait() (launched with programmatic dependence,
+// src/device.rs); the activations (read by every column group, rows ≥ R never) are loaded for U chunks before
+// their mma steps. The arithmetic is the header's; only the grouping differs from `mma_matmul`.
+// GLU: NT = 2 and tile 1 is `w_up`'s rows for tile 0's columns of `w` (the gate); the block then writes
+// act(gate) · up for those columns with exactly `glu`'s arithmetic (kernels/ops.cu) instead of two outputs.
+// bx: this block's index among the weight's blocks; grid of one weight ceil(N / (8·NT·NB)) (GLU: ceil(N / (8·NB))),
+// 32·NB·MMA_SPLIT threads.
+#define MMA_S_NT 2
+#define MMA_S_NB 2
+#define MMA_S_U 4
+template <bool F16, int NT, int NB, int U, bool GLU>
+__device__ __forceinline__ void mma_small(const float* x, int R, int K, const u16* w, const u16* w_up, int N,
+                                          const u8* bias, int bias_dt, float* y, int act, int bx) {
+    // parts [NB, MMA_SPLIT, NT tiles, 32 lanes, 4]: every warp's accumulators, merged in part order at the end.
+    __shared__ float parts[NB * MMA_SPLIT * NT * 128];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nb = warp / MMA_SPLIT, p = warp % MMA_SPLIT;
+    int g = lane >> 2, q = lane & 3;
+    int chunks = K / MMA_CHUNK;
+    // This lane's weight column of each tile (past N: the last column, computed and dropped), at element 8q of
+    // chunk 0; chunk c is 4 uint4 further per chunk.
+    const uint4* wp[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        int tile = GLU ? bx * NB + nb : (bx * NB + nb) * NT + nt;
+        int n = min(8 * tile + g, N - 1);
+        const u16* base = GLU && (nt & 1) ? w_up : w;
+        wp[nt] = (const uint4*)(base + (i64)n * K + 8 * q);
+    }
+    const int stride = MMA_SPLIT * U;  // chunks per round of this part
+    griddep_launch();
+    uint4 cur[U][NT];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int c = p + MMA_SPLIT * u;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) cur[u][nt] = c < chunks ? ld_stream(wp[nt] + 4 * c) : make_uint4(0, 0, 0, 0);
+    }
+    // The previous kernel wrote x: wait for it only now, with the first weights on their way.
+    griddep_wait();
+    // This lane's activation rows g and g + 8 at element 8q (null past R: padding zeros).
+    const float* xp0 = g < R ? x + (i64)g * K + 8 * q : nullptr;
+    const float* xp1 = g + 8 < R ? x + (i64)(g + 8) * K + 8 * q : nullptr;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[nt][j] = 0.0f;
+    for (int c0 = p; c0 < chunks; c0 += stride) {
+        uint4 nxt[U][NT];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + stride + MMA_SPLIT * u;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                nxt[u][nt] = c < chunks ? ld_stream(wp[nt] + 4 * c) : make_uint4(0, 0, 0, 0);
+        }
+        // a[u][h][i]: row g + 8h, elements 32c + 8q + 2i, +1 of chunk c = c0 + 4u, rounded and packed.
+        u32 a[U][2][4];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = c0 + MMA_SPLIT * u;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float* xr = h ? xp1 : xp0;
+                if (xr && c < chunks) {
+                    const float4* xv = (const float4*)(xr + MMA_CHUNK * c);
+                    float4 lo = xv[0], hi = xv[1];
+                    a[u][h][0] = pack2<F16>(lo.x, lo.y);
+                    a[u][h][1] = pack2<F16>(lo.z, lo.w);
+                    a[u][h][2] = pack2<F16>(hi.x, hi.y);
+                    a[u][h][3] = pack2<F16>(hi.z, hi.w);
+                } else {
+                    a[u][h][0] = a[u][h][1] = a[u][h][2] = a[u][h][3] = 0u;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + MMA_SPLIT * u < chunks) {
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    uint4 b = cur[u][nt];
+                    // step 0: elements 8q + {0, 1} as k 2q.., 8q + {2, 3} as k 2q + 8..
+                    mma16816<F16>(acc[nt], a[u][0][0], a[u][1][0], a[u][0][1], a[u][1][1], b.x, b.y);
+                    // step 1: elements 8q + {4, 5} as k 2q.., 8q + {6, 7} as k 2q + 8..
+                    mma16816<F16>(acc[nt], a[u][0][2], a[u][1][2], a[u][0][3], a[u][1][3], b.z, b.w);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) cur[u][nt] = nxt[u][nt];
+    }
+
+    const int per = NT * 128;  // floats per warp in `parts`
+    float* mine = parts + (nb * MMA_SPLIT + p) * per;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) mine[(nt * 32 + lane) * 4 + j] = acc[nt][j];
+    __syncthreads();
+    // Output e of column group b: tile t, lane ln, accumulator j (GLU: the gate tile's outputs only).
+    const int outs = GLU ? 128 : per;
+    for (int e = threadIdx.x; e < NB * outs; e += blockDim.x) {
+        int b = e / outs, t = e % outs;
+        const float* src = parts + b * MMA_SPLIT * per + t;
+        float v = src[0];
+#pragma unroll
+        for (int s = 1; s < MMA_SPLIT; s++) v = v + src[s * per];
+        int nt = t / 128, ln = (t / 4) % 32, j = t % 4;
+        int row = (ln >> 2) + 8 * (j >> 1);
+        int tile = GLU ? bx * NB + b : (bx * NB + b) * NT + nt;
+        int col = 8 * tile + 2 * (ln & 3) + (j & 1);
+        if (row < R && col < N) {
+            if (GLU) {
+                // The up tile's output at the same place, merged in the same order.
+                float u = src[128];
+#pragma unroll
+                for (int s = 1; s < MMA_SPLIT; s++) u = u + src[s * per + 128];
+                float av = act == 0 ? tf_silu(v) : tf_gelu_tanh(v);
+                y[(i64)row * N + col] = av * u;
+            } else {
+                if (bias) v = v + deq_elem(bias_dt, bias, col);
+                y[(i64)row * N + col] = v;
+            }
+        }
+    }
+}
+
+// One weight, up to 16 rows. grid (ceil(N / 32), 1), 256 threads.
 extern "C" __global__ void mma_bf16_s(const float* x, int R, int K, const u16* w, int N, const u8* bias,
                                       int bias_dt, float* y) {
-    mma_matmul<false, 1, 1, 2, 4>(x, R, K, w, N, bias, bias_dt, y);
+    mma_small<false, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
 }
 
 extern "C" __global__ void mma_f16_s(const float* x, int R, int K, const u16* w, int N, const u8* bias,
                                      int bias_dt, float* y) {
-    mma_matmul<true, 1, 1, 2, 4>(x, R, K, w, N, bias, bias_dt, y);
+    mma_small<true, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+}
+
+// The narrow grouping for matrices with few columns (N of a few thousand: q, o, down): one 8-column tile per block
+// of MMA_SPLIT warps, twice the chunks in flight per warp, so that a [3584, 18944] down-projection gets 448 blocks
+// instead of 112 on 132 SMs. grid (ceil(N / 8), 1), 128 threads.
+#define MMA_SN_U 8
+extern "C" __global__ void mma_bf16_sn(const float* x, int R, int K, const u16* w, int N, const u8* bias,
+                                       int bias_dt, float* y) {
+    mma_small<false, 1, 1, MMA_SN_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+}
+
+extern "C" __global__ void mma_f16_sn(const float* x, int R, int K, const u16* w, int N, const u8* bias,
+                                      int bias_dt, float* y) {
+    mma_small<true, 1, 1, MMA_SN_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+}
+
+// Up to three weights of one type and K against the same rows in one launch (q/k/v: Backend::matmul_many): nb0
+// blocks for weight 0, then nb1 for weight 1, then the rest for weight 2, each running `mma_*_sn`'s code.
+// grid (Σ ceil(N_i / 8), 1), 128 threads.
+template <bool F16>
+__device__ __forceinline__ void mma_small_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
+                                               const u8* b0, int bdt0, float* y0, const u16* w1, int n1,
+                                               const u8* b1, int bdt1, float* y1, const u16* w2, int n2,
+                                               const u8* b2, int bdt2, float* y2) {
+    int bx = blockIdx.x;
+    if (bx < nb0) {
+        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w0, nullptr, n0, b0, bdt0, y0, 0, bx);
+    } else if (bx < nb0 + nb1) {
+        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0);
+    } else {
+        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, bx - nb0 - nb1);
+    }
+}
+
+extern "C" __global__ void mma_bf16_s_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
+                                           const u8* b0, int bdt0, float* y0, const u16* w1, int n1, const u8* b1,
+                                           int bdt1, float* y1, const u16* w2, int n2, const u8* b2, int bdt2,
+                                           float* y2) {
+    mma_small_many<false>(x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+}
+
+extern "C" __global__ void mma_f16_s_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
+                                          const u8* b0, int bdt0, float* y0, const u16* w1, int n1, const u8* b1,
+                                          int bdt1, float* y1, const u16* w2, int n2, const u8* b2, int bdt2,
+                                          float* y2) {
+    mma_small_many<true>(x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+}
+
+// glu(x · gateᵀ, x · upᵀ) for up to 16 rows in one launch; act 0 = SiLU, 1 = GELU (tanh form).
+// grid (ceil(N / 16), 1), 256 threads.
+extern "C" __global__ void mma_bf16_s_glu(const float* x, int R, int K, const u16* gate, const u16* up, int N,
+                                          int act, float* out) {
+    mma_small<false, 2, MMA_S_NB, MMA_S_U, true>(x, R, K, gate, up, N, nullptr, 0, out, act, blockIdx.x);
+}
+
+extern "C" __global__ void mma_f16_s_glu(const float* x, int R, int K, const u16* gate, const u16* up, int N,
+                                         int act, float* out) {
+    mma_small<true, 2, MMA_S_NB, MMA_S_U, true>(x, R, K, gate, up, N, nullptr, 0, out, act, blockIdx.x);
 }
 
 // More rows (prefill): four row tiles and four column tiles per warp, one group per block; 128 threads.

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 42] = [
+pub const KERNELS: [&str; 49] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -45,6 +45,7 @@ pub const KERNELS: [&str; 42] = [
     "kv_write",
     "rope_kv_write",
     "kv_copy",
+    "argmax_rows",
     "attention_chunk_s1",
     "attention_chunk_s2",
     "attention_chunk_s3",
@@ -55,6 +56,12 @@ pub const KERNELS: [&str; 42] = [
     "attention_merge",
     "mma_bf16_s",
     "mma_f16_s",
+    "mma_bf16_sn",
+    "mma_f16_sn",
+    "mma_bf16_s_many",
+    "mma_f16_s_many",
+    "mma_bf16_s_glu",
+    "mma_f16_s_glu",
     "mma_bf16_l",
     "mma_f16_l",
 ];
@@ -200,17 +207,29 @@ pub const MMA_CHUNK: usize = 32;
 pub const MMA_SPLIT: u32 = 4;
 /// Most rows of the small tensor-core kernels (`mma_*_s`: one 16-row tile).
 pub const MMA_SMALL_ROWS: usize = 16;
+/// Output columns per block of `mma_*_s` (`MMA_S_NT` · `MMA_S_NB` tiles of 8) and of `mma_*_s_glu` (`MMA_S_NB`
+/// tiles: gate and up of the same columns).
+pub const MMA_S_COLS: usize = 32;
+pub const MMA_S_GLU_COLS: usize = 16;
+/// Threads per block of `mma_*_s` and `mma_*_s_glu` (`MMA_S_NB` · `MMA_SPLIT` warps).
+pub const MMA_S_THREADS: u32 = 256;
+/// Below this many `mma_*_s` blocks (two per SM of an H200), a matrix takes the narrow kernel `mma_*_sn`: one
+/// 8-column tile per block of `32 · MMA_SPLIT` threads (also the grouping of `mma_*_s_many`).
+pub const MMA_SN_BELOW: usize = 264;
 
 /// The tensor-core matmul kernel for `rows × n` outputs of BF16 (or F16) weights, its grid and block. The kernels
-/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic.
+/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic. The `_s`/`_sn` kernels
+/// (rows ≤ [`MMA_SMALL_ROWS`]) wait on the previous kernel themselves: launch them with programmatic dependence.
 pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3) {
-    let threads = 32 * MMA_SPLIT;
-    if rows <= MMA_SMALL_ROWS {
+    if rows <= MMA_SMALL_ROWS && n.div_ceil(MMA_S_COLS) < MMA_SN_BELOW {
+        let name = if f16 { "mma_f16_sn" } else { "mma_bf16_sn" };
+        (name, (n.div_ceil(8) as u32, 1, 1), (32 * MMA_SPLIT, 1, 1))
+    } else if rows <= MMA_SMALL_ROWS {
         let name = if f16 { "mma_f16_s" } else { "mma_bf16_s" };
-        (name, (n.div_ceil(16) as u32, rows.div_ceil(16) as u32, 1), (2 * threads, 1, 1))
+        (name, (n.div_ceil(MMA_S_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1))
     } else {
         let name = if f16 { "mma_f16_l" } else { "mma_bf16_l" };
-        (name, (n.div_ceil(32) as u32, rows.div_ceil(64) as u32, 1), (threads, 1, 1))
+        (name, (n.div_ceil(32) as u32, rows.div_ceil(64) as u32, 1), (32 * MMA_SPLIT, 1, 1))
     }
 }
 
@@ -362,10 +381,14 @@ mod tests {
         assert!(SOURCES[4].1.contains(&format!("#define MMA_CHUNK {MMA_CHUNK}\n")));
         assert!(SOURCES[4].1.contains(&format!("#define MMA_SPLIT {MMA_SPLIT}\n")));
         // The launches' blocks and grids match the template parameters of the entry points.
-        assert!(
-            SOURCES[4].1.contains("mma_matmul<false, 1, 1, 2, 4>")
-                && SOURCES[4].1.contains("mma_matmul<false, 4, 4, 1, 2>")
-        );
+        let mma = SOURCES[4].1;
+        assert!(mma.contains("mma_matmul<false, 4, 4, 1, 2>"));
+        // `_s`: MMA_S_COLS = 8 · NT · NB columns on MMA_S_THREADS = 32 · NB · MMA_SPLIT threads; `_sn` and
+        // `_s_many`: one tile (NT = NB = 1); `_s_glu`: NT = 2 (gate and up), NB tiles of columns.
+        assert!(mma.contains("#define MMA_S_NT 2\n") && mma.contains("#define MMA_S_NB 2\n"));
+        assert_eq!((MMA_S_COLS, MMA_S_GLU_COLS, MMA_S_THREADS), (8 * 2 * 2, 8 * 2, 32 * 2 * MMA_SPLIT));
+        assert!(mma.contains("mma_small<false, 1, 1, MMA_SN_U, false>"));
+        assert!(mma.contains("mma_small<false, 2, MMA_S_NB, MMA_S_U, true>"));
     }
 
     #[test]
@@ -424,11 +447,20 @@ mod tests {
                 assert_eq!(b.0, 16 * cols);
             }
         }
-        for (rows, n) in [(1, 1), (16, 1536), (17, 9), (256, 8960), (3, 151936)] {
+        for (rows, n) in [(1, 1), (16, 1536), (17, 9), (256, 8960), (3, 151936), (16, 18944)] {
             for f16 in [false, true] {
                 let (name, g, b) = mma_launch(rows, n, f16);
-                let (rows_per, cols_per) = if rows <= MMA_SMALL_ROWS { (16, 16) } else { (64, 32) };
-                assert!(name.ends_with(if rows <= MMA_SMALL_ROWS { "_s" } else { "_l" }));
+                let narrow = rows <= MMA_SMALL_ROWS && n < 8448;
+                let (rows_per, cols_per) = match rows <= MMA_SMALL_ROWS {
+                    true if narrow => (16, 8),
+                    true => (16, MMA_S_COLS),
+                    false => (64, 32),
+                };
+                assert!(name.ends_with(match rows <= MMA_SMALL_ROWS {
+                    true if narrow => "_sn",
+                    true => "_s",
+                    false => "_l",
+                }));
                 assert_eq!(name.contains("f16") && !name.contains("bf16"), f16);
                 assert!(g.0 as usize * cols_per >= n && g.1 as usize * rows_per >= rows);
                 assert_eq!(b.0 % (32 * MMA_SPLIT), 0);

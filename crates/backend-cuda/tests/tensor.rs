@@ -148,8 +148,9 @@ fn tensor_matmul_is_row_exact_and_close_to_f32() {
         Backends { t: gpu(Arithmetic::Tensor), p: gpu(Arithmetic::Portable), c: CpuBackend::new(4, Precision::Full) };
     for dtype in [DType::BF16, DType::F16] {
         // Shapes: one column; columns not a multiple of 8 or 32; K of one chunk, of fewer chunks than K-parts, of
-        // many chunks; K not a multiple of 32 (the portable kernel, still row-exact).
-        for (n, k) in [(1, 64), (75, 512), (9, 32), (40, 96), (33, 1536), (130, 2048), (17, 24)] {
+        // many chunks; K not a multiple of 32 (the portable kernel, still row-exact); enough columns for the wide
+        // small-row kernel (`mma_*_s`, from 8,448 columns; fewer take `mma_*_sn`).
+        for (n, k) in [(1, 64), (75, 512), (9, 32), (40, 96), (33, 1536), (130, 2048), (17, 24), (8456, 64)] {
             check(&mut rng, &be, dtype, n, k, n % 2 == 1, false);
         }
         check(&mut rng, &be, dtype, 75, 512, true, true);
@@ -164,4 +165,43 @@ fn tensor_arithmetic_is_named_and_portable_stays_default() {
     let p = CudaBackend::new(0, Precision::Full).unwrap();
     assert!(p.describe().ends_with(", portable)"), "{}", p.describe());
     assert_eq!(Arithmetic::default(), Arithmetic::Portable);
+}
+
+/// Several weights against the same rows in one launch (`matmul_many`: q/k/v) and gate/up with the GLU in one
+/// launch (`matmul_glu`) give exactly the bits of separate `matmul` calls (and `glu`), for every small row count
+/// and past it (where they fall back to separate calls).
+#[test]
+fn tensor_many_and_glu_in_one_launch_equal_separate_calls() {
+    let (mut rng, _g) = rng();
+    let t = gpu(Arithmetic::Tensor);
+    for dtype in [DType::BF16, DType::F16] {
+        for k in [32, 96, 1536] {
+            let ns = [75, 40, 130];
+            let ws: Vec<Weight> =
+                ns.iter().map(|&n| up(&t, dtype, n, k, &weight_bits(dtype, n, k, &mut rng).0)).collect();
+            let bias = t.upload_f32("b", &[40], values(&mut rng, 40, 1.0)).unwrap();
+            let (gate, upw) = (&ws[0], &up(&t, dtype, 75, k, &weight_bits(dtype, 75, k, &mut rng).0));
+            for rows in [1, 2, 5, 16, 17] {
+                let x = t.select_rows(
+                    &Tensor::host(rows, k, values(&mut rng, rows * k, 2.0)),
+                    &(0..rows).collect::<Vec<_>>(),
+                );
+                let what = format!("{dtype} K {k}, {rows} rows");
+                for count in [2, 3] {
+                    let list: Vec<(&Weight, Option<&Weight>)> =
+                        (0..count).map(|i| (&ws[i], (i == 1).then_some(&bias))).collect();
+                    let fused = t.matmul_many(&x, &list);
+                    for (i, (w, b)) in list.iter().enumerate() {
+                        let alone = t.to_host(&t.matmul(&x, w, *b));
+                        same(&t.to_host(&fused[i]), &alone, &format!("{what}: matmul_many of {count}, weight {i}"));
+                    }
+                }
+                for act in [tf_core::GluAct::Silu, tf_core::GluAct::GeluTanh] {
+                    let fused = t.to_host(&t.matmul_glu(&x, gate, upw, act));
+                    let split = t.glu(&t.matmul(&x, gate, None), &t.matmul(&x, upw, None), act);
+                    same(&fused, &t.to_host(&split), &format!("{what}: matmul_glu {act:?}"));
+                }
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor};
 use crate::geometry::{
     il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, MMA_CHUNK,
+    MMA_SMALL_ROWS, MMA_SPLIT, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -65,8 +66,10 @@ impl CudaBackend {
                 // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
                 // their arithmetic.
                 let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
-                self.gpu
-                    .launch(kernel)
+                let launch = self.gpu.launch(kernel);
+                // The small kernels request their first weights before waiting on the previous kernel.
+                let launch = if rows <= MMA_SMALL_ROWS { launch.pdl() } else { launch };
+                launch
                     .ptr(xb)
                     .i32(rows)
                     .i32(k)
@@ -145,7 +148,24 @@ impl CudaBackend {
         self.tensor(rows, n, out)
     }
 
+    /// Whether `x` against weights `ws` runs on the small tensor-core kernels: the tensor arithmetic, up to
+    /// [`MMA_SMALL_ROWS`] rows, BF16 or F16 weights of one type whose K (= x.cols) is a multiple of the chunk.
+    fn mma_small(&self, x: &Tensor, ws: &[&Weight]) -> bool {
+        let Some(first) = ws.first().map(|w| weight(w)) else { return false };
+        self.arithmetic == Arithmetic::Tensor
+            && (1..=MMA_SMALL_ROWS).contains(&x.rows)
+            && matches!(first.dtype, DType::F16 | DType::BF16)
+            && x.cols.is_multiple_of(MMA_CHUNK)
+            && ws.iter().all(|w| {
+                let c = weight(w);
+                c.dtype == first.dtype && c.in_dim == x.cols && c.out_dim > 0 && !c.interleaved
+            })
+    }
+
     pub(super) fn matmul_many_impl(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        if (2..=3).contains(&ws.len()) && self.mma_small(x, &ws.iter().map(|(w, _)| *w).collect::<Vec<_>>()) {
+            return self.mma_many(x, ws);
+        }
         // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
         // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul.cu). Anything else: one call each.
         let first = ws.first().map(|(w, _)| weight(w));
@@ -197,7 +217,60 @@ impl CudaBackend {
         outs.into_iter().map(|(n, out)| self.tensor(1, n, out)).collect()
     }
 
+    /// Up to three weights against the same up to 16 rows on the tensor cores in one launch (`mma_*_s_many`):
+    /// each block runs `mma_*_sn` for its weight (the arithmetic of every `mma_*` kernel).
+    fn mma_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        let (rows, k) = (x.rows, x.cols);
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let mut outs = Vec::with_capacity(ws.len());
+        let mut args = Vec::with_capacity(3);
+        let mut blocks = Vec::with_capacity(3);
+        for &(w, bias) in ws {
+            let cw = weight(w);
+            let n = cw.out_dim;
+            let (bias_ptr, bias_code) = bias_arg(bias, n);
+            let out = self.alloc_f32(rows * n);
+            args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
+            blocks.push(n.div_ceil(8) as u32);
+            outs.push((n, out));
+        }
+        while args.len() < 3 {
+            // An absent third weight: no blocks, never read.
+            args.push((0, 0, 0, 0, 0));
+            blocks.push(0);
+        }
+        let kernel = if weight(ws[0].0).dtype == DType::F16 { "mma_f16_s_many" } else { "mma_bf16_s_many" };
+        let mut l = self.gpu.launch(kernel).pdl().ptr(xb).i32(rows).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
+        for &(w, n, b, bdt, y) in &args {
+            l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
+        }
+        l.go((blocks.iter().sum(), 1, 1), (32 * MMA_SPLIT, 1, 1));
+        outs.into_iter().map(|(n, out)| self.tensor(rows, n, out)).collect()
+    }
+
     pub(super) fn matmul_glu_impl(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        if self.mma_small(x, &[gate, up]) && weight(gate).out_dim == weight(up).out_dim {
+            // Gate and up of the same columns in one block, then the GLU (kernels/mma.cu, `_s_glu`).
+            let n = weight(gate).out_dim;
+            let out = self.alloc_f32(x.rows * n);
+            let xs = self.input(x);
+            let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+            let kernel = if weight(gate).dtype == DType::F16 { "mma_f16_s_glu" } else { "mma_bf16_s_glu" };
+            self.gpu
+                .launch(kernel)
+                .pdl()
+                .ptr(xb)
+                .i32(x.rows)
+                .i32(x.cols)
+                .ptr(&weight(gate).buf)
+                .ptr(&weight(up).buf)
+                .i32(n)
+                .int(act_code(act))
+                .ptr(&out)
+                .go((n.div_ceil(MMA_S_GLU_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1));
+            return self.tensor(x.rows, n, out);
+        }
         // One row against interleaved gate and up of one type: one launch computing both and the GLU
         // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
         let (cg, cu) = (weight(gate), weight(up));
