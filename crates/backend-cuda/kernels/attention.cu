@@ -11,6 +11,7 @@
 #define MAX_HEAD_DIM 256
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
+#define ATTN_SP 4
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -19,8 +20,8 @@
 // grid (heads / S, R, cmax), (ATTN_THREADS, S) threads: S query heads of one KV group per block (S divides the
 // group), each on its own ATTN_THREADS threads (threadIdx.y = the head within the block), so the K rows they
 // score and the V stages they consume are loaded once per block (K through L1, V into shared memory) instead of
-// once per head. Per head everything is as with S = 1: thread t scores the chunk's visits t, t + 128 (each score
-// one thread: its 16 lane accumulators in registers, then the fixed tree), and owns output dimensions t, t + 128.
+// once per head. Per head everything is as with S = 1: half-warps score the chunk's visits (lane j of a half-warp
+// holds dot16's lane j, then the fixed tree), and thread t owns output dimensions t, t + 128.
 template <int S>
 __device__ void attention_chunk_s(const float* q, const float* k, const float* v, const i32* rows, const u32* bt,
                                   const i32* bt_off, const u32* tree, const i32* chunks, int cmax, int heads,
@@ -88,32 +89,80 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     const float* kh = k + (i64)kvh * hd;
     const float* vh = v + (i64)kvh * hd;
     __syncthreads();
-    // Scores: one thread per visit; acc[j] is dot16's lane j (elements i ≡ j mod 16, increasing).
-    for (int vi = tid; vi < n; vi += ATTN_THREADS) {
-        const float* kr = kh + (i64)slots[vi] * stride_slot;
-        float acc[16];
+    // Scores (the same bits either way).
+    if (S == 1) {
+        // One query head per block (decode): one thread per visit, acc[j] dot16's lane j (elements i ≡ j mod 16,
+        // increasing). With few blocks this is faster than the half-warp form below (fewer steps per thread).
+        for (int vi = tid; vi < n; vi += ATTN_THREADS) {
+            const float* kr = kh + (i64)slots[vi] * stride_slot;
+            float acc[16];
 #pragma unroll
-        for (int j = 0; j < 16; j++) acc[j] = 0.0f;
+            for (int j = 0; j < 16; j++) acc[j] = 0.0f;
 #pragma unroll 4
-        for (int i = 0; i < hd; i += 16) {
+            for (int i = 0; i < hd; i += 16) {
 #pragma unroll
-            for (int j = 0; j < 16; j += 4) {
-                float4 kk = *(const float4*)(kr + i + j);
-                acc[j] = fmaf(qs[i + j], kk.x, acc[j]);
-                acc[j + 1] = fmaf(qs[i + j + 1], kk.y, acc[j + 1]);
-                acc[j + 2] = fmaf(qs[i + j + 2], kk.z, acc[j + 2]);
-                acc[j + 3] = fmaf(qs[i + j + 3], kk.w, acc[j + 3]);
+                for (int j = 0; j < 16; j += 4) {
+                    float4 kk = *(const float4*)(kr + i + j);
+                    acc[j] = fmaf(qs[i + j], kk.x, acc[j]);
+                    acc[j + 1] = fmaf(qs[i + j + 1], kk.y, acc[j + 1]);
+                    acc[j + 2] = fmaf(qs[i + j + 2], kk.z, acc[j + 2]);
+                    acc[j + 3] = fmaf(qs[i + j + 3], kk.w, acc[j + 3]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[j] = acc[j] + acc[j + 8];
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[j] = acc[j] + acc[j + 4];
+#pragma unroll
+            for (int j = 0; j < 2; j++) acc[j] = acc[j] + acc[j + 2];
+            float sv = (acc[0] + acc[1]) * scale_;
+            if (has_cap) sv = softcap * tf_tanh(sv / softcap);
+            sc[vi] = sv;
+        }
+    } else {
+        // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
+        // (elements j, j + 16, ... in increasing order), so each load step of a half-warp reads 16 consecutive
+        // floats of one K row instead of every thread walking its own row (a cache wavefront per thread, which
+        // bound the 16-row windows); the fixed tree (tree16) then gives lane 0 the canonical sum. Each half-warp
+        // scores ATTN_SP visits per round, their loads (8 steps at a time) issued before the fmas. Loop bounds
+        // are uniform per warp (tree16 shuffles).
+        int j = tid & 15, half = (tid >> 4) & 1, wid = tid >> 5;  // lane in the half-warp, half, warp of the head
+        const int WARPS = ATTN_THREADS / 32;
+        int steps = hd / 16;
+        for (int wb = wid * 2 * ATTN_SP; wb < n; wb += WARPS * 2 * ATTN_SP) {
+            int vb = wb + half * ATTN_SP;
+            float acc[ATTN_SP];
+            const float* kr[ATTN_SP];
+#pragma unroll
+            for (int u = 0; u < ATTN_SP; u++) {
+                acc[u] = 0.0f;
+                kr[u] = kh + (i64)slots[min(vb + u, n - 1)] * stride_slot + j;
+            }
+            for (int m0 = 0; m0 < steps; m0 += 8) {
+                float kv[ATTN_SP][8];
+#pragma unroll
+                for (int u = 0; u < ATTN_SP; u++)
+#pragma unroll
+                    for (int m = 0; m < 8; m++) kv[u][m] = m0 + m < steps ? kr[u][16 * (m0 + m)] : 0.0f;
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    if (m0 + m < steps) {
+                        float qv = qs[16 * (m0 + m) + j];
+#pragma unroll
+                        for (int u = 0; u < ATTN_SP; u++) acc[u] = fmaf(qv, kv[u][m], acc[u]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < ATTN_SP; u++) {
+                float sum = tree16(acc[u]);
+                if (j == 0 && vb + u < n) {
+                    float sv = sum * scale_;
+                    if (has_cap) sv = softcap * tf_tanh(sv / softcap);
+                    sc[vb + u] = sv;
+                }
             }
         }
-#pragma unroll
-        for (int j = 0; j < 8; j++) acc[j] = acc[j] + acc[j + 8];
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[j] = acc[j] + acc[j + 4];
-#pragma unroll
-        for (int j = 0; j < 2; j++) acc[j] = acc[j] + acc[j + 2];
-        float s = (acc[0] + acc[1]) * scale_;
-        if (has_cap) s = softcap * tf_tanh(s / softcap);
-        sc[vi] = s;
     }
     __syncthreads();
     // m_c: max over the chunk (exact in any order; NaN never wins).
