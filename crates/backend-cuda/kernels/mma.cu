@@ -18,8 +18,9 @@
 //
 // Kernels differ only in how outputs are grouped (which outputs share weight and activation loads): `_s` for up to
 // 16 rows (one 16-row tile, two 8-column tiles per warp, two column groups per block; `_sn` one tile per block for
-// narrow matrices, `_s_many` for several weights, `_s_glu` with the GLU), `_l` for more (four row tiles and four column tiles per warp). The grouping never changes an output's arithmetic; tests/tensor.rs checks that
-// rows alone and rows in windows of 2..256 (both kernels) are bitwise equal.
+// narrow matrices, `_s_many` for several weights, `_s_glu` with the GLU), `_l` for more (four row tiles and four
+// column tiles per warp). The grouping never changes an output's arithmetic; tests/tensor.rs checks that rows
+// alone and rows in windows of 2..256 (every kernel) are bitwise equal.
 
 #define MMA_CHUNK 32
 #define MMA_SPLIT 4
@@ -63,6 +64,14 @@ __device__ __forceinline__ void mma16816(float* acc, u32 a0, u32 a1, u32 a2, u32
 #else
     __trap();
 #endif
+}
+
+// One output's y = ((part 0 + part 1) + part 2) + part 3 (the header's merge), its parts `stride` floats apart.
+__device__ __forceinline__ float sum_parts(const float* src, int stride) {
+    float v = src[0];
+#pragma unroll
+    for (int s = 1; s < MMA_SPLIT; s++) v = v + src[s * stride];
+    return v;
 }
 
 // Block: NB × MMA_SPLIT warps; warp (nb, p) = (warp / MMA_SPLIT, warp % MMA_SPLIT) computes K-part p of the MT row
@@ -174,9 +183,7 @@ __device__ void mma_matmul(const float* x, int R, int K, const u16* w, int N, co
     for (int e = threadIdx.x; e < NB * per; e += blockDim.x) {
         int b = e / per, t = e % per;
         const float* src = parts + b * MMA_SPLIT * per + t;
-        float v = src[0];
-#pragma unroll
-        for (int s = 1; s < MMA_SPLIT; s++) v = v + src[s * per];
+        float v = sum_parts(src, per);
         int tile = t / 128, ln = (t / 4) % 32, j = t % 4;
         int mt = tile / NT, nt = tile % NT;
         int row = 16 * (tm0 + mt) + (ln >> 2) + 8 * (j >> 1);
@@ -299,9 +306,7 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
     for (int e = threadIdx.x; e < NB * outs; e += blockDim.x) {
         int b = e / outs, t = e % outs;
         const float* src = parts + b * MMA_SPLIT * per + t;
-        float v = src[0];
-#pragma unroll
-        for (int s = 1; s < MMA_SPLIT; s++) v = v + src[s * per];
+        float v = sum_parts(src, per);
         int nt = t / 128, ln = (t / 4) % 32, j = t % 4;
         int row = (ln >> 2) + 8 * (j >> 1);
         int tile = GLU ? bx * NB + b : (bx * NB + b) * NT + nt;
@@ -309,9 +314,7 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
         if (row < R && col < N) {
             if (GLU) {
                 // The up tile's output at the same place, merged in the same order.
-                float u = src[128];
-#pragma unroll
-                for (int s = 1; s < MMA_SPLIT; s++) u = u + src[s * per + 128];
+                float u = sum_parts(src + 128, per);
                 float av = act == 0 ? tf_silu(v) : tf_gelu_tanh(v);
                 y[(i64)row * N + col] = av * u;
             } else {
@@ -361,7 +364,8 @@ __device__ __forceinline__ void mma_small_many(const float* x, int R, int K, int
     } else if (bx < nb0 + nb1) {
         mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0);
     } else {
-        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, bx - nb0 - nb1);
+        int b = bx - nb0 - nb1;
+        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, b);
     }
 }
 

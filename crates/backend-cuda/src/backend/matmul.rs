@@ -28,123 +28,92 @@ impl CudaBackend {
         }
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
-            Some(block) => {
-                let nblocks = k / block;
-                let q = self.gpu.uninit(rows * k).unwrap_or_else(|e| panic!("{e}"));
-                let d = self.alloc_f32(rows * nblocks);
-                let sums = self.gpu.uninit(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
-                self.gpu
-                    .launch("quantize_rows")
-                    .ptr(xb)
-                    .i32(k)
-                    .i32(block)
-                    .ptr(&q)
-                    .ptr(&d)
-                    .ptr(&sums)
-                    .go((nblocks as u32, rows as u32, 1), (32, 1, 1));
-                let (grid, blk) = matmul_quant_grid(rows, n);
-                self.gpu
-                    .launch("matmul_quant")
-                    .ptr(&q)
-                    .ptr(&d)
-                    .ptr(&sums)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .int(cw.code)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if self.arithmetic == Arithmetic::Tensor
-                && matches!(cw.dtype, DType::F16 | DType::BF16)
-                && k.is_multiple_of(MMA_CHUNK) =>
-            {
-                // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
-                // their arithmetic.
-                let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
-                let launch = self.gpu.launch(kernel);
-                // The small kernels request their first weights before waiting on the previous kernel.
-                let launch = if rows <= MMA_SMALL_ROWS { launch.pdl() } else { launch };
-                launch
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if cw.interleaved => {
-                // One row: the one-row kernel; else matmul_float's row groups reading the interleaved places. The
-                // same fma sequence per output either way (kernels/matmul.cu).
-                let kernel = match (cw.dtype, rows) {
-                    (DType::F32, 1) => "matmul_f32w_il1",
-                    (DType::F32, _) => "matmul_f32w_ilg",
-                    (DType::F16, 1) => "matmul_f16w_il1",
-                    (DType::F16, _) => "matmul_f16w_ilg",
-                    (_, 1) => "matmul_bf16w_il1",
-                    _ => "matmul_bf16w_ilg",
-                };
-                let (grid, blk) = match self.tune.cols.load(Ordering::Relaxed) {
-                    _ if rows > 1 => matmul_float_grid(rows, n),
-                    0 => matmul_il_grid(rows, n, il_cols(n)),
-                    c => matmul_il_grid(rows, n, c),
-                };
-                // The one-row kernel requests its first weights before waiting on the previous kernel.
-                let launch = self.gpu.launch(kernel);
-                let launch = if rows == 1 { launch.pdl() } else { launch };
-                launch
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
-                let kernel = match cw.dtype {
-                    DType::F32 => "matmul_f32w",
-                    DType::F16 => "matmul_f16w",
-                    _ => "matmul_bf16w",
-                };
-                let (grid, blk) = matmul_float_grid(rows, n);
-                self.gpu
-                    .launch(kernel)
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-            None => {
-                let (grid, blk) = matmul_full_grid(rows, n);
-                self.gpu
-                    .launch("matmul_full")
-                    .ptr(xb)
-                    .i32(rows)
-                    .i32(k)
-                    .ptr(&cw.buf)
-                    .int(cw.code)
-                    .i32(n)
-                    .addr(bias_ptr)
-                    .int(bias_code)
-                    .ptr(&out)
-                    .go(grid, blk);
-            }
-        }
+        let (kernel, grid, blk, pdl, code) =
+            match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
+                Some(block) => {
+                    let nblocks = k / block;
+                    let q = self.gpu.uninit(rows * k).unwrap_or_else(|e| panic!("{e}"));
+                    let d = self.alloc_f32(rows * nblocks);
+                    let sums = self.gpu.uninit(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
+                    self.gpu
+                        .launch("quantize_rows")
+                        .ptr(xb)
+                        .i32(k)
+                        .i32(block)
+                        .ptr(&q)
+                        .ptr(&d)
+                        .ptr(&sums)
+                        .go((nblocks as u32, rows as u32, 1), (32, 1, 1));
+                    let (grid, blk) = matmul_quant_grid(rows, n);
+                    self.gpu
+                        .launch("matmul_quant")
+                        .ptr(&q)
+                        .ptr(&d)
+                        .ptr(&sums)
+                        .i32(rows)
+                        .i32(k)
+                        .ptr(&cw.buf)
+                        .int(cw.code)
+                        .i32(n)
+                        .addr(bias_ptr)
+                        .int(bias_code)
+                        .ptr(&out)
+                        .go(grid, blk);
+                    return self.tensor(rows, n, out);
+                }
+                None if self.arithmetic == Arithmetic::Tensor
+                    && matches!(cw.dtype, DType::F16 | DType::BF16)
+                    && k.is_multiple_of(MMA_CHUNK) =>
+                {
+                    // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
+                    // their arithmetic. The small kernels request their first weights before waiting on the previous
+                    // kernel.
+                    let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
+                    (kernel, grid, blk, rows <= MMA_SMALL_ROWS, None)
+                }
+                None if cw.interleaved => {
+                    // One row: the one-row kernel (which requests its first weights before waiting on the previous
+                    // kernel); else matmul_float's row groups reading the interleaved places. The same fma sequence
+                    // per output either way (kernels/matmul.cu).
+                    let kernel = match (cw.dtype, rows) {
+                        (DType::F32, 1) => "matmul_f32w_il1",
+                        (DType::F32, _) => "matmul_f32w_ilg",
+                        (DType::F16, 1) => "matmul_f16w_il1",
+                        (DType::F16, _) => "matmul_f16w_ilg",
+                        (_, 1) => "matmul_bf16w_il1",
+                        _ => "matmul_bf16w_ilg",
+                    };
+                    let (grid, blk) = match self.tune.cols.load(Ordering::Relaxed) {
+                        _ if rows > 1 => matmul_float_grid(rows, n),
+                        0 => matmul_il_grid(rows, n, il_cols(n)),
+                        c => matmul_il_grid(rows, n, c),
+                    };
+                    (kernel, grid, blk, rows == 1, None)
+                }
+                None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
+                    let kernel = match cw.dtype {
+                        DType::F32 => "matmul_f32w",
+                        DType::F16 => "matmul_f16w",
+                        _ => "matmul_bf16w",
+                    };
+                    let (grid, blk) = matmul_float_grid(rows, n);
+                    (kernel, grid, blk, false, None)
+                }
+                None => {
+                    // Any type: the dtype tag follows the weight.
+                    let (grid, blk) = matmul_full_grid(rows, n);
+                    ("matmul_full", grid, blk, false, Some(cw.code))
+                }
+            };
+        // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y).
+        let launch = self.gpu.launch(kernel);
+        let launch = if pdl { launch.pdl() } else { launch };
+        let launch = launch.ptr(xb).i32(rows).i32(k).ptr(&cw.buf);
+        let launch = match code {
+            Some(c) => launch.int(c),
+            None => launch,
+        };
+        launch.i32(n).addr(bias_ptr).int(bias_code).ptr(&out).go(grid, blk);
         self.tensor(rows, n, out)
     }
 
@@ -183,44 +152,34 @@ impl CudaBackend {
         let Some(first) = first.filter(|_| fused) else {
             return ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect();
         };
-        let k = first.in_dim;
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let mut outs = Vec::with_capacity(ws.len());
-        let mut args = Vec::with_capacity(3);
-        let mut blocks = Vec::with_capacity(3);
-        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
-        for &(w, bias) in ws {
-            let cw = weight(w);
-            let n = cw.out_dim;
-            let (bias_ptr, bias_code) = bias_arg(bias, n);
-            let out = self.alloc_f32(n);
-            args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
-            blocks.push(matmul_il_grid(1, n, cols).0 .0);
-            outs.push((n, out));
-        }
-        while args.len() < 3 {
-            // An absent third weight: no blocks, never read.
-            args.push((0, 0, 0, 0, 0));
-            blocks.push(0);
-        }
         let kernel = match first.dtype {
             DType::F32 => "matmul_f32w_il1_many",
             DType::F16 => "matmul_f16w_il1_many",
             _ => "matmul_bf16w_il1_many",
         };
-        let mut l = self.gpu.launch(kernel).pdl().ptr(xb).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
-        for &(w, n, b, bdt, y) in &args {
-            l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
-        }
-        l.go((blocks.iter().sum(), 1, 1), (16 * cols, 1, 1));
-        outs.into_iter().map(|(n, out)| self.tensor(1, n, out)).collect()
+        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
+        self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols)
     }
 
     /// Up to three weights against the same up to 16 rows on the tensor cores in one launch (`mma_*_s_many`):
     /// each block runs `mma_*_sn` for its weight (the arithmetic of every `mma_*` kernel).
     fn mma_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
-        let (rows, k) = (x.rows, x.cols);
+        let kernel = if weight(ws[0].0).dtype == DType::F16 { "mma_f16_s_many" } else { "mma_bf16_s_many" };
+        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(8) as u32, 32 * MMA_SPLIT)
+    }
+
+    /// One launch of a `_many` kernel (launched with programmatic dependence) for two or three weights against
+    /// `x`: arguments (x, [R if `pass_rows`,] K, nb0, nb1, then (w, N, bias, bias type, y) per weight, an absent
+    /// third one with no blocks); `blocks(N)` blocks of `threads` for each weight, side by side.
+    fn launch_many(
+        &self,
+        kernel: &'static str,
+        x: &Tensor,
+        pass_rows: bool,
+        ws: &[(&Weight, Option<&Weight>)],
+        blocks_of: impl Fn(usize) -> u32,
+        threads: u32,
+    ) -> Vec<Tensor> {
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let mut outs = Vec::with_capacity(ws.len());
@@ -230,9 +189,9 @@ impl CudaBackend {
             let cw = weight(w);
             let n = cw.out_dim;
             let (bias_ptr, bias_code) = bias_arg(bias, n);
-            let out = self.alloc_f32(rows * n);
+            let out = self.alloc_f32(x.rows * n);
             args.push((cw.buf.ptr, n, bias_ptr, bias_code, out.ptr));
-            blocks.push(n.div_ceil(8) as u32);
+            blocks.push(blocks_of(n));
             outs.push((n, out));
         }
         while args.len() < 3 {
@@ -240,13 +199,14 @@ impl CudaBackend {
             args.push((0, 0, 0, 0, 0));
             blocks.push(0);
         }
-        let kernel = if weight(ws[0].0).dtype == DType::F16 { "mma_f16_s_many" } else { "mma_bf16_s_many" };
-        let mut l = self.gpu.launch(kernel).pdl().ptr(xb).i32(rows).i32(k).int(blocks[0] as i32).int(blocks[1] as i32);
+        let l = self.gpu.launch(kernel).pdl().ptr(xb);
+        let l = if pass_rows { l.i32(x.rows) } else { l };
+        let mut l = l.i32(x.cols).int(blocks[0] as i32).int(blocks[1] as i32);
         for &(w, n, b, bdt, y) in &args {
             l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
         }
-        l.go((blocks.iter().sum(), 1, 1), (32 * MMA_SPLIT, 1, 1));
-        outs.into_iter().map(|(n, out)| self.tensor(rows, n, out)).collect()
+        l.go((blocks.iter().sum(), 1, 1), (threads, 1, 1));
+        outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
     }
 
     pub(super) fn matmul_glu_impl(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
