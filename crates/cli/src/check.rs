@@ -102,8 +102,13 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         for (name, params) in &samplings {
             let mut req = GenRequest::new(ids.clone(), params.clone(), args.max_tokens);
             req.stop_ids = s.tokenizer.stop_ids().to_vec();
+            // The drafted reply takes the engine's fast paths, as a request without `logprobs` does (greedy rows
+            // get their token from the backend's argmax_rows, sampled ones skip the logprob); the serial reference
+            // downloads every row's logits and computes its logprob.
+            req.logprobs = false;
             let drafted = g.generate(&req, &mut |_| Flow::Continue).map_err(|e| e.to_string())?;
             req.draft = false;
+            req.logprobs = true;
             let serial = g.generate(&req, &mut |_| Flow::Continue).map_err(|e| e.to_string())?;
             let o = Outcome { kind, prompt: *i, sampling: name.clone(), drafted, serial };
             if !args.json && (!o.equal() || !o.windows_ok()) {
