@@ -433,13 +433,21 @@ fn main() {
         if interleave { ", float matrices interleaved" } else { ", float matrices unpermuted (TF_CUDA_INTERLEAVE=0)" }
     );
     if std::env::var_os("TF_BENCH_DECODE_ONLY").is_some() {
-        // For a profiler: a 64-row prefill, then 100 one-row steps and nothing else.
+        // For a profiler: a 64-row prefill, then steps of TF_BENCH_ROWS rows (default 1; 16 for verify windows),
+        // each downloading the logits (TF_BENCH_IDS=1: fetching the argmax ids, the engine's greedy path), and
+        // nothing else.
+        let rows: usize = std::env::var("TF_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        let steps = if rows == 1 { 100 } else { 40 };
         step(&be, model.as_ref(), &mut kv, &table, 0..64);
-        let mut one = Vec::new();
-        for pos in 64..164 {
-            one.push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1));
+        let ids = std::env::var_os("TF_BENCH_IDS").is_some();
+        IDS_ONLY.with(|c| c.set(ids));
+        let mut times = Vec::new();
+        for i in 0..steps {
+            let pos = 64 + i * rows;
+            times.push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + rows));
         }
-        println!("decode only: 100 one-row steps, median {:.3} ms", median(one) * 1e3);
+        let what = if ids { "argmax ids" } else { "logits" };
+        println!("decode only: {steps} steps of {rows} row(s), {what}, median {:.3} ms", median(times) * 1e3);
         return;
     }
     if std::env::var_os("TF_BENCH_ATTN_ONLY").is_some() {
