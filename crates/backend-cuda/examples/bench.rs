@@ -433,21 +433,30 @@ fn main() {
         if interleave { ", float matrices interleaved" } else { ", float matrices unpermuted (TF_CUDA_INTERLEAVE=0)" }
     );
     if std::env::var_os("TF_BENCH_DECODE_ONLY").is_some() {
-        // For a profiler: a 64-row prefill, then steps of TF_BENCH_ROWS rows (default 1; 16 for verify windows),
-        // each downloading the logits (TF_BENCH_IDS=1: fetching the argmax ids, the engine's greedy path), and
-        // nothing else.
-        let rows: usize = std::env::var("TF_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-        let steps = if rows == 1 { 100 } else { 40 };
+        // For a profiler: a 64-row prefill, then steps of TF_BENCH_ROWS rows (a list: "1,16" runs 40 steps of each,
+        // alternating; default 100 one-row steps), each downloading the logits (TF_BENCH_IDS=1: fetching the argmax
+        // ids, the engine's greedy path), and nothing else.
+        let list = std::env::var("TF_BENCH_ROWS").unwrap_or_else(|_| "1".into());
+        let rows: Vec<usize> = list.split(',').map(|v| v.trim().parse().expect("TF_BENCH_ROWS: row counts")).collect();
+        let steps = if rows == [1] { 100 } else { 40 };
         step(&be, model.as_ref(), &mut kv, &table, 0..64);
         let ids = std::env::var_os("TF_BENCH_IDS").is_some();
         IDS_ONLY.with(|c| c.set(ids));
-        let mut times = Vec::new();
-        for i in 0..steps {
-            let pos = 64 + i * rows;
-            times.push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + rows));
+        let mut times = vec![Vec::new(); rows.len()];
+        let mut pos = 64;
+        for _ in 0..steps {
+            for (i, &r) in rows.iter().enumerate() {
+                if pos + r > table.len() * BLOCK {
+                    pos = 64; // stay inside the cache: later steps overwrite earlier positions
+                }
+                times[i].push(step(&be, model.as_ref(), &mut kv, &table, pos..pos + r));
+                pos += r;
+            }
         }
         let what = if ids { "argmax ids" } else { "logits" };
-        println!("decode only: {steps} steps of {rows} row(s), {what}, median {:.3} ms", median(times) * 1e3);
+        for (r, t) in rows.iter().zip(times) {
+            println!("decode only: {steps} steps of {r} row(s), {what}, median {:.3} ms", median(t) * 1e3);
+        }
         return;
     }
     if std::env::var_os("TF_BENCH_ATTN_ONLY").is_some() {

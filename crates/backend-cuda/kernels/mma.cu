@@ -351,37 +351,53 @@ extern "C" __global__ void mma_f16_sn(const float* x, int R, int K, const u16* w
 }
 
 // Up to three weights of one type and K against the same rows in one launch (q/k/v: Backend::matmul_many): nb0
-// blocks for weight 0, then nb1 for weight 1, then the rest for weight 2, each running `mma_*_sn`'s code.
-// grid (Σ ceil(N_i / 8), 1), 128 threads.
-template <bool F16>
+// blocks for weight 0, then nb1 for weight 1, then the rest for weight 2, each running `mma_small<NT, NB, U>` for
+// its weight. grid (Σ ceil(N_i / (8·NT·NB)), 1), 32·NB·MMA_SPLIT threads.
+template <bool F16, int NT, int NB, int U>
 __device__ __forceinline__ void mma_small_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
                                                const u8* b0, int bdt0, float* y0, const u16* w1, int n1,
                                                const u8* b1, int bdt1, float* y1, const u16* w2, int n2,
                                                const u8* b2, int bdt2, float* y2) {
     int bx = blockIdx.x;
     if (bx < nb0) {
-        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w0, nullptr, n0, b0, bdt0, y0, 0, bx);
+        mma_small<F16, NT, NB, U, false>(x, R, K, w0, nullptr, n0, b0, bdt0, y0, 0, bx);
     } else if (bx < nb0 + nb1) {
-        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0);
+        mma_small<F16, NT, NB, U, false>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0);
     } else {
         int b = bx - nb0 - nb1;
-        mma_small<F16, 1, 1, MMA_SN_U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, b);
+        mma_small<F16, NT, NB, U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, b);
     }
 }
 
-extern "C" __global__ void mma_bf16_s_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
-                                           const u8* b0, int bdt0, float* y0, const u16* w1, int n1, const u8* b1,
-                                           int bdt1, float* y1, const u16* w2, int n2, const u8* b2, int bdt2,
-                                           float* y2) {
-    mma_small_many<false>(x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+#define MMA_MANY_ARGS                                                                                               \
+    const float *x, int R, int K, int nb0, int nb1, const u16 *w0, int n0, const u8 *b0, int bdt0, float *y0,      \
+        const u16 *w1, int n1, const u8 *b1, int bdt1, float *y1, const u16 *w2, int n2, const u8 *b2, int bdt2, \
+        float *y2
+#define MMA_MANY_PASS x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2
+
+// One row (decode): `mma_*_sn`'s grouping. grid (Σ ceil(N_i / 8), 1), 128 threads.
+extern "C" __global__ void mma_bf16_s_many(MMA_MANY_ARGS) { mma_small_many<false, 1, 1, MMA_SN_U>(MMA_MANY_PASS); }
+extern "C" __global__ void mma_f16_s_many(MMA_MANY_ARGS) { mma_small_many<true, 1, 1, MMA_SN_U>(MMA_MANY_PASS); }
+
+// Windows (8..16 rows) of narrow matrices: MMA_W_NT column tiles per warp, so every row of x a warp loads (16 rows
+// × 32 floats per chunk, from L1/L2) serves twice the weight bytes of the one-tile grouping, at twice the chunks in
+// flight of `_s`. grid (ceil(N / (8·MMA_W_NT)), 1), 128 threads; `_sw_many` likewise per weight.
+#define MMA_W_NT 2
+#define MMA_W_U 8
+extern "C" __global__ void mma_bf16_sw(const float* x, int R, int K, const u16* w, int N, const u8* bias,
+                                       int bias_dt, float* y) {
+    mma_small<false, MMA_W_NT, 1, MMA_W_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
 }
 
-extern "C" __global__ void mma_f16_s_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
-                                          const u8* b0, int bdt0, float* y0, const u16* w1, int n1, const u8* b1,
-                                          int bdt1, float* y1, const u16* w2, int n2, const u8* b2, int bdt2,
-                                          float* y2) {
-    mma_small_many<true>(x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2);
+extern "C" __global__ void mma_f16_sw(const float* x, int R, int K, const u16* w, int N, const u8* bias,
+                                      int bias_dt, float* y) {
+    mma_small<true, MMA_W_NT, 1, MMA_W_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
 }
+
+extern "C" __global__ void mma_bf16_sw_many(MMA_MANY_ARGS) {
+    mma_small_many<false, MMA_W_NT, 1, MMA_W_U>(MMA_MANY_PASS);
+}
+extern "C" __global__ void mma_f16_sw_many(MMA_MANY_ARGS) { mma_small_many<true, MMA_W_NT, 1, MMA_W_U>(MMA_MANY_PASS); }
 
 // glu(x · gateᵀ, x · upᵀ) for up to 16 rows in one launch; act 0 = SiLU, 1 = GELU (tanh form).
 // grid (ceil(N / 16), 1), 256 threads.

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 49] = [
+pub const KERNELS: [&str; 53] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -62,6 +62,10 @@ pub const KERNELS: [&str; 49] = [
     "mma_f16_s_many",
     "mma_bf16_s_glu",
     "mma_f16_s_glu",
+    "mma_bf16_sw",
+    "mma_f16_sw",
+    "mma_bf16_sw_many",
+    "mma_f16_sw_many",
     "mma_bf16_l",
     "mma_f16_l",
 ];
@@ -154,8 +158,9 @@ pub const ATTN_KERNELS: [&str; 7] = [
 
 /// (head, row, chunk) units from which attention runs several query heads per block: below it one head per block
 /// keeps more SMs busy, which is what a latency-bound call needs (H200, 1.5B and 7B shapes: one row 25 vs 51 µs at
-/// 256 positions; 16 rows × 8 chunks 125 vs 100 µs).
-pub const ATTN_GROUP_UNITS: usize = 1024;
+/// 256 positions; 16 rows × 8 chunks 125 vs 100 µs; 7B 16 rows × 1 chunk (448 units) 46.3 vs 36.7 µs, while one
+/// row × 8 chunks (224) is 28 vs 40 µs).
+pub const ATTN_GROUP_UNITS: usize = 448;
 
 /// Query heads per attention block for `units` = rows × chunks of a call: the largest divisor of the KV group
 /// (`heads / kv_heads`) that is at most `cap` (≤ 7, the kernel's shared-memory limit), so a block's heads share
@@ -217,11 +222,23 @@ pub const MMA_S_THREADS: u32 = 256;
 /// 8-column tile per block of `32 · MMA_SPLIT` threads (also the grouping of `mma_*_s_many`).
 pub const MMA_SN_BELOW: usize = 264;
 
+/// From this many rows (windows, up to [`MMA_SMALL_ROWS`]) narrow matrices take `mma_*_sw` (and q/k/v
+/// `mma_*_sw_many`) instead of `_sn`: two column tiles per warp, so each row of x loaded from L1/L2 serves twice the
+/// weight bytes (H200, 7B shape, tensor step: 8 rows 6.45 → 6.29 ms, 16 rows 7.45 → 7.05 ms; 4 rows 5.77 → 5.84).
+pub const MMA_SW_FROM: usize = 8;
+/// Columns and threads per block of `mma_*_sw` and `mma_*_sw_many` (`MMA_W_NT` tiles of 8, `MMA_SPLIT` warps).
+pub const MMA_SW_COLS: usize = 16;
+pub const MMA_SW_THREADS: u32 = 128;
+
 /// The tensor-core matmul kernel for `rows × n` outputs of BF16 (or F16) weights, its grid and block. The kernels
-/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic. The `_s`/`_sn` kernels
+/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic. The `_s*` kernels
 /// (rows ≤ [`MMA_SMALL_ROWS`]) wait on the previous kernel themselves: launch them with programmatic dependence.
 pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3) {
-    if rows <= MMA_SMALL_ROWS && n.div_ceil(MMA_S_COLS) < MMA_SN_BELOW {
+    let narrow = n.div_ceil(MMA_S_COLS) < MMA_SN_BELOW;
+    if (MMA_SW_FROM..=MMA_SMALL_ROWS).contains(&rows) && narrow {
+        let name = if f16 { "mma_f16_sw" } else { "mma_bf16_sw" };
+        (name, (n.div_ceil(MMA_SW_COLS) as u32, 1, 1), (MMA_SW_THREADS, 1, 1))
+    } else if rows <= MMA_SMALL_ROWS && narrow {
         let name = if f16 { "mma_f16_sn" } else { "mma_bf16_sn" };
         (name, (n.div_ceil(8) as u32, 1, 1), (32 * MMA_SPLIT, 1, 1))
     } else if rows <= MMA_SMALL_ROWS {
@@ -230,6 +247,17 @@ pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3
     } else {
         let name = if f16 { "mma_f16_l" } else { "mma_bf16_l" };
         (name, (n.div_ceil(32) as u32, rows.div_ceil(64) as u32, 1), (32 * MMA_SPLIT, 1, 1))
+    }
+}
+
+/// The `_many` tensor-core kernel for up to three weights against `rows` ≤ [`MMA_SMALL_ROWS`] rows, its columns per
+/// block (each weight gets ceil(N / columns) blocks) and threads per block.
+pub fn mma_many_launch(rows: usize, f16: bool) -> (&'static str, usize, u32) {
+    match (rows >= MMA_SW_FROM, f16) {
+        (true, true) => ("mma_f16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
+        (true, false) => ("mma_bf16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
+        (false, true) => ("mma_f16_s_many", 8, 32 * MMA_SPLIT),
+        (false, false) => ("mma_bf16_s_many", 8, 32 * MMA_SPLIT),
     }
 }
 
@@ -302,6 +330,8 @@ mod tests {
         assert_eq!(attn_heads_per_block(12, 2, 16 * 8, 0), 6);
         assert_eq!(attn_heads_per_block(12, 2, 3, 0), 1);
         assert_eq!(attn_heads_per_block(28, 4, 16 * 3, 0), 7);
+        assert_eq!(attn_heads_per_block(28, 4, 16, 0), 7);
+        assert_eq!(attn_heads_per_block(28, 4, 8, 0), 1);
         assert_eq!(attn_heads_per_block(32, 4, 1000, 0), 4);
         assert_eq!(attn_heads_per_block(32, 4, 1, 7), 4);
         assert_eq!(attn_heads_per_block(14, 2, 1, 5), 1);
@@ -387,8 +417,12 @@ mod tests {
         // `_s_many`: one tile (NT = NB = 1); `_s_glu`: NT = 2 (gate and up), NB tiles of columns.
         assert!(mma.contains("#define MMA_S_NT 2\n") && mma.contains("#define MMA_S_NB 2\n"));
         assert_eq!((MMA_S_COLS, MMA_S_GLU_COLS, MMA_S_THREADS), (8 * 2 * 2, 8 * 2, 32 * 2 * MMA_SPLIT));
-        assert!(mma.contains("mma_small<false, 1, 1, MMA_SN_U, false>"));
+        assert!(mma.contains("mma_small_many<false, 1, 1, MMA_SN_U>"));
         assert!(mma.contains("mma_small<false, 2, MMA_S_NB, MMA_S_U, true>"));
+        // Windows: `_sw`/`_sw_many` MMA_W_NT tiles, one group of MMA_SPLIT warps.
+        assert!(mma.contains("#define MMA_W_NT 2\n") && mma.contains("mma_small<false, MMA_W_NT, 1, MMA_W_U, false>"));
+        assert!(mma.contains("mma_small_many<false, MMA_W_NT, 1, MMA_W_U>"));
+        assert_eq!((MMA_SW_COLS, MMA_SW_THREADS), (8 * 2, 32 * MMA_SPLIT));
     }
 
     #[test]
@@ -451,12 +485,15 @@ mod tests {
             for f16 in [false, true] {
                 let (name, g, b) = mma_launch(rows, n, f16);
                 let narrow = rows <= MMA_SMALL_ROWS && n < 8448;
+                let window = rows >= MMA_SW_FROM;
                 let (rows_per, cols_per) = match rows <= MMA_SMALL_ROWS {
+                    true if narrow && window => (16, MMA_SW_COLS),
                     true if narrow => (16, 8),
                     true => (16, MMA_S_COLS),
                     false => (64, 32),
                 };
                 assert!(name.ends_with(match rows <= MMA_SMALL_ROWS {
+                    true if narrow && window => "_sw",
                     true if narrow => "_sn",
                     true => "_s",
                     false => "_l",

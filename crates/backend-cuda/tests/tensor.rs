@@ -181,7 +181,7 @@ fn tensor_many_and_glu_in_one_launch_equal_separate_calls() {
                 ns.iter().map(|&n| up(&t, dtype, n, k, &weight_bits(dtype, n, k, &mut rng).0)).collect();
             let bias = t.upload_f32("b", &[40], values(&mut rng, 40, 1.0)).unwrap();
             let (gate, upw) = (&ws[0], &up(&t, dtype, 75, k, &weight_bits(dtype, 75, k, &mut rng).0));
-            for rows in [1, 2, 5, 16, 17] {
+            for rows in [1, 2, 5, 8, 16, 17] {
                 let x = t.select_rows(
                     &Tensor::host(rows, k, values(&mut rng, rows * k, 2.0)),
                     &(0..rows).collect::<Vec<_>>(),

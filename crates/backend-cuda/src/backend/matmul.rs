@@ -4,8 +4,8 @@
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor};
 use crate::geometry::{
-    il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, MMA_CHUNK,
-    MMA_SMALL_ROWS, MMA_SPLIT, MMA_S_GLU_COLS, MMA_S_THREADS,
+    il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
+    MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -161,11 +161,12 @@ impl CudaBackend {
         self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols)
     }
 
-    /// Up to three weights against the same up to 16 rows on the tensor cores in one launch (`mma_*_s_many`):
-    /// each block runs `mma_*_sn` for its weight (the arithmetic of every `mma_*` kernel).
+    /// Up to three weights against the same up to 16 rows on the tensor cores in one launch (`mma_*_s_many`, or
+    /// `mma_*_sw_many` for windows): each block runs the one-weight kernel's code for its weight (the arithmetic of
+    /// every `mma_*` kernel).
     fn mma_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
-        let kernel = if weight(ws[0].0).dtype == DType::F16 { "mma_f16_s_many" } else { "mma_bf16_s_many" };
-        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(8) as u32, 32 * MMA_SPLIT)
+        let (kernel, cols, threads) = mma_many_launch(x.rows, weight(ws[0].0).dtype == DType::F16);
+        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads)
     }
 
     /// One launch of a `_many` kernel (launched with programmatic dependence) for two or three weights against
