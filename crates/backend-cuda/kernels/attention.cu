@@ -21,7 +21,7 @@
 // group), each on its own ATTN_THREADS threads (threadIdx.y = the head within the block), so the K rows they
 // score and the V stages they consume are loaded once per block (K through L1, V into shared memory) instead of
 // once per head. Per head everything is as with S = 1: half-warps score the chunk's visits (lane j of a half-warp
-// holds dot16's lane j, then the fixed tree), and thread t owns output dimensions t, t + 128.
+// holds dot16's lane j, then the fixed tree), and thread t owns output dimensions 2t, 2t + 1.
 template <int S>
 __device__ void attention_chunk_s(const float* q, const float* k, const float* v, const i32* rows, const u32* bt,
                                   const i32* bt_off, const u32* tree, const i32* chunks, int cmax, int heads,
@@ -32,7 +32,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     constexpr int T = ATTN_THREADS * S;
     __shared__ float qs_all[S][MAX_HEAD_DIM];
     __shared__ u32 slots[ATTN_CHUNK];
-    __shared__ float sc_all[S][ATTN_CHUNK];
+    __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     griddep_launch();
@@ -179,16 +179,20 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __syncthreads();
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
     // threads loading with float4). The next stage's loads are issued into registers before the current stage is
-    // consumed, so they cross memory while the chains run; the chains read 8 positions' operands ahead of their
-    // fmas (same fmas, same order). Every thread also adds the e values it reads into l_c, in visit order (the
-    // same additions in the same order as one thread summing them, which none then has to do alone).
-    float oc0 = 0.0f, oc1 = 0.0f;  // dimensions tid and tid + ATTN_THREADS
+    // consumed, so they cross memory while the chains run. Thread tid < hd / 2 owns dimensions 2·tid and 2·tid + 1
+    // (one float2 per visit; hd is a multiple of 4), reading 8 positions' e and V ahead of their fmas (same fmas,
+    // same order); it also adds the e values it reads into l_c, in visit order (the same additions in the same
+    // order as one thread summing them, which none then has to do alone).
+    int d0 = 2 * tid;
+    bool owns = d0 < hd;
+    float oc0 = 0.0f, oc1 = 0.0f;  // dimensions d0 and d0 + 1
     float lc = 0.0f;
     // Thread ft < vstep · per_row loads float4 column vcol of stage rows vrow + k · vstep, k < PF (the rest load
-    // nothing); a stage is as many visits as fit in vs and in those PF rounds.
+    // nothing); a stage is as many visits as fit in vs and in those PF rounds, a multiple of 8 (so that e is read
+    // as aligned float4s).
     int per_row = hd / 4;
     int vstep = T / per_row;
-    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep);
+    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep) & ~7;
     int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
     float4 pf[PF];
     {
@@ -199,7 +203,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
-    bool two = hd > ATTN_THREADS;
     for (int base = 0; base < n; base += stage) {
         int cnt = min(stage, n - base);
 #pragma unroll
@@ -217,53 +220,39 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                 if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[nb + row_k] * stride_slot + vcol);
             }
         }
-        const float* vsf = (const float*)vs;
-        int i = 0;
-        if (two) {
+        if (owns) {
+            const float* vsf = (const float*)vs + d0;
+            int i = 0;
             for (; i + 8 <= cnt; i += 8) {
-                float e[8], v0[8], v1[8];
+                float4 ea = *(const float4*)(sc + base + i), eb = *(const float4*)(sc + base + i + 4);
+                float e[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
+                float2 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = *(const float2*)(vsf + (i + u) * hd);
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
-                    e[u] = sc[base + i + u];
-                    v0[u] = vsf[(i + u) * hd + tid];
-                    v1[u] = tid + ATTN_THREADS < hd ? vsf[(i + u) * hd + tid + ATTN_THREADS] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    oc0 = fmaf(e[u], v0[u], oc0);
-                    oc1 = fmaf(e[u], v1[u], oc1);
+                    oc0 = fmaf(e[u], v[u].x, oc0);
+                    oc1 = fmaf(e[u], v[u].y, oc1);
                     lc += e[u];
                 }
             }
-        } else {
-            for (; i + 8 <= cnt; i += 8) {
-                float e[8], v0[8];
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    e[u] = sc[base + i + u];
-                    v0[u] = tid < hd ? vsf[(i + u) * hd + tid] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < 8; u++) {
-                    oc0 = fmaf(e[u], v0[u], oc0);
-                    lc += e[u];
-                }
+            for (; i < cnt; i++) {
+                float e = sc[base + i];
+                float2 v = *(const float2*)(vsf + i * hd);
+                oc0 = fmaf(e, v.x, oc0);
+                oc1 = fmaf(e, v.y, oc1);
+                lc += e;
             }
-        }
-        for (; i < cnt; i++) {
-            float e = sc[base + i];
-            const float* vr = vsf + i * hd;
-            if (tid < hd) oc0 = fmaf(e, vr[tid], oc0);
-            if (tid + ATTN_THREADS < hd) oc1 = fmaf(e, vr[tid + ATTN_THREADS], oc1);
-            lc += e;
         }
         __syncthreads();
     }
     if (cmax == 1) {
         // The row's only chunk: the merge would output o_c / l_c; do it here and skip attention_merge.
         float* outh = out + ((i64)r * heads + h) * hd;
-        if (tid < hd) outh[tid] = oc0 / lc;
-        if (tid + ATTN_THREADS < hd) outh[tid + ATTN_THREADS] = oc1 / lc;
+        if (owns) {
+            outh[d0] = oc0 / lc;
+            outh[d0 + 1] = oc1 / lc;
+        }
         return;
     }
     float* pp = part + (((i64)r * heads + h) * cmax + c) * (hd + 2);
@@ -271,8 +260,10 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         pp[0] = mc;
         pp[1] = lc;  // l_c in visit order
     }
-    if (tid < hd) pp[2 + tid] = oc0;
-    if (tid + ATTN_THREADS < hd) pp[2 + tid + ATTN_THREADS] = oc1;
+    if (owns) {
+        pp[2 + d0] = oc0;
+        pp[3 + d0] = oc1;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
