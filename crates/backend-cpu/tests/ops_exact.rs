@@ -15,6 +15,7 @@ use tf_core::{
     TensorInfo,
 };
 use tf_quant::reference::ops as r;
+use tf_testkit::rows::values;
 
 const ROW_COUNTS: [usize; 8] = [1, 2, 3, 5, 8, 16, 33, 64];
 
@@ -41,18 +42,6 @@ fn rng() -> (StdRng, SeedGuard) {
 /// Every ISA level with 1 and 3 threads.
 fn backends() -> Vec<CpuBackend> {
     Isa::available().into_iter().flat_map(|isa| [1, 3].map(|t| CpuBackend::with_isa(t, Precision::Full, isa))).collect()
-}
-
-/// Random values of magnitude up to `scale`, with a sprinkle of zeros, signed zeros and tiny values.
-fn values(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| match rng.gen_range(0..100) {
-            0 => 0.0,
-            1 => -0.0,
-            2 => rng.gen_range(-1e-30f32..1e-30),
-            _ => rng.gen_range(-scale..scale),
-        })
-        .collect()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -595,46 +584,6 @@ fn attention_edge_cases() {
     }
 }
 
-/// A random row for the argmax: plain values, or with ties at the maximum, NaN, ±0 as the maximum, +∞ twice,
-/// every value −∞ or NaN.
-fn argmax_row_data(rng: &mut StdRng, n: usize) -> Vec<f32> {
-    let mut row = values(rng, n, 8.0);
-    let at = |rng: &mut StdRng| rng.gen_range(0..n);
-    match rng.gen_range(0..8) {
-        0 => {}
-        1 => {
-            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            for _ in 0..rng.gen_range(1..4) {
-                let i = at(rng);
-                row[i] = m;
-            }
-        }
-        2 => {
-            for _ in 0..rng.gen_range(1..=n.min(40)) {
-                let i = at(rng);
-                row[i] = f32::NAN;
-            }
-        }
-        3 => {
-            row.iter_mut().for_each(|v| *v = -v.abs() - 1.0);
-            for _ in 0..rng.gen_range(1..4) {
-                let i = at(rng);
-                row[i] = if rng.gen() { 0.0 } else { -0.0 };
-            }
-        }
-        4 => {
-            for _ in 0..2 {
-                let i = at(rng);
-                row[i] = f32::INFINITY;
-            }
-        }
-        5 => row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
-        6 => row.iter_mut().for_each(|v| *v = f32::NAN),
-        _ => row.iter_mut().for_each(|v| *v = if rng.gen() { f32::NAN } else { f32::NEG_INFINITY }),
-    }
-    row
-}
-
 /// The greedy rule written independently of `tf_core::argmax_row`: the maximum with NaN read as −∞, then the
 /// first index holding it.
 fn max_then_first(row: &[f32]) -> u32 {
@@ -649,7 +598,7 @@ fn argmax_rows_is_the_row_rule() {
     let be = CpuBackend::new(2, Precision::Full);
     for &cols in &[1usize, 2, 31, 1000, 4099] {
         for rows in 1..=20 {
-            let data: Vec<f32> = (0..rows).flat_map(|_| argmax_row_data(&mut rng, cols)).collect();
+            let data: Vec<f32> = (0..rows).flat_map(|_| tf_testkit::rows::argmax_row(&mut rng, cols)).collect();
             let x = Tensor::host(rows, cols, data);
             let got = be.argmax_rows(&x);
             let want: Vec<u32> = (0..rows).map(|r| max_then_first(x.row(r))).collect();

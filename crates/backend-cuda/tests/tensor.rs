@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use tf_backend_cpu::CpuBackend;
 use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{Backend, DType, Precision, Tensor, TensorInfo, Weight};
+use tf_testkit::rows::values;
 
 const ROW_COUNTS: [usize; 10] = [1, 2, 3, 5, 8, 16, 17, 33, 64, 256];
 
@@ -36,18 +37,6 @@ fn rng() -> (StdRng, SeedGuard) {
 
 fn gpu(a: Arithmetic) -> CudaBackend {
     CudaBackend::with_arithmetic(0, Precision::Full, a).unwrap_or_else(|e| panic!("no CUDA backend: {e}"))
-}
-
-/// Random values of magnitude up to `scale`, with a sprinkle of zeros, signed zeros and tiny values.
-fn values(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| match rng.gen_range(0..100) {
-            0 => 0.0,
-            1 => -0.0,
-            2 => rng.gen_range(-1e-30f32..1e-30),
-            _ => rng.gen_range(-scale..scale),
-        })
-        .collect()
 }
 
 #[track_caller]

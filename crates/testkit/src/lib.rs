@@ -1,7 +1,8 @@
 //! Test helpers shared by the crates' integration tests: the real models fetched by
-//! `scripts/fetch-models.sh` and the reference fixtures under `fixtures/`.
+//! `scripts/fetch-models.sh`, the reference fixtures under `fixtures/`, and random op inputs ([`rows`]).
 
 pub mod alloc;
+pub mod rows;
 
 use std::path::PathBuf;
 
