@@ -4,7 +4,8 @@
 # timings of real shapes with random weights, copy bandwidth, and the transformers peer). No argument: all three.
 # `tensor` (not in the default): the tensor arithmetic, token_sha and check on a bf16 model, then its timings
 # (the example, then the CLI: serial decode, 2048-token prefill, 1/8/32 streams). `quick`: the example only, both
-# arithmetics, 1.5B and 7B.
+# arithmetics, 1.5B and 7B. `window`: the verify-window cost in the tensor arithmetic (1-, 16- and 8-row steps
+# alternated, argmax ids, forward only) and attention alone, 1.5B and 7B.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -111,6 +112,19 @@ if [ "$what" = quick ]; then
             timeout 200 $B/bench $cfg || echo "bench $cfg failed or timed out"
         done
     } 2>&1 | tee "$OUT/quick.log"
+fi
+if [ "$what" = window ]; then
+    {
+        # The window / 1-row ratio as docs/benchmarks.md (session 7) measures it: after a 64-row prefill, 40 steps
+        # of each row count alternated (contexts 64..1064), each fetching argmax ids as the engine does for greedy
+        # rows; then attention alone at several contexts (heads per block auto, ≤ 7, ≤ 1).
+        for shape in qwen2.5-1.5b qwen2.5-7b; do
+            TF_BENCH_DECODE_ONLY=1 TF_BENCH_IDS=1 TF_BENCH_ROWS=1,16,8 timeout 120 $B/bench $shape bf16 full tensor |
+                grep "decode only" | sed "s/^/$shape: /" || echo "window $shape failed"
+            TF_BENCH_ATTN_ONLY=1 timeout 120 $B/bench $shape bf16 full tensor | tail -1 ||
+                echo "attention $shape failed"
+        done
+    } 2>&1 | tee "$OUT/window.log"
 fi
 if [ "$what" = tensor ]; then
     {
