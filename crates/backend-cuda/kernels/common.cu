@@ -130,6 +130,23 @@ __device__ __forceinline__ float tf_gelu_tanh(float x) {
     return x / (1.0f + tf_exp(-2.0f * u));
 }
 
+// x rounded to bf16 (f16 when f16 != 0) by one cvt.rn, as the tensor arithmetic rounds activations (kernels/mma.cu,
+// pack2: cvt.rn.{bf16x2,f16x2}.f32 rounds each element the same way). Producers of a window's activations write
+// such a copy next to the f32 values so the tensor-core kernels read half the bytes (docs/cuda.md).
+__device__ __forceinline__ u16 round_half(float x, int f16) {
+    u16 h = 0;
+#if __CUDA_ARCH__ >= 800
+    if (f16) {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    } else {
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    }
+#else
+    __trap();
+#endif
+    return h;
+}
+
 // The fixed tree of reference::matmul::tree16 over lanes 0..15 of each 16-lane segment: lane j ends with
 // t8[j] = acc[j] + acc[j+8], then t4, t2, and lane 0 of the segment holds t2[0] + t2[1]. Every lane of the
 // warp must call it (shuffles); only lane 0 of each segment has the canonical value.

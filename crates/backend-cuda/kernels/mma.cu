@@ -203,14 +203,18 @@ __device__ void mma_matmul(const float* x, int R, int K, const u16* w, int N, co
 // their mma steps. The arithmetic is the header's; only the grouping differs from `mma_matmul`.
 // GLU: NT = 2 and tile 1 is `w_up`'s rows for tile 0's columns of `w` (the gate); the block then writes
 // act(gate) · up for those columns with exactly `glu`'s arithmetic (kernels/ops.cu) instead of two outputs.
+// XH (the `_h` kernels, for windows whose x comes with a copy): xh is x already rounded to the weight type
+// (round_half, written by the kernel that produced x), read instead of x: the same a-fragments from half the bytes.
+// yh (GLU, may be null): the outputs rounded likewise, for the down-projection.
 // bx: this block's index among the weight's blocks; grid of one weight ceil(N / (8·NT·NB)) (GLU: ceil(N / (8·NB))),
 // 32·NB·MMA_SPLIT threads.
 #define MMA_S_NT 2
 #define MMA_S_NB 2
 #define MMA_S_U 4
-template <bool F16, int NT, int NB, int U, bool GLU>
+template <bool F16, int NT, int NB, int U, bool GLU, bool XH = false>
 __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u16* w, const u16* w_up, int N,
-                                          const u8* bias, int bias_dt, float* y, int act, int bx) {
+                                          const u8* bias, int bias_dt, float* y, int act, int bx, const u16* xh,
+                                          u16* yh) {
     // parts [NB, MMA_SPLIT, NT tiles, 32 lanes, 4]: every warp's accumulators, merged in part order at the end.
     __shared__ float parts[NB * MMA_SPLIT * NT * 128];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -241,6 +245,8 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
     // This lane's activation rows g and g + 8 at element 8q (null past R: padding zeros).
     const float* xp0 = g < R ? x + (i64)g * K + 8 * q : nullptr;
     const float* xp1 = g + 8 < R ? x + (i64)(g + 8) * K + 8 * q : nullptr;
+    const u16* xq0 = XH && g < R ? xh + (i64)g * K + 8 * q : nullptr;
+    const u16* xq1 = XH && g + 8 < R ? xh + (i64)(g + 8) * K + 8 * q : nullptr;
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -263,7 +269,15 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const float* xr = h ? xp1 : xp0;
-                if (xr && c < chunks) {
+                const u16* xq = h ? xq1 : xq0;
+                if (XH) {
+                    // Eight rounded elements 32c + 8q.. in memory order: exactly pack2's four pairs.
+                    uint4 v = xq && c < chunks ? *(const uint4*)(xq + MMA_CHUNK * c) : make_uint4(0, 0, 0, 0);
+                    a[u][h][0] = v.x;
+                    a[u][h][1] = v.y;
+                    a[u][h][2] = v.z;
+                    a[u][h][3] = v.w;
+                } else if (xr && c < chunks) {
                     const float4* xv = (const float4*)(xr + MMA_CHUNK * c);
                     float4 lo = xv[0], hi = xv[1];
                     a[u][h][0] = pack2<F16>(lo.x, lo.y);
@@ -316,7 +330,9 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
                 // The up tile's output at the same place, merged in the same order.
                 float u = sum_parts(src + 128, per);
                 float av = act == 0 ? tf_silu(v) : tf_gelu_tanh(v);
-                y[(i64)row * N + col] = av * u;
+                float o = av * u;
+                y[(i64)row * N + col] = o;
+                if (yh) yh[(i64)row * N + col] = round_half(o, F16);
             } else {
                 if (bias) v = v + deq_elem(bias_dt, bias, col);
                 y[(i64)row * N + col] = v;
@@ -325,47 +341,46 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
     }
 }
 
-// One weight, up to 16 rows. grid (ceil(N / 32), 1), 256 threads.
-extern "C" __global__ void mma_bf16_s(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                      int bias_dt, float* y) {
-    mma_small<false, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+// One weight, up to 16 rows. grid (ceil(N / 32), 1), 256 threads. The `_h` kernels take x's rounded copy last.
+#define MMA_ONE_ARGS const float *x, int R, int K, const u16 *w, int N, const u8 *bias, int bias_dt, float *y
+#define MMA_ONE_PASS x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x, nullptr, nullptr
+#define MMA_ONE_PASS_H x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x, xh, nullptr
+extern "C" __global__ void mma_bf16_s(MMA_ONE_ARGS) {
+    mma_small<false, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(MMA_ONE_PASS);
 }
-
-extern "C" __global__ void mma_f16_s(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                     int bias_dt, float* y) {
-    mma_small<true, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+extern "C" __global__ void mma_f16_s(MMA_ONE_ARGS) {
+    mma_small<true, MMA_S_NT, MMA_S_NB, MMA_S_U, false>(MMA_ONE_PASS);
+}
+extern "C" __global__ void mma_bf16_s_h(MMA_ONE_ARGS, const u16* xh) {
+    mma_small<false, MMA_S_NT, MMA_S_NB, MMA_S_U, false, true>(MMA_ONE_PASS_H);
+}
+extern "C" __global__ void mma_f16_s_h(MMA_ONE_ARGS, const u16* xh) {
+    mma_small<true, MMA_S_NT, MMA_S_NB, MMA_S_U, false, true>(MMA_ONE_PASS_H);
 }
 
 // The narrow grouping for matrices with few columns (N of a few thousand: q, o, down): one 8-column tile per block
 // of MMA_SPLIT warps, twice the chunks in flight per warp, so that a [3584, 18944] down-projection gets 448 blocks
 // instead of 112 on 132 SMs. grid (ceil(N / 8), 1), 128 threads.
 #define MMA_SN_U 8
-extern "C" __global__ void mma_bf16_sn(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                       int bias_dt, float* y) {
-    mma_small<false, 1, 1, MMA_SN_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
-}
-
-extern "C" __global__ void mma_f16_sn(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                      int bias_dt, float* y) {
-    mma_small<true, 1, 1, MMA_SN_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
-}
+extern "C" __global__ void mma_bf16_sn(MMA_ONE_ARGS) { mma_small<false, 1, 1, MMA_SN_U, false>(MMA_ONE_PASS); }
+extern "C" __global__ void mma_f16_sn(MMA_ONE_ARGS) { mma_small<true, 1, 1, MMA_SN_U, false>(MMA_ONE_PASS); }
 
 // Up to three weights of one type and K against the same rows in one launch (q/k/v: Backend::matmul_many): nb0
 // blocks for weight 0, then nb1 for weight 1, then the rest for weight 2, each running `mma_small<NT, NB, U>` for
 // its weight. grid (Σ ceil(N_i / (8·NT·NB)), 1), 32·NB·MMA_SPLIT threads.
-template <bool F16, int NT, int NB, int U>
+template <bool F16, int NT, int NB, int U, bool XH = false>
 __device__ __forceinline__ void mma_small_many(const float* x, int R, int K, int nb0, int nb1, const u16* w0, int n0,
                                                const u8* b0, int bdt0, float* y0, const u16* w1, int n1,
                                                const u8* b1, int bdt1, float* y1, const u16* w2, int n2,
-                                               const u8* b2, int bdt2, float* y2) {
+                                               const u8* b2, int bdt2, float* y2, const u16* xh) {
     int bx = blockIdx.x;
     if (bx < nb0) {
-        mma_small<F16, NT, NB, U, false>(x, R, K, w0, nullptr, n0, b0, bdt0, y0, 0, bx);
+        mma_small<F16, NT, NB, U, false, XH>(x, R, K, w0, nullptr, n0, b0, bdt0, y0, 0, bx, xh, nullptr);
     } else if (bx < nb0 + nb1) {
-        mma_small<F16, NT, NB, U, false>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0);
+        mma_small<F16, NT, NB, U, false, XH>(x, R, K, w1, nullptr, n1, b1, bdt1, y1, 0, bx - nb0, xh, nullptr);
     } else {
         int b = bx - nb0 - nb1;
-        mma_small<F16, NT, NB, U, false>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, b);
+        mma_small<F16, NT, NB, U, false, XH>(x, R, K, w2, nullptr, n2, b2, bdt2, y2, 0, b, xh, nullptr);
     }
 }
 
@@ -373,7 +388,8 @@ __device__ __forceinline__ void mma_small_many(const float* x, int R, int K, int
     const float *x, int R, int K, int nb0, int nb1, const u16 *w0, int n0, const u8 *b0, int bdt0, float *y0,      \
         const u16 *w1, int n1, const u8 *b1, int bdt1, float *y1, const u16 *w2, int n2, const u8 *b2, int bdt2, \
         float *y2
-#define MMA_MANY_PASS x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2
+#define MMA_MANY_PASS x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nullptr
+#define MMA_MANY_PASS_H x, R, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, xh
 
 // One row (decode): `mma_*_sn`'s grouping. grid (Σ ceil(N_i / 8), 1), 128 threads.
 extern "C" __global__ void mma_bf16_s_many(MMA_MANY_ARGS) { mma_small_many<false, 1, 1, MMA_SN_U>(MMA_MANY_PASS); }
@@ -384,31 +400,42 @@ extern "C" __global__ void mma_f16_s_many(MMA_MANY_ARGS) { mma_small_many<true, 
 // flight of `_s`. grid (ceil(N / (8·MMA_W_NT)), 1), 128 threads; `_sw_many` likewise per weight.
 #define MMA_W_NT 2
 #define MMA_W_U 8
-extern "C" __global__ void mma_bf16_sw(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                       int bias_dt, float* y) {
-    mma_small<false, MMA_W_NT, 1, MMA_W_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+extern "C" __global__ void mma_bf16_sw(MMA_ONE_ARGS) { mma_small<false, MMA_W_NT, 1, MMA_W_U, false>(MMA_ONE_PASS); }
+extern "C" __global__ void mma_f16_sw(MMA_ONE_ARGS) { mma_small<true, MMA_W_NT, 1, MMA_W_U, false>(MMA_ONE_PASS); }
+extern "C" __global__ void mma_bf16_sw_h(MMA_ONE_ARGS, const u16* xh) {
+    mma_small<false, MMA_W_NT, 1, MMA_W_U, false, true>(MMA_ONE_PASS_H);
 }
-
-extern "C" __global__ void mma_f16_sw(const float* x, int R, int K, const u16* w, int N, const u8* bias,
-                                      int bias_dt, float* y) {
-    mma_small<true, MMA_W_NT, 1, MMA_W_U, false>(x, R, K, w, nullptr, N, bias, bias_dt, y, 0, blockIdx.x);
+extern "C" __global__ void mma_f16_sw_h(MMA_ONE_ARGS, const u16* xh) {
+    mma_small<true, MMA_W_NT, 1, MMA_W_U, false, true>(MMA_ONE_PASS_H);
 }
 
 extern "C" __global__ void mma_bf16_sw_many(MMA_MANY_ARGS) {
     mma_small_many<false, MMA_W_NT, 1, MMA_W_U>(MMA_MANY_PASS);
 }
 extern "C" __global__ void mma_f16_sw_many(MMA_MANY_ARGS) { mma_small_many<true, MMA_W_NT, 1, MMA_W_U>(MMA_MANY_PASS); }
-
-// glu(x · gateᵀ, x · upᵀ) for up to 16 rows in one launch; act 0 = SiLU, 1 = GELU (tanh form).
-// grid (ceil(N / 16), 1), 256 threads.
-extern "C" __global__ void mma_bf16_s_glu(const float* x, int R, int K, const u16* gate, const u16* up, int N,
-                                          int act, float* out) {
-    mma_small<false, 2, MMA_S_NB, MMA_S_U, true>(x, R, K, gate, up, N, nullptr, 0, out, act, blockIdx.x);
+extern "C" __global__ void mma_bf16_sw_many_h(MMA_MANY_ARGS, const u16* xh) {
+    mma_small_many<false, MMA_W_NT, 1, MMA_W_U, true>(MMA_MANY_PASS_H);
+}
+extern "C" __global__ void mma_f16_sw_many_h(MMA_MANY_ARGS, const u16* xh) {
+    mma_small_many<true, MMA_W_NT, 1, MMA_W_U, true>(MMA_MANY_PASS_H);
 }
 
-extern "C" __global__ void mma_f16_s_glu(const float* x, int R, int K, const u16* gate, const u16* up, int N,
-                                         int act, float* out) {
-    mma_small<true, 2, MMA_S_NB, MMA_S_U, true>(x, R, K, gate, up, N, nullptr, 0, out, act, blockIdx.x);
+// glu(x · gateᵀ, x · upᵀ) for up to 16 rows in one launch; act 0 = SiLU, 1 = GELU (tanh form); outh: null, or
+// the outputs rounded to the weight type. grid (ceil(N / 16), 1), 256 threads.
+#define MMA_GLU_ARGS \
+    const float *x, int R, int K, const u16 *gate, const u16 *up, int N, int act, float *out, u16 *outh
+#define MMA_GLU_PASS(XH) x, R, K, gate, up, N, nullptr, 0, out, act, blockIdx.x, XH, outh
+extern "C" __global__ void mma_bf16_s_glu(MMA_GLU_ARGS) {
+    mma_small<false, 2, MMA_S_NB, MMA_S_U, true>(MMA_GLU_PASS(nullptr));
+}
+extern "C" __global__ void mma_f16_s_glu(MMA_GLU_ARGS) {
+    mma_small<true, 2, MMA_S_NB, MMA_S_U, true>(MMA_GLU_PASS(nullptr));
+}
+extern "C" __global__ void mma_bf16_s_glu_h(MMA_GLU_ARGS, const u16* xh) {
+    mma_small<false, 2, MMA_S_NB, MMA_S_U, true, true>(MMA_GLU_PASS(xh));
+}
+extern "C" __global__ void mma_f16_s_glu_h(MMA_GLU_ARGS, const u16* xh) {
+    mma_small<true, 2, MMA_S_NB, MMA_S_U, true, true>(MMA_GLU_PASS(xh));
 }
 
 // More rows (prefill): four row tiles and four column tiles per warp, one group per block; 128 threads.

@@ -7,11 +7,13 @@
 // NORM_CHUNK elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of
 // type w_dt. With ADD, the residual add comes first with exactly the arithmetic of `add`: x_i = x_i + b_i is
 // written back to x and to the shared chunk (the sums are what the norm sees), and the last loop reads the sums
-// back from x. The thread count changes no bits: the sums of squares are the 16 lanes' in any case.
+// back from x. The thread count changes no bits: the sums of squares are the 16 lanes' in any case. yh (may be
+// null): y rounded to bf16 (f16 when yh_f16), for the tensor-core kernels (round_half).
 #define NORM_CHUNK 4096
 template <bool ADD>
 __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* __restrict__ b, int n,
-                                           const u8* __restrict__ w, int w_dt, float eps, float* __restrict__ y) {
+                                           const u8* __restrict__ w, int w_dt, float eps, float* __restrict__ y,
+                                           u16* __restrict__ yh, int yh_f16) {
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
     griddep_launch();
@@ -85,28 +87,37 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
 #pragma unroll
         for (int u = 0; u < NORM_PER; u++) {
             int i = tid + u * blockDim.x;
-            if (i < n) y[i] = (xs[i] * inv) * wv[u];
+            if (i < n) {
+                float v = (xs[i] * inv) * wv[u];
+                y[i] = v;
+                if (yh) yh[i] = round_half(v, yh_f16);
+            }
         }
         return;
     }
-    for (int i = tid; i < n; i += blockDim.x) y[i] = (x[i] * inv) * deq_elem(w_dt, w, i);
+    for (int i = tid; i < n; i += blockDim.x) {
+        float v = (x[i] * inv) * deq_elem(w_dt, w, i);
+        y[i] = v;
+        if (yh) yh[i] = round_half(v, yh_f16);
+    }
 }
 
-// One block per (group g, row r): grid (cols / group, R); the norm of each group of `group` values.
+// One block per (group g, row r): grid (cols / group, R); the norm of each group of `group` values. yh: null, or
+// [R, cols] for the half copy.
 extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
-                                    float* y) {
+                                    float* y, u16* yh, int yh_f16) {
     i64 off = (i64)blockIdx.y * cols + (i64)blockIdx.x * group;
     // Not written: without ADD norm_block only reads x.
-    norm_block<false>((float*)(x + off), nullptr, group, w, w_dt, eps, y + off);
+    norm_block<false>((float*)(x + off), nullptr, group, w, w_dt, eps, y + off, yh ? yh + off : nullptr, yh_f16);
 }
 
 // The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =
 // cols. One block per row, with exactly the arithmetic of `add` (s_i = a_i + b_i) then of `rms_norm`
 // (norm_block). Saves one launch and a read of the row.
 extern "C" __global__ void add_rms_norm(float* a, const float* b, int cols, const u8* w, int w_dt, float eps,
-                                        float* y) {
+                                        float* y, u16* yh, int yh_f16) {
     i64 off = (i64)blockIdx.x * cols;
-    norm_block<true>(a + off, b + off, cols, w, w_dt, eps, y + off);
+    norm_block<true>(a + off, b + off, cols, w, w_dt, eps, y + off, yh ? yh + off : nullptr, yh_f16);
 }
 
 // RoPE of x [R, cols] in place: thread per (row, head, pair i). cos/sin: [R, half] table rows of each row's

@@ -10,10 +10,11 @@ use crate::geometry::{
 use crate::graph::Mode;
 
 // The matmul paths (one weight, several, gate/up with the GLU): backend/matmul.rs.
+mod half;
 mod matmul;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RopeStyle,
@@ -24,6 +25,9 @@ use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
 /// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
 pub struct CudaTensor {
     pub buf: Buf,
+    /// The same values rounded to the tensor arithmetic's half type (`[rows * cols]` u16; f16 when the flag is set,
+    /// else bf16), written by the producing kernel for windows (backend/half.rs); in-place ops drop it.
+    pub half: Option<(Buf, bool)>,
 }
 
 /// A weight on the device in its checkpoint format: `[out, in]` (or a vector `[n]`), raw GGUF blocks; float
@@ -93,6 +97,8 @@ pub struct CudaBackend {
     /// Query heads per attention block: 0 = by block count, else at most this many ([`CudaBackend::set_attn_heads`];
     /// `TF_CUDA_ATTN_HEADS`).
     attn_heads_cap: AtomicUsize,
+    /// The half type of the tensor arithmetic's matrices, for window activations' half copies (backend/half.rs).
+    half_kind: AtomicU8,
 }
 
 /// Choices of the float matmuls that change no output's bits: the weight layout and the interleaved block width.
@@ -102,6 +108,8 @@ struct FloatTuning {
     no_interleave: AtomicBool,
     /// Columns per block of the interleaved kernels (0: [`il_cols`]).
     cols: AtomicU32,
+    /// Make no half copies of window activations (`TF_CUDA_HALF_X=0`, for measurements; backend/half.rs).
+    no_half_x: AtomicBool,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -216,11 +224,13 @@ impl CudaBackend {
                 // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
                 // read them at matmul_float's speed (docs/perf-notes.md, issue 8).
                 no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
+                no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
                 ..FloatTuning::default()
             },
             attn_heads_cap: AtomicUsize::new(
                 std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
             ),
+            half_kind: AtomicU8::new(half::HALF_NONE),
         })
     }
 
@@ -339,7 +349,12 @@ impl CudaBackend {
     }
 
     fn tensor(&self, rows: usize, cols: usize, buf: Buf) -> Tensor {
-        Tensor { rows, cols, host: Vec::new(), device: Some(Arc::new(CudaTensor { buf })) }
+        self.tensor_half(rows, cols, buf, None)
+    }
+
+    /// A tensor with its half copy (or none).
+    fn tensor_half(&self, rows: usize, cols: usize, buf: Buf, half: Option<(Buf, bool)>) -> Tensor {
+        Tensor { rows, cols, host: Vec::new(), device: Some(Arc::new(CudaTensor { buf, half })) }
     }
 
     /// The device storage of `x`, uploading a host tensor.
@@ -351,21 +366,22 @@ impl CudaBackend {
             }
             None => {
                 assert_eq!(x.host.len(), x.rows * x.cols, "{x:?}: host data length");
-                Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)) })
+                Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)), half: None })
             }
         }
     }
 
-    /// `x`'s device buffer for writing in place: uploaded if on the host, copied first if shared with a clone.
+    /// `x`'s device buffer for writing in place: uploaded if on the host, copied first if shared with a clone; its
+    /// half copy dropped (it would go stale).
     fn make_unique<'a>(&self, x: &'a mut Tensor) -> &'a CudaTensor {
         let n = x.rows * x.cols;
         let fresh = match &x.device {
-            None => Some(Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)) }) as Storage),
+            None => Some(Arc::new(CudaTensor { buf: self.upload_or_panic(f32_bytes(&x.host)), half: None }) as Storage),
             Some(s) if Arc::strong_count(s) > 1 => {
                 let src = s.downcast_ref::<CudaTensor>().expect("tensor of another backend");
                 let mut buf = self.alloc_f32(n);
                 self.gpu.copy(&src.buf, &mut buf, 4 * n);
-                Some(Arc::new(CudaTensor { buf }) as Storage)
+                Some(Arc::new(CudaTensor { buf, half: None }) as Storage)
             }
             Some(_) => None,
         };
@@ -373,6 +389,8 @@ impl CudaBackend {
             x.device = Some(s);
             x.host = Vec::new();
         }
+        let s = x.device.as_mut().expect("a device tensor");
+        Arc::get_mut(s).and_then(|s| s.downcast_mut::<CudaTensor>()).expect("tensor of another backend").half = None;
         x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).expect("tensor of another backend")
     }
 
@@ -515,6 +533,7 @@ impl Backend for CudaBackend {
             let epv = 16 / dtype.block_bytes();
             self.gpu.launch("interleave_rows").ptr(&buf).i64(nblk).int(epv as i32).go(g, b);
         }
+        self.note_matrix_type(dtype, shape.len());
         let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved };
         Ok(Weight { name: info.name.clone(), dtype, shape, storage: Arc::new(w) })
     }
@@ -557,6 +576,8 @@ impl Backend for CudaBackend {
         assert!(group > 0 && x.cols.is_multiple_of(group), "rms_norm: cols {} not a multiple of group {group}", x.cols);
         assert_eq!(cw.out_dim * cw.in_dim, group, "rms_norm: weight length");
         let out = self.alloc_f32(x.rows * x.cols);
+        // Whole-row norms feed matmuls: a window's gets a half copy.
+        let half = if group == x.cols { self.half_out(x.rows, x.cols) } else { None };
         if x.rows > 0 && x.cols > 0 {
             let xs = self.input(x);
             let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
@@ -570,9 +591,11 @@ impl Backend for CudaBackend {
                 .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
+                .addr(half.as_ref().map_or(0, |h| h.0.ptr))
+                .int(half.as_ref().is_some_and(|h| h.1) as i32)
                 .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group), 1, 1));
         }
-        self.tensor(x.rows, x.cols, out)
+        self.tensor_half(x.rows, x.cols, out, half)
     }
 
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
@@ -841,6 +864,7 @@ impl Backend for CudaBackend {
         assert_eq!(cw.out_dim * cw.in_dim, a.cols, "add_rms_norm: weight length");
         let (rows, cols) = (a.rows, a.cols);
         let out = self.alloc_f32(rows * cols);
+        let half = self.half_out(rows, cols);
         if rows > 0 && cols > 0 {
             let bs = self.input(b);
             let bb = &bs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
@@ -855,9 +879,11 @@ impl Backend for CudaBackend {
                 .int(cw.tag())
                 .f32(eps)
                 .ptr(&out)
+                .addr(half.as_ref().map_or(0, |h| h.0.ptr))
+                .int(half.as_ref().is_some_and(|h| h.1) as i32)
                 .go((rows as u32, 1, 1), (norm_threads(cols), 1, 1));
         }
-        self.tensor(rows, cols, out)
+        self.tensor_half(rows, cols, out, half)
     }
 
     fn scale(&self, x: &mut Tensor, s: f32) {

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 53] = [
+pub const KERNELS: [&str; 61] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -66,6 +66,14 @@ pub const KERNELS: [&str; 53] = [
     "mma_f16_sw",
     "mma_bf16_sw_many",
     "mma_f16_sw_many",
+    "mma_bf16_s_h",
+    "mma_f16_s_h",
+    "mma_bf16_sw_h",
+    "mma_f16_sw_h",
+    "mma_bf16_sw_many_h",
+    "mma_f16_sw_many_h",
+    "mma_bf16_s_glu_h",
+    "mma_f16_s_glu_h",
     "mma_bf16_l",
     "mma_f16_l",
 ];
@@ -230,19 +238,36 @@ pub const MMA_SW_FROM: usize = 8;
 pub const MMA_SW_COLS: usize = 16;
 pub const MMA_SW_THREADS: u32 = 128;
 
-/// The tensor-core matmul kernel for `rows × n` outputs of BF16 (or F16) weights, its grid and block. The kernels
-/// differ only in how outputs share loads (kernels/mma.cu), never in an output's arithmetic. The `_s*` kernels
+/// Whether `rows` is a window whose activations come with a half copy (backend/half.rs) for the `_h` kernels.
+pub fn half_rows(rows: usize) -> bool {
+    (MMA_SW_FROM..=MMA_SMALL_ROWS).contains(&rows)
+}
+
+/// The tensor-core matmul kernel for `rows × n` outputs of BF16 (or F16) weights, its grid and block; `half`: x
+/// comes with its half copy (only for [`half_rows`]), read by the `_h` kernels. The kernels differ only in how
+/// outputs share loads and where x comes from (kernels/mma.cu), never in an output's arithmetic. The `_s*` kernels
 /// (rows ≤ [`MMA_SMALL_ROWS`]) wait on the previous kernel themselves: launch them with programmatic dependence.
-pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3) {
+pub fn mma_launch(rows: usize, n: usize, f16: bool, half: bool) -> (&'static str, Dim3, Dim3) {
     let narrow = n.div_ceil(MMA_S_COLS) < MMA_SN_BELOW;
+    let half = half && half_rows(rows);
     if (MMA_SW_FROM..=MMA_SMALL_ROWS).contains(&rows) && narrow {
-        let name = if f16 { "mma_f16_sw" } else { "mma_bf16_sw" };
+        let name = match (f16, half) {
+            (true, true) => "mma_f16_sw_h",
+            (true, false) => "mma_f16_sw",
+            (false, true) => "mma_bf16_sw_h",
+            (false, false) => "mma_bf16_sw",
+        };
         (name, (n.div_ceil(MMA_SW_COLS) as u32, 1, 1), (MMA_SW_THREADS, 1, 1))
     } else if rows <= MMA_SMALL_ROWS && narrow {
         let name = if f16 { "mma_f16_sn" } else { "mma_bf16_sn" };
         (name, (n.div_ceil(8) as u32, 1, 1), (32 * MMA_SPLIT, 1, 1))
     } else if rows <= MMA_SMALL_ROWS {
-        let name = if f16 { "mma_f16_s" } else { "mma_bf16_s" };
+        let name = match (f16, half) {
+            (true, true) => "mma_f16_s_h",
+            (true, false) => "mma_f16_s",
+            (false, true) => "mma_bf16_s_h",
+            (false, false) => "mma_bf16_s",
+        };
         (name, (n.div_ceil(MMA_S_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1))
     } else {
         let name = if f16 { "mma_f16_l" } else { "mma_bf16_l" };
@@ -251,13 +276,16 @@ pub fn mma_launch(rows: usize, n: usize, f16: bool) -> (&'static str, Dim3, Dim3
 }
 
 /// The `_many` tensor-core kernel for up to three weights against `rows` ≤ [`MMA_SMALL_ROWS`] rows, its columns per
-/// block (each weight gets ceil(N / columns) blocks) and threads per block.
-pub fn mma_many_launch(rows: usize, f16: bool) -> (&'static str, usize, u32) {
-    match (rows >= MMA_SW_FROM, f16) {
-        (true, true) => ("mma_f16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
-        (true, false) => ("mma_bf16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
-        (false, true) => ("mma_f16_s_many", 8, 32 * MMA_SPLIT),
-        (false, false) => ("mma_bf16_s_many", 8, 32 * MMA_SPLIT),
+/// block (each weight gets ceil(N / columns) blocks) and threads per block; `half` as for [`mma_launch`].
+pub fn mma_many_launch(rows: usize, f16: bool, half: bool) -> (&'static str, usize, u32) {
+    let half = half && half_rows(rows);
+    match (rows >= MMA_SW_FROM, f16, half) {
+        (true, true, true) => ("mma_f16_sw_many_h", MMA_SW_COLS, MMA_SW_THREADS),
+        (true, false, true) => ("mma_bf16_sw_many_h", MMA_SW_COLS, MMA_SW_THREADS),
+        (true, true, false) => ("mma_f16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
+        (true, false, false) => ("mma_bf16_sw_many", MMA_SW_COLS, MMA_SW_THREADS),
+        (false, true, _) => ("mma_f16_s_many", 8, 32 * MMA_SPLIT),
+        (false, false, _) => ("mma_bf16_s_many", 8, 32 * MMA_SPLIT),
     }
 }
 
@@ -482,10 +510,14 @@ mod tests {
             }
         }
         for (rows, n) in [(1, 1), (16, 1536), (17, 9), (256, 8960), (3, 151936), (16, 18944)] {
-            for f16 in [false, true] {
-                let (name, g, b) = mma_launch(rows, n, f16);
+            for (f16, half) in [(false, false), (true, false), (false, true), (true, true)] {
+                let (name, g, b) = mma_launch(rows, n, f16, half);
                 let narrow = rows <= MMA_SMALL_ROWS && n < 8448;
                 let window = rows >= MMA_SW_FROM;
+                // The `_h` kernels (x's half copy) for windows (`_s` and `_sw` groupings).
+                let h = half && half_rows(rows);
+                assert_eq!(name.ends_with("_h"), h, "{name}");
+                let name = name.strip_suffix("_h").unwrap_or(name);
                 let (rows_per, cols_per) = match rows <= MMA_SMALL_ROWS {
                     true if narrow && window => (16, MMA_SW_COLS),
                     true if narrow => (16, 8),

@@ -194,3 +194,64 @@ fn tensor_many_and_glu_in_one_launch_equal_separate_calls() {
         }
     }
 }
+
+fn has_half(x: &Tensor) -> bool {
+    let s = x.device.as_ref().expect("a device tensor");
+    s.downcast_ref::<tf_backend_cuda::CudaTensor>().expect("a CUDA tensor").half.is_some()
+}
+
+/// Window activations come with a copy rounded to the weights' half type, written by the kernel that produces them
+/// (RMSNorm with and without the residual add, the gate/up + GLU kernel), and the small tensor-core kernels read
+/// that copy instead of rounding x themselves: every matmul of such an activation (one weight, several, gate/up +
+/// GLU, the down-projection of the GLU's output) equals the same matmul of the same values without a copy, bitwise,
+/// for both half types. Copies exist for windows of 8..=16 rows only, and an in-place op drops them.
+#[test]
+fn half_copies_of_window_activations_change_no_bits() {
+    let (mut rng, _g) = rng();
+    for dtype in [DType::BF16, DType::F16] {
+        let t = gpu(Arithmetic::Tensor);
+        for k in [96, 1536] {
+            let mk = |rng: &mut StdRng, n: usize, k: usize| up(&t, dtype, n, k, &weight_bits(dtype, n, k, rng).0);
+            let ws: Vec<Weight> = [130, 40, 64].iter().map(|&n| mk(&mut rng, n, k)).collect();
+            let (gate, upw, down) = (mk(&mut rng, 96, k), mk(&mut rng, 96, k), mk(&mut rng, 40, 96));
+            let nw = t.upload_f32("norm", &[k], values(&mut rng, k, 1.0)).unwrap();
+            let bias = t.upload_f32("b", &[40], values(&mut rng, 40, 1.0)).unwrap();
+            for rows in [1, 5, 8, 11, 16, 17] {
+                let dev = |v: Vec<f32>| t.select_rows(&Tensor::host(rows, k, v), &(0..rows).collect::<Vec<_>>());
+                let mut a = dev(values(&mut rng, rows * k, 4.0));
+                let d = dev(values(&mut rng, rows * k, 4.0));
+                let normed = [t.add_rms_norm(&mut a, &d, &nw, 1e-6), t.rms_norm(&a, &nw, k, 1e-6)];
+                for (which, h) in normed.iter().enumerate() {
+                    let what = format!("{dtype} K {k}, {rows} rows, norm {which}");
+                    assert_eq!(has_half(h), (8..=16).contains(&rows), "{what}: half copy");
+                    let plain = dev(t.to_host(h));
+                    assert!(!has_half(&plain));
+                    for w in &ws {
+                        let got = t.to_host(&t.matmul(h, w, None));
+                        same(&got, &t.to_host(&t.matmul(&plain, w, None)), &format!("{what}: matmul {:?}", w.shape));
+                    }
+                    let list: Vec<(&Weight, Option<&Weight>)> =
+                        ws.iter().enumerate().map(|(i, w)| (w, (i == 1).then_some(&bias))).collect();
+                    let (many, many_plain) = (t.matmul_many(h, &list), t.matmul_many(&plain, &list));
+                    for i in 0..list.len() {
+                        same(&t.to_host(&many[i]), &t.to_host(&many_plain[i]), &format!("{what}: many, weight {i}"));
+                    }
+                    for act in [tf_core::GluAct::Silu, tf_core::GluAct::GeluTanh] {
+                        let g = t.matmul_glu(h, &gate, &upw, act);
+                        let g_plain = t.matmul_glu(&plain, &gate, &upw, act);
+                        same(&t.to_host(&g), &t.to_host(&g_plain), &format!("{what}: glu {act:?}"));
+                        assert_eq!(has_half(&g), (8..=16).contains(&rows), "{what}: glu half copy");
+                        let gp = g_plain.rows;
+                        let g_host = t.select_rows(&Tensor::host(gp, 96, t.to_host(&g)), &(0..gp).collect::<Vec<_>>());
+                        let y = t.to_host(&t.matmul(&g, &down, None));
+                        same(&y, &t.to_host(&t.matmul(&g_host, &down, None)), &format!("{what}: down {act:?}"));
+                    }
+                }
+                // An in-place op drops the copy (it would be stale).
+                let [mut h, _] = normed;
+                t.scale(&mut h, 2.0);
+                assert!(!has_half(&h), "{dtype} {rows} rows: scaled in place, copy dropped");
+            }
+        }
+    }
+}

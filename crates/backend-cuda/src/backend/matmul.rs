@@ -4,8 +4,8 @@
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor};
 use crate::geometry::{
-    il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
-    MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    half_rows, il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
+    mma_many_launch, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -27,7 +27,10 @@ impl CudaBackend {
             return self.tensor(rows, n, out);
         }
         let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
+        let xb = &xt.buf;
+        // The `_h` tensor-core kernels take x's half copy last.
+        let mut xh = None;
         let (kernel, grid, blk, pdl, code) =
             match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
                 Some(block) => {
@@ -68,7 +71,11 @@ impl CudaBackend {
                     // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
                     // their arithmetic. The small kernels request their first weights before waiting on the previous
                     // kernel.
-                    let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16);
+                    let h = Self::half_arg(xt, cw.dtype);
+                    let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16, h != 0);
+                    if kernel.ends_with("_h") {
+                        xh = Some(h);
+                    }
                     (kernel, grid, blk, rows <= MMA_SMALL_ROWS, None)
                 }
                 None if cw.interleaved => {
@@ -113,7 +120,11 @@ impl CudaBackend {
             Some(c) => launch.int(c),
             None => launch,
         };
-        launch.i32(n).addr(bias_ptr).int(bias_code).ptr(&out).go(grid, blk);
+        let launch = launch.i32(n).addr(bias_ptr).int(bias_code).ptr(&out);
+        match xh {
+            Some(h) => launch.addr(h).go(grid, blk),
+            None => launch.go(grid, blk),
+        }
         self.tensor(rows, n, out)
     }
 
@@ -165,13 +176,16 @@ impl CudaBackend {
     /// `mma_*_sw_many` for windows): each block runs the one-weight kernel's code for its weight (the arithmetic of
     /// every `mma_*` kernel).
     fn mma_many(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
-        let (kernel, cols, threads) = mma_many_launch(x.rows, weight(ws[0].0).dtype == DType::F16);
+        let dtype = weight(ws[0].0).dtype;
+        let h = x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).map_or(0, |t| Self::half_arg(t, dtype));
+        let (kernel, cols, threads) = mma_many_launch(x.rows, dtype == DType::F16, h != 0);
         self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads)
     }
 
     /// One launch of a `_many` kernel (launched with programmatic dependence) for two or three weights against
     /// `x`: arguments (x, [R if `pass_rows`,] K, nb0, nb1, then (w, N, bias, bias type, y) per weight, an absent
-    /// third one with no blocks); `blocks(N)` blocks of `threads` for each weight, side by side.
+    /// third one with no blocks[, x's half copy for an `_h` kernel]); `blocks(N)` blocks of `threads` for each weight,
+    /// side by side.
     fn launch_many(
         &self,
         kernel: &'static str,
@@ -182,7 +196,8 @@ impl CudaBackend {
         threads: u32,
     ) -> Vec<Tensor> {
         let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
+        let xb = &xt.buf;
         let mut outs = Vec::with_capacity(ws.len());
         let mut args = Vec::with_capacity(3);
         let mut blocks = Vec::with_capacity(3);
@@ -206,6 +221,9 @@ impl CudaBackend {
         for &(w, n, b, bdt, y) in &args {
             l = l.addr(w).i32(n).addr(b).int(bdt).addr(y);
         }
+        if kernel.ends_with("_h") {
+            l = l.addr(Self::half_arg(xt, weight(ws[0].0).dtype));
+        }
         l.go((blocks.iter().sum(), 1, 1), (threads, 1, 1));
         outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
     }
@@ -213,15 +231,24 @@ impl CudaBackend {
     pub(super) fn matmul_glu_impl(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         if self.mma_small(x, &[gate, up]) && weight(gate).out_dim == weight(up).out_dim {
             // Gate and up of the same columns in one block, then the GLU (kernels/mma.cu, `_s_glu`).
+            // The output feeds the down-projection: a window's gets a half copy.
             let n = weight(gate).out_dim;
             let out = self.alloc_f32(x.rows * n);
+            let half = self.half_out(x.rows, n).filter(|h| h.1 == (weight(gate).dtype == DType::F16));
             let xs = self.input(x);
-            let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-            let kernel = if weight(gate).dtype == DType::F16 { "mma_f16_s_glu" } else { "mma_bf16_s_glu" };
-            self.gpu
+            let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
+            let xh = Self::half_arg(xt, weight(gate).dtype);
+            let kernel = match (weight(gate).dtype == DType::F16, xh != 0 && half_rows(x.rows)) {
+                (true, true) => "mma_f16_s_glu_h",
+                (true, false) => "mma_f16_s_glu",
+                (false, true) => "mma_bf16_s_glu_h",
+                (false, false) => "mma_bf16_s_glu",
+            };
+            let l = self
+                .gpu
                 .launch(kernel)
                 .pdl()
-                .ptr(xb)
+                .ptr(&xt.buf)
                 .i32(x.rows)
                 .i32(x.cols)
                 .ptr(&weight(gate).buf)
@@ -229,8 +256,10 @@ impl CudaBackend {
                 .i32(n)
                 .int(act_code(act))
                 .ptr(&out)
-                .go((n.div_ceil(MMA_S_GLU_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1));
-            return self.tensor(x.rows, n, out);
+                .addr(half.as_ref().map_or(0, |h| h.0.ptr));
+            let l = if kernel.ends_with("_h") { l.addr(xh) } else { l };
+            l.go((n.div_ceil(MMA_S_GLU_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1));
+            return self.tensor_half(x.rows, n, out, half);
         }
         // One row against interleaved gate and up of one type: one launch computing both and the GLU
         // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
