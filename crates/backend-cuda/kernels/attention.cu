@@ -11,7 +11,7 @@
 #define MAX_HEAD_DIM 256
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
-#define ATTN_SP 4
+#define ATTN_SPS 2
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -123,43 +123,52 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
         // (elements j, j + 16, ... in increasing order), so each load step of a half-warp reads 16 consecutive
         // floats of one K row instead of every thread walking its own row (a cache wavefront per thread, which
-        // bound the 16-row windows); the fixed tree (tree16) then gives lane 0 the canonical sum. Each half-warp
-        // scores ATTN_SP visits per round, their loads (8 steps at a time) issued before the fmas. Loop bounds
-        // are uniform per warp (tree16 shuffles).
-        int j = tid & 15, half = (tid >> 4) & 1, wid = tid >> 5;  // lane in the half-warp, half, warp of the head
-        const int WARPS = ATTN_THREADS / 32;
+        // bound the 16-row windows); the fixed tree (tree16) then gives lane 0 the canonical sum. The block's
+        // heads share their KV head, so each half-warp of the whole block scores ATTN_SPS visits for every head:
+        // its K values are loaded once for the S heads (each head's chain is the one it would be alone: the same
+        // fmas in the same order). Loads 8 steps at a time, issued before the fmas; loop bounds are uniform per
+        // warp (tree16 shuffles).
+        int j = ft & 15, half = (ft >> 4) & 1, wid = ft >> 5;  // lane in the half-warp, half, warp of the block
+        const int WARPS = T / 32;
         int steps = hd / 16;
-        for (int wb = wid * 2 * ATTN_SP; wb < n; wb += WARPS * 2 * ATTN_SP) {
-            int vb = wb + half * ATTN_SP;
-            float acc[ATTN_SP];
-            const float* kr[ATTN_SP];
+        for (int wb = wid * 2 * ATTN_SPS; wb < n; wb += WARPS * 2 * ATTN_SPS) {
+            int vb = wb + half * ATTN_SPS;
+            float acc[S][ATTN_SPS];
+            const float* kr[ATTN_SPS];
 #pragma unroll
-            for (int u = 0; u < ATTN_SP; u++) {
-                acc[u] = 0.0f;
+            for (int u = 0; u < ATTN_SPS; u++) {
+#pragma unroll
+                for (int s = 0; s < S; s++) acc[s][u] = 0.0f;
                 kr[u] = kh + (i64)slots[min(vb + u, n - 1)] * stride_slot + j;
             }
             for (int m0 = 0; m0 < steps; m0 += 8) {
-                float kv[ATTN_SP][8];
+                float kv[ATTN_SPS][8];
 #pragma unroll
-                for (int u = 0; u < ATTN_SP; u++)
+                for (int u = 0; u < ATTN_SPS; u++)
 #pragma unroll
                     for (int m = 0; m < 8; m++) kv[u][m] = m0 + m < steps ? kr[u][16 * (m0 + m)] : 0.0f;
 #pragma unroll
                 for (int m = 0; m < 8; m++) {
                     if (m0 + m < steps) {
-                        float qv = qs[16 * (m0 + m) + j];
 #pragma unroll
-                        for (int u = 0; u < ATTN_SP; u++) acc[u] = fmaf(qv, kv[u][m], acc[u]);
+                        for (int s = 0; s < S; s++) {
+                            float qv = qs_all[s][16 * (m0 + m) + j];
+#pragma unroll
+                            for (int u = 0; u < ATTN_SPS; u++) acc[s][u] = fmaf(qv, kv[u][m], acc[s][u]);
+                        }
                     }
                 }
             }
 #pragma unroll
-            for (int u = 0; u < ATTN_SP; u++) {
-                float sum = tree16(acc[u]);
-                if (j == 0 && vb + u < n) {
-                    float sv = sum * scale_;
-                    if (has_cap) sv = softcap * tf_tanh(sv / softcap);
-                    sc[vb + u] = sv;
+            for (int s = 0; s < S; s++) {
+#pragma unroll
+                for (int u = 0; u < ATTN_SPS; u++) {
+                    float sum = tree16(acc[s][u]);
+                    if (j == 0 && vb + u < n) {
+                        float sv = sum * scale_;
+                        if (has_cap) sv = softcap * tf_tanh(sv / softcap);
+                        sc_all[s][vb + u] = sv;
+                    }
                 }
             }
         }

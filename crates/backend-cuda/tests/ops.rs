@@ -342,9 +342,11 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
         (2, 2, 256, None, Some(30.0f32)),
         (6, 3, 16, Some(7), Some(5.0)),
         (12, 2, 128, None, None),
+        (14, 2, 128, Some(300), None),
+        (15, 3, 32, None, Some(20.0)),
     ];
-    // Forced to one head per block, and to several heads of a KV group per block (6 of 6, 4 of 8, 2 of 2), then
-    // the default choice by block count: the same bits every way.
+    // Forced to one head per block, and to several heads of a KV group per block (2, 4 of 8, 6, 7 and 5 of a group),
+    // then the default choice by block count: the same bits every way.
     for ((heads, kv_heads, hd, window, softcap), cap) in configs.into_iter().flat_map(|c| [(c, 1), (c, 7), (c, 0)]) {
         g.set_attn_heads(cap);
         let spec = KvSpec { layers: 2, blocks: 96, block_size: 16, kv_heads, head_dim: hd };
