@@ -115,7 +115,7 @@ if [ "$what" = quick ]; then
 fi
 if [ "$what" = window ]; then
     {
-        # The window / 1-row ratio as docs/benchmarks.md (session 7) measures it: after a 64-row prefill, 40 steps
+        # The window / 1-row ratio as docs/benchmarks-h200.md (session 7) measures it: after a 64-row prefill, 40 steps
         # of each row count alternated (contexts 64..1064), each fetching argmax ids as the engine does for greedy
         # rows; then attention alone at several contexts (heads per block auto, ≤ 7, ≤ 1).
         for shape in qwen2.5-1.5b qwen2.5-7b; do
