@@ -179,12 +179,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let setup = &engine.info().drafting;
     let draft_line = match (&setup.warning, setup.enabled) {
         (Some(w), _) => format!("warning: {w}"),
-        (None, true) => format!(
-            "drafting: {} (self-check passed; a {}-row window costs {:.2}x one row)",
-            drafting.describe,
-            setup.costs.max_width(),
-            setup.costs.get(setup.costs.max_width()).unwrap_or(0.0) / setup.costs.get(1).unwrap_or(f64::INFINITY)
-        ),
+        (None, true) => format!("drafting: {} (self-check passed{})", drafting.describe, cost_note(&setup.costs)),
         (None, false) => format!("drafting: {}", drafting.describe),
     };
     let served = ServedModel {
@@ -265,6 +260,18 @@ fn mem_available() -> Option<u64> {
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// How much the widest measured window costs against one row, for the start-up line: greedy windows bring
+/// back only argmaxes, others every logits row (on a GPU that copy is a visible part of a window).
+fn cost_note(costs: &tf_engine::WindowCosts) -> String {
+    match (costs.argmax.widest_ratio(), costs.logits.widest_ratio()) {
+        (Some((w, a)), Some((_, l))) if l > a * 1.02 => {
+            format!("; a {w}-row window costs {a:.2}x one row, {l:.2}x with its logits copied to the host")
+        }
+        (Some((w, a)), _) => format!("; a {w}-row window costs {a:.2}x one row"),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 //! that position, and the emitted tokens are exactly serial decoding's. `k = 0` is serial decoding itself: the
 //! same loop, one row per round.
 
-use crate::generate::{EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
+use crate::generate::{chain_rows, EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
-use crate::logits::{draw_row, window_on_device, Logits, Row};
+use crate::logits::{draw_row, fetch, greedy_on_device, window_on_device, Logits, Row};
 use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,8 +20,12 @@ pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send +
 pub struct DraftConfig {
     /// Most rows in one verify window (the pending token plus drafts); below 2 nothing is drafted.
     pub max_window: usize,
-    /// Measured seconds of one forward by width ([`Generator::measure_costs`]); picks each round's width.
+    /// Measured seconds of one forward by width with every logits row brought to the host
+    /// ([`Generator::measure_costs`]); picks each round's width.
     pub costs: CostTable,
+    /// The same with only each row's argmax brought back (greedy rounds whose draws the backend makes); on a
+    /// GPU a window's logits are megabytes, so these windows cost less. [`DraftConfig::new`] copies `costs`.
+    pub argmax_costs: CostTable,
     /// The proposer for each request; `None`: context copies ([`default_proposer`]).
     pub proposer: Option<ProposerFactory>,
     /// Drafts every round verifies at least (a one-token guess when the proposer has none). 0 lets the width
@@ -33,7 +37,19 @@ pub struct DraftConfig {
 impl DraftConfig {
     /// Context copies with windows of up to `max_window` rows.
     pub fn new(max_window: usize, costs: CostTable) -> DraftConfig {
-        DraftConfig { max_window, costs, proposer: None, min_drafts: 1 }
+        DraftConfig { max_window, argmax_costs: costs.clone(), costs, proposer: None, min_drafts: 1 }
+    }
+
+    /// The costs a stream's next round is priced with: the one-row cost from [`DraftConfig::argmax_costs`]
+    /// when a one-row round would bring back only the argmax (`one_row`), else from [`DraftConfig::costs`];
+    /// likewise every wider window's cost with `window`.
+    pub fn round_costs(&self, one_row: bool, window: bool) -> CostTable {
+        let pick = |w: usize| {
+            let on_device = if w <= 1 { one_row } else { window };
+            let table = if on_device { &self.argmax_costs } else { &self.costs };
+            table.cost.get(w).copied().unwrap_or(f64::NAN)
+        };
+        CostTable::new((0..self.costs.cost.len()).map(pick).collect())
     }
 }
 
@@ -42,6 +58,7 @@ impl std::fmt::Debug for DraftConfig {
         f.debug_struct("DraftConfig")
             .field("max_window", &self.max_window)
             .field("costs", &self.costs)
+            .field("argmax_costs", &self.argmax_costs)
             .field("proposer", &self.proposer.as_ref().map(|_| "custom").unwrap_or("ngram"))
             .finish()
     }
@@ -85,7 +102,17 @@ pub struct DraftSetup {
     pub enabled: bool,
     /// Why it is off, when the self-check disabled it.
     pub warning: Option<String>,
-    pub costs: CostTable,
+    /// What was measured ([`Generator::measure_costs`]); empty when drafting is off.
+    pub costs: WindowCosts,
+}
+
+/// Seconds of one forward by width, measured at start ([`Generator::measure_costs`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WindowCosts {
+    /// Every logits row brought to the host (sampled draws, logprobs).
+    pub logits: CostTable,
+    /// Only each row's argmax brought back (greedy draws made by the backend).
+    pub argmax: CostTable,
 }
 
 /// One drawn token waiting to be emitted: the draw and its alternatives.
@@ -138,16 +165,16 @@ impl<'a> Generator<'a> {
             let mut class = None;
             let tree = match (&config, proposer.as_mut()) {
                 (Some(c), Some(prop)) => {
-                    // The window costs plus the proposer's own cost per drafted token (no copy when that is 0).
-                    let costs = if propose_cost > 0.0 {
-                        let mut costs = c.costs.clone();
-                        for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
-                            *x += (w - 1) as f64 * propose_cost;
-                        }
-                        std::borrow::Cow::Owned(costs)
-                    } else {
-                        std::borrow::Cow::Borrowed(&c.costs)
-                    };
+                    // The window costs (as this round would bring its rows back) plus the proposer's own cost
+                    // per drafted token.
+                    let device = self.device_argmax;
+                    let mut costs = c.round_costs(
+                        device && greedy_on_device(req, &tokens),
+                        device && window_on_device(req, &tokens, true),
+                    );
+                    for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
+                        *x += (w - 1) as f64 * propose_cost;
+                    }
                     let cap = (c.max_window - 1).min(remaining);
                     let width =
                         &mut |cl: usize| stats.best_width(cl, &costs, c.max_window - 1).max(c.min_drafts).min(cap);
@@ -273,7 +300,7 @@ impl<'a> Generator<'a> {
     ) -> Result<DraftSetup, EngineError> {
         self.drafting = None;
         if max_window < 2 {
-            return Ok(DraftSetup { enabled: false, warning: None, costs: CostTable::default() });
+            return Ok(DraftSetup { enabled: false, warning: None, costs: WindowCosts::default() });
         }
         let vocab = self.model.vocab_size() as u64;
         let n = 48.min(self.model.context_length()).min(self.pool.capacity_tokens());
@@ -282,39 +309,66 @@ impl<'a> Generator<'a> {
             let warning = format!(
                 "drafting disabled: the load-time self-check found that a {max_window}-row window does not                  reproduce one-row steps ({diff}); replies stay exact, decoding is serial"
             );
-            return Ok(DraftSetup { enabled: false, warning: Some(warning), costs: CostTable::default() });
+            return Ok(DraftSetup { enabled: false, warning: Some(warning), costs: WindowCosts::default() });
         }
         let costs = self.measure_costs(max_window)?;
-        self.drafting = Some(DraftConfig { max_window, costs: costs.clone(), proposer, min_drafts });
+        self.drafting = Some(DraftConfig {
+            max_window,
+            costs: costs.logits.clone(),
+            argmax_costs: costs.argmax.clone(),
+            proposer,
+            min_drafts,
+        });
         Ok(DraftSetup { enabled: true, warning: None, costs })
     }
 
-    /// Seconds of one forward by width `1..=max_window` (median of 3 after a warm-up), each over a 64-token
-    /// committed prefix, for choosing window widths. Uses (and frees) a scratch sequence.
-    pub fn measure_costs(&mut self, max_window: usize) -> Result<CostTable, EngineError> {
+    /// Seconds of one forward by width `1..=max_window`, each over a 64-token committed prefix, for choosing
+    /// window widths: the median of 3 after a warm-up. Each timed forward brings back its rows' argmaxes (the
+    /// [`WindowCosts::argmax`] time; skipped, and both tables equal, when the backend's argmax is off), then
+    /// copies every logits row to the host as well; that copy added gives [`WindowCosts::logits`] (over by the
+    /// argmax itself, a few microseconds). Uses (and frees) a scratch sequence.
+    pub fn measure_costs(&mut self, max_window: usize) -> Result<WindowCosts, EngineError> {
         let prefix = 64.min(self.model.context_length().saturating_sub(max_window + 1));
         let need = prefix + max_window;
         if max_window == 0 || self.pool.check_fits(need).is_err() {
-            return Ok(CostTable::default());
+            return Ok(WindowCosts::default());
         }
         let mut table = BlockTable::new(&self.pool);
         table.ensure(&self.pool, need)?;
-        let tokens: Vec<u32> = (0..need as u32).map(|i| i % self.model.vocab_size() as u32).collect();
+        let vocab = self.model.vocab_size();
+        let tokens: Vec<u32> = (0..need as u32).map(|i| i % vocab as u32).collect();
         self.forward(&table, &tokens[..prefix.max(1)], 0, Vec::new(), false)?;
-        let mut costs = vec![0.0];
+        let (mut logits, mut argmax) = (vec![0.0], vec![0.0]);
+        let median = |mut t: Vec<f64>| {
+            t.remove(0);
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        };
         for w in 1..=max_window {
-            let rows = &tokens[prefix..prefix + w];
-            let mut times = Vec::new();
+            let (mut ids_s, mut values_s) = (Vec::new(), Vec::new());
             for _ in 0..4 {
+                let (positions, slots, rows) = chain_rows(&table, prefix, w);
                 let t = Instant::now();
-                self.forward(&table, rows, prefix, (0..w).collect(), false)?;
-                times.push(t.elapsed().as_secs_f64());
+                let out =
+                    self.forward_tensor(&table, &tokens[prefix..prefix + w], positions, slots, rows, (0..w).collect());
+                // With the backend's argmax off every round copies the logits: both tables are that time.
+                let ids = match self.device_argmax {
+                    true => Some(fetch(self.be, &out, w, vocab, true).map(|_| t.elapsed().as_secs_f64())?),
+                    false => None,
+                };
+                let copy = Instant::now();
+                fetch(self.be, &out, w, vocab, false)?;
+                let values = match ids {
+                    Some(ids) => ids + copy.elapsed().as_secs_f64(),
+                    None => t.elapsed().as_secs_f64(),
+                };
+                ids_s.push(ids.unwrap_or(values));
+                values_s.push(values);
             }
-            times.remove(0);
-            times.sort_by(f64::total_cmp);
-            costs.push(times[1]);
+            argmax.push(median(ids_s));
+            logits.push(median(values_s));
         }
-        Ok(CostTable::new(costs))
+        Ok(WindowCosts { logits: CostTable::new(logits), argmax: CostTable::new(argmax) })
     }
 
     /// The load-time self-check of DESIGN.md §2: feeds `tokens` once as one-row steps and once as windows of

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, DEFAULT_SEED_SALT};
+use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, Tensor, DEFAULT_SEED_SALT};
 use tf_models::{Batch, Model};
 
 /// One generation request.
@@ -354,10 +354,7 @@ impl<'a> Generator<'a> {
         logit_rows: Vec<usize>,
         argmax: bool,
     ) -> Result<Logits, EngineError> {
-        let n = tokens.len();
-        let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
-        let slots = (start..start + n).map(|p| table.slot(p)).collect();
-        let rows = positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect();
+        let (positions, slots, rows) = chain_rows(table, start, tokens.len());
         self.forward_rows(table, tokens, positions, slots, rows, logit_rows, argmax)
     }
 
@@ -375,6 +372,25 @@ impl<'a> Generator<'a> {
         argmax: bool,
     ) -> Result<Logits, EngineError> {
         let want = logit_rows.len();
+        let out = self.forward_tensor(table, tokens, positions, slots, rows, logit_rows);
+        let vocab = self.model.vocab_size();
+        if want == 0 {
+            return Ok(Logits::Values { data: Vec::new(), vocab });
+        }
+        fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
+    }
+
+    /// [`Generator::forward_rows`]'s forward alone: the logits of `logit_rows`, left where the backend keeps
+    /// them.
+    pub(crate) fn forward_tensor(
+        &mut self,
+        table: &BlockTable,
+        tokens: &[u32],
+        positions: Vec<u32>,
+        slots: Vec<u32>,
+        rows: Vec<RowAttn>,
+        logit_rows: Vec<usize>,
+    ) -> Tensor {
         let batch = Batch {
             tokens: tokens.to_vec(),
             slots,
@@ -382,12 +398,7 @@ impl<'a> Generator<'a> {
             positions,
             logit_rows,
         };
-        let out = self.model.forward(self.be, &batch, &mut self.kv);
-        let vocab = self.model.vocab_size();
-        if want == 0 {
-            return Ok(Logits::Values { data: Vec::new(), vocab });
-        }
-        fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
+        self.model.forward(self.be, &batch, &mut self.kv)
     }
 
     /// Teacher-forced scoring: feeds `tokens` (a fresh sequence from position 0) in chunks of `chunk` rows and
@@ -534,6 +545,15 @@ impl<'a> Generator<'a> {
             cached_tokens: 0,
         }
     }
+}
+
+/// The positions, KV slots and attention of `n` consecutive rows of sequence 0 from `start`, each attending to
+/// everything before it.
+pub(crate) fn chain_rows(table: &BlockTable, start: usize, n: usize) -> (Vec<u32>, Vec<u32>, Vec<RowAttn>) {
+    let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
+    let slots = (start..start + n).map(|p| table.slot(p)).collect();
+    let rows = positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect();
+    (positions, slots, rows)
 }
 
 #[cfg(test)]

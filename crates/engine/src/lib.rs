@@ -16,7 +16,7 @@ pub mod sampler;
 pub mod sched;
 pub mod spec;
 
-pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory};
+pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory, WindowCosts};
 pub use draft_model::{model_proposer_factory, DraftModel, ModelProposer};
 pub use generate::{
     token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent, TokenLogprob,

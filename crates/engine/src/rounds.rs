@@ -7,11 +7,11 @@
 //! What runs in a round is either the simple policy of [`Generator::round`] or a scheduler's [`Grant`]s
 //! ([`Generator::run_round`], see `sched`); a stream can be preempted (KV released) and resumed later.
 
-use crate::draft::{fallback_guess, first_path, DraftCounts};
+use crate::draft::{fallback_guess, first_path, DraftConfig, DraftCounts};
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
 use crate::logits::{draw_row, fetch, greedy_on_device, window_on_device};
-use crate::spec::{truncate_after, verify, ClassStats, DraftTree, Proposer};
+use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, Proposer};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tf_core::{AttnMeta, RowAttn};
@@ -233,8 +233,19 @@ impl<'a> Generator<'a> {
     /// and `max_tokens`. The proposer's class of guess picks the width within this when the window runs.
     pub fn want_drafts(&self, s: &Stream<'_>) -> usize {
         let (Some(c), Some(_)) = (&self.drafting, s.proposer.as_ref()) else { return 0 };
-        let k = s.stats.widest(&c.costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+        let k = s.stats.widest(&self.stream_costs(c, s), c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
         k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
+    }
+
+    /// The window costs `s` is priced with: as its own rows would come back (argmaxes for a greedy stream when
+    /// the backend draws them). A round brings back only argmaxes when all its streams are greedy, so with
+    /// sampled streams beside it a greedy stream's windows cost a little more than priced.
+    fn stream_costs(&self, c: &DraftConfig, s: &Stream<'_>) -> CostTable {
+        let device = self.device_argmax;
+        c.round_costs(
+            device && greedy_on_device(&s.req, &s.tokens),
+            device && window_on_device(&s.req, &s.tokens, true),
+        )
     }
 
     /// One shared round over `streams` (finished ones are skipped) with at most `max_rows` rows (every decoding
@@ -277,15 +288,16 @@ impl<'a> Generator<'a> {
             match grant {
                 Grant::Window { max_drafts } if streams[i].is_decoding() => {
                     let k = self.want_drafts(&streams[i]).min(max_drafts);
+                    let priced = config.as_ref().map(|c| self.stream_costs(c, &streams[i])).unwrap_or_default();
                     let s = &mut streams[i];
                     let pending = *s.tokens.last().expect("decoding");
                     s.context.push(pending);
                     let mut drafts = Vec::new();
                     s.class = None;
                     if let (Some(c), Some(prop), true) = (&config, s.proposer.as_mut(), k > 0) {
-                        let (stats, costs) = (&s.stats, &c.costs);
+                        let stats = &s.stats;
                         let width =
-                            &mut |cl: usize| stats.best_width(cl, costs, c.max_window - 1).max(c.min_drafts).min(k);
+                            &mut |cl: usize| stats.best_width(cl, &priced, c.max_window - 1).max(c.min_drafts).min(k);
                         let (tree, class) = prop.propose_by_class(&s.context, width);
                         drafts = first_path(&tree);
                         s.class = class;

@@ -198,7 +198,7 @@ fn the_self_check_passes_on_a_row_exact_model() {
     }
     assert_eq!(g.pool().free_blocks(), 64, "the check frees its blocks");
     let costs = g.measure_costs(4).unwrap();
-    assert_eq!(costs.max_width(), 4);
+    assert_eq!((costs.logits.max_width(), costs.argmax.max_width()), (4, 4));
 }
 
 /// Proposes a tree: a wrong branch first, then the true continuation as the second branch (and a wrong
@@ -282,4 +282,53 @@ fn context_copy_trees_equal_serial() {
         }
     }
     assert!(accepted > 0);
+}
+
+#[test]
+fn round_costs_take_each_width_from_the_way_its_rows_come_back() {
+    let mut c = DraftConfig::new(3, CostTable::from_widths(&[1.0, 2.0, 3.0]));
+    c.argmax_costs = CostTable::from_widths(&[0.5, 1.0, 1.5]);
+    assert_eq!(c.round_costs(false, false).cost[1..], [1.0, 2.0, 3.0]);
+    assert_eq!(c.round_costs(true, true).cost[1..], [0.5, 1.0, 1.5]);
+    assert_eq!(c.round_costs(true, false).cost[1..], [0.5, 2.0, 3.0]);
+    assert_eq!(c.round_costs(false, true).cost[1..], [1.0, 1.0, 1.5]);
+}
+
+/// A round is priced as its rows would come back: a greedy request (only argmaxes) with the argmax costs, a
+/// sampled one with the costs that include copying the logits. Flat costs for one and steep for the other make
+/// one kind draft and the other not; the replies equal serial either way.
+#[test]
+fn greedy_rounds_are_priced_with_the_argmax_costs_and_sampled_ones_with_the_copy() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 512));
+    let mut g = Generator::new(&be, &model, 64, 8).unwrap();
+    let prompt: Vec<u32> = (0..11u32).map(|i| (i * 7 + 2) % VOCAB as u32).collect();
+    let flat = CostTable::from_widths(&[1e-3; 6]);
+    // A window of w ≥ 2 rows costs 2w one-row rounds: never worth it, even if every draft were accepted.
+    let steep: Vec<f64> = (1..=6).map(|w| if w == 1 { 1e-3 } else { 2e-3 * w as f64 }).collect();
+    let steep = CostTable::from_widths(&steep);
+    for params in [SamplingParams { seed: Some(5), ..SamplingParams::greedy() }, sampled(8)] {
+        let mut req = GenRequest::new(prompt.clone(), params.clone(), 30);
+        req.logprobs = false;
+        let greedy = tf_engine::greedy_on_device(&req, &[]);
+        let truth = reference(&req, params.seed.unwrap());
+        for (argmax_costs, costs) in [(&flat, &steep), (&steep, &flat)] {
+            let truth2 = Arc::new(truth.clone());
+            let plen = prompt.len();
+            let mut c = DraftConfig::new(6, costs.clone());
+            c.argmax_costs = argmax_costs.clone();
+            c.min_drafts = 0;
+            c.proposer = Some(Arc::new(move |_: &GenRequest| {
+                Box::new(Scripted { prompt_len: plen, truth: truth2.to_vec(), wrong_every: None }) as Box<dyn Proposer>
+            }));
+            g.set_drafting(Some(c));
+            let out = run(&mut g, &req);
+            assert_eq!(out.tokens, truth);
+            let what = format!("greedy {greedy}, argmax costs flat {}: {:?}", argmax_costs == &flat, out.counts);
+            if (if greedy { argmax_costs } else { costs }) == &flat {
+                assert!(out.counts.accepted > 0 && out.counts.rounds < truth.len() - 1, "{what}");
+            } else {
+                assert_eq!((out.counts.drafted, out.counts.rounds), (0, truth.len() - 1), "{what}");
+            }
+        }
+    }
 }

@@ -372,10 +372,16 @@ fn requests_that_need_the_values_never_ask_for_argmaxes() {
             }
         }
     }
-    // Scoring and the drafting self-check compare or report the values themselves.
+    // Scoring and the drafting self-check compare or report the values themselves; with the path off even the
+    // start-up cost measurement (which times it when it is on) never asks.
     let mut g = Generator::new(&be, &model, 64, 8).unwrap();
+    let check: Vec<u32> = (0..24u32).map(|i| (i * 5 + 3) % VOCAB as u32).collect();
+    assert_eq!(g.self_check(&check, 5).unwrap(), None);
+    g.set_device_argmax(false);
     let setup = g.setup_drafting(5, None, 1).unwrap();
     assert!(setup.enabled, "{:?}", setup.warning);
+    assert_eq!(setup.costs.argmax, setup.costs.logits, "without the path both tables time the copy");
+    g.set_device_argmax(true);
     let tokens: Vec<u32> = (0..30u32).map(|i| (i * 7 + 2) % VOCAB as u32).collect();
     let mut rows = 0;
     g.score(&tokens, 4, &mut |_, row| {
@@ -385,6 +391,23 @@ fn requests_that_need_the_values_never_ask_for_argmaxes() {
     .unwrap();
     assert_eq!(rows, tokens.len());
     assert_eq!(be.calls(), 0);
+}
+
+/// The start-up cost measurement times both ways a window's rows come back on the same forwards: one argmax
+/// call and one download per timed forward (4 per width, the first a warm-up), and the argmax time is never
+/// above the time with the copy.
+#[test]
+fn window_costs_are_timed_with_argmaxes_and_with_the_logits_copied() {
+    let model = FakeModel::new(VOCAB, 512);
+    let be = Counting::new(Mode::Delegate);
+    let mut g = Generator::new(&be, &model, 64, 8).unwrap();
+    let costs = g.measure_costs(6).unwrap();
+    assert_eq!((be.calls(), be.downloads()), (4 * 6, 4 * 6));
+    assert_eq!((costs.argmax.max_width(), costs.logits.max_width()), (6, 6));
+    for w in 1..=6 {
+        assert!(costs.argmax.get(w).unwrap() <= costs.logits.get(w).unwrap(), "width {w}: {costs:?}");
+    }
+    assert_eq!(g.pool().free_blocks(), 64, "the measurement frees its blocks");
 }
 
 #[test]

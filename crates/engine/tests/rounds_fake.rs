@@ -260,3 +260,42 @@ fn preempted_and_resumed_streams_equal_their_solo_runs() {
         assert_eq!(g.pool().free_blocks() + cached, 256);
     }
 }
+
+/// In shared rounds each stream is priced as its own rows come back: with flat argmax costs and steep costs
+/// for copying the logits, greedy streams without logprobs draft and sampled ones never do; every reply still
+/// equals the definition's.
+#[test]
+fn shared_rounds_price_greedy_streams_with_the_argmax_costs() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    // A window of w ≥ 2 rows costs 2w one-row rounds: never worth it, even if every draft were accepted.
+    let steep: Vec<f64> = (1..=5).map(|w| if w == 1 { 1e-3 } else { 2e-3 * w as f64 }).collect();
+    let mut c = DraftConfig::new(5, CostTable::from_widths(&steep));
+    c.argmax_costs = CostTable::from_widths(&[1e-3; 5]);
+    c.min_drafts = 0;
+    g.set_drafting(Some(c));
+    let reqs: Vec<GenRequest> = (0..8u64)
+        .map(|i| {
+            let prompt: Vec<u32> = [2u32, 4, 6, 8, 10, 12].iter().cycle().take(30 + i as usize).copied().collect();
+            let params = match i % 2 {
+                0 => SamplingParams { seed: Some(i), ..SamplingParams::greedy() },
+                _ => SamplingParams { temperature: 0.7, top_k: 4, seed: Some(i), ..Default::default() },
+            };
+            let mut r = GenRequest::new(prompt, params, 24);
+            r.logprobs = false;
+            r.stop_ids.clear();
+            r
+        })
+        .collect();
+    let outs = many(&mut g, &reqs, 64);
+    let mut greedy_drafted = 0;
+    for (r, o) in reqs.iter().zip(&outs) {
+        assert_eq!(o.tokens, reference(r, r.params.seed.unwrap()));
+        if tf_engine::greedy_on_device(r, &[]) {
+            greedy_drafted += o.counts.drafted;
+        } else {
+            assert_eq!(o.counts.drafted, 0, "a sampled stream is priced with the copy: {:?}", o.counts);
+        }
+    }
+    assert!(greedy_drafted > 0, "greedy streams are priced with the argmax costs");
+}

@@ -29,6 +29,12 @@ impl CostTable {
     pub fn max_width(&self) -> usize {
         (1..self.cost.len()).take_while(|&w| self.get(w).is_some()).last().unwrap_or(0)
     }
+
+    /// The widest usable width and its cost relative to one row (`None` if no width is usable).
+    pub fn widest_ratio(&self) -> Option<(usize, f64)> {
+        let w = self.max_width();
+        Some((w, self.get(w)? / self.get(1)?))
+    }
 }
 
 /// Expected tokens one round emits with a chain of `k` drafts of per-token acceptance `a`: the accepted
