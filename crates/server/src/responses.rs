@@ -142,7 +142,10 @@ impl Meta {
     fn object(&self, status: &str, text: Option<&str>, out: Option<&GenOutput>, stop_hit: bool) -> Value {
         let output = match text {
             None => json!([]),
-            Some(t) => json!([message(&self.msg_id, "completed", Some(t))]),
+            // The message item ends as the response does: cut by max_output_tokens, both are "incomplete".
+            Some(t) => {
+                json!([message(&self.msg_id, if status == "incomplete" { status } else { "completed" }, Some(t))])
+            }
         };
         let mut r = json!({
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
@@ -309,13 +312,13 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                     json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
                                                         "part": part(&text)}),
                 );
+                let incomplete = gen::finish_reason(&out, stop_hit) == "length";
+                let status = if incomplete { "incomplete" } else { "completed" };
                 ev(
                     "response.output_item.done",
-                    json!({"output_index": 0, "item": message(&meta.msg_id, "completed", Some(&text))}),
+                    json!({"output_index": 0, "item": message(&meta.msg_id, status, Some(&text))}),
                 );
-                let incomplete = gen::finish_reason(&out, stop_hit) == "length";
-                let obj =
-                    meta.object(if incomplete { "incomplete" } else { "completed" }, Some(&text), Some(&out), stop_hit);
+                let obj = meta.object(status, Some(&text), Some(&out), stop_hit);
                 keep(&st2, &meta, &text, &obj);
                 ev(if incomplete { "response.incomplete" } else { "response.completed" }, json!({"response": obj}));
                 (s, true)

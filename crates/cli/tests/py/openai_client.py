@@ -345,6 +345,15 @@ def t_responses():
     r = CLIENT.responses.create(**kw)
     check(r.object == "response" and r.id, f"response {r}")
     check(r.status in ("completed", "incomplete"), f"status {r.status}")
+    # The message item ends as the response does (OpenAI marks a reply cut by max_output_tokens "incomplete").
+    check([o.status for o in r.output] == [r.status], f"output item status {[o.status for o in r.output]} vs {r.status}")
+    check((r.incomplete_details is not None) == (r.status == "incomplete"), f"incomplete_details {r.incomplete_details}")
+    cut = CLIENT.responses.create(**{**kw, "max_output_tokens": 2})
+    check(
+        cut.status == "incomplete" and [o.status for o in cut.output] == ["incomplete"]
+        and cut.incomplete_details.reason == "max_output_tokens" and cut.usage.output_tokens == 2,
+        f"a 2-token reply: {cut}",
+    )
     text = r.output_text
     check(text, f"empty output_text: {r}")
     check(r.usage and 1 <= r.usage.output_tokens <= 16 and r.usage.input_tokens > 0, f"usage {r.usage}")
@@ -357,6 +366,8 @@ def t_responses():
     final = "response.completed" if r.status == "completed" else "response.incomplete"
     check(collapsed == RESPONSE_ORDER[:-1] + [final], f"event order {collapsed} (non-streamed status {r.status})")
     check(events[-1].response.status == r.status, f"streamed status {events[-1].response.status} vs {r.status}")
+    item_done = next(e for e in events if e.type == "response.output_item.done")
+    check(item_done.item.status == r.status, f"streamed item status {item_done.item.status} vs {r.status}")
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     done = next(e for e in events if e.type == "response.output_text.done")
     completed = events[-1].response
