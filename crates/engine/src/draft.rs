@@ -4,13 +4,14 @@
 //! that position, and the emitted tokens are exactly serial decoding's. `k = 0` is serial decoding itself: the
 //! same loop, one row per round.
 
-use crate::generate::{chain_rows, EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
+use crate::generate::{chain_batch, EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
 use crate::kv_pool::BlockTable;
 use crate::logits::{draw_row, fetch, greedy_on_device, window_on_device, Logits, Row};
 use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
-use tf_core::RowAttn;
+use tf_core::{AttnMeta, RowAttn};
+use tf_models::Batch;
 
 /// Makes the proposer of one request.
 pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send + Sync>;
@@ -287,7 +288,14 @@ impl<'a> Generator<'a> {
             let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, scratch.slot(a))).collect();
             attn.push(RowAttn { pos: positions[i + 1], seq: 0, ctx, tree: pairs });
         }
-        self.forward_rows(table, rows, positions, slots, attn, (0..rows.len()).collect(), argmax)
+        let batch = Batch {
+            tokens: rows.to_vec(),
+            slots,
+            attn: AttnMeta { block_tables: vec![table.ids()], rows: attn },
+            positions,
+            logit_rows: (0..rows.len()).collect(),
+        };
+        self.forward_batch(&batch, argmax)
     }
 
     /// Measures window costs, runs the self-check with `max_window`-row windows on the real weights, and turns
@@ -347,10 +355,9 @@ impl<'a> Generator<'a> {
         for w in 1..=max_window {
             let (mut ids_s, mut values_s) = (Vec::new(), Vec::new());
             for _ in 0..4 {
-                let (positions, slots, rows) = chain_rows(&table, prefix, w);
+                let batch = chain_batch(&table, &tokens[prefix..prefix + w], prefix, (0..w).collect());
                 let t = Instant::now();
-                let out =
-                    self.forward_tensor(&table, &tokens[prefix..prefix + w], positions, slots, rows, (0..w).collect());
+                let out = self.model.forward(self.be, &batch, &mut self.kv);
                 // With the backend's argmax off every round copies the logits: both tables are that time.
                 let ids = match self.device_argmax {
                     true => Some(fetch(self.be, &out, w, vocab, true).map(|_| t.elapsed().as_secs_f64())?),

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, Tensor, DEFAULT_SEED_SALT};
+use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, DEFAULT_SEED_SALT};
 use tf_models::{Batch, Model};
 
 /// One generation request.
@@ -354,51 +354,18 @@ impl<'a> Generator<'a> {
         logit_rows: Vec<usize>,
         argmax: bool,
     ) -> Result<Logits, EngineError> {
-        let (positions, slots, rows) = chain_rows(table, start, tokens.len());
-        self.forward_rows(table, tokens, positions, slots, rows, logit_rows, argmax)
+        self.forward_batch(&chain_batch(table, tokens, start, logit_rows), argmax)
     }
 
-    /// One forward over rows of sequence 0 with explicit positions, KV slots and attention lists; returns the
-    /// logits of `logit_rows` as [`Generator::forward`] does.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward_rows(
-        &mut self,
-        table: &BlockTable,
-        tokens: &[u32],
-        positions: Vec<u32>,
-        slots: Vec<u32>,
-        rows: Vec<RowAttn>,
-        logit_rows: Vec<usize>,
-        argmax: bool,
-    ) -> Result<Logits, EngineError> {
-        let want = logit_rows.len();
-        let out = self.forward_tensor(table, tokens, positions, slots, rows, logit_rows);
+    /// One forward of `batch`; returns the logits of its `logit_rows` as [`Generator::forward`] does.
+    pub(crate) fn forward_batch(&mut self, batch: &Batch, argmax: bool) -> Result<Logits, EngineError> {
+        let want = batch.logit_rows.len();
+        let out = self.model.forward(self.be, batch, &mut self.kv);
         let vocab = self.model.vocab_size();
         if want == 0 {
             return Ok(Logits::Values { data: Vec::new(), vocab });
         }
         fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
-    }
-
-    /// [`Generator::forward_rows`]'s forward alone: the logits of `logit_rows`, left where the backend keeps
-    /// them.
-    pub(crate) fn forward_tensor(
-        &mut self,
-        table: &BlockTable,
-        tokens: &[u32],
-        positions: Vec<u32>,
-        slots: Vec<u32>,
-        rows: Vec<RowAttn>,
-        logit_rows: Vec<usize>,
-    ) -> Tensor {
-        let batch = Batch {
-            tokens: tokens.to_vec(),
-            slots,
-            attn: AttnMeta { block_tables: vec![table.ids()], rows },
-            positions,
-            logit_rows,
-        };
-        self.model.forward(self.be, &batch, &mut self.kv)
     }
 
     /// Teacher-forced scoring: feeds `tokens` (a fresh sequence from position 0) in chunks of `chunk` rows and
@@ -547,13 +514,19 @@ impl<'a> Generator<'a> {
     }
 }
 
-/// The positions, KV slots and attention of `n` consecutive rows of sequence 0 from `start`, each attending to
-/// everything before it.
-pub(crate) fn chain_rows(table: &BlockTable, start: usize, n: usize) -> (Vec<u32>, Vec<u32>, Vec<RowAttn>) {
-    let positions: Vec<u32> = (start..start + n).map(|p| p as u32).collect();
-    let slots = (start..start + n).map(|p| table.slot(p)).collect();
+/// A batch of `tokens` as consecutive rows of sequence 0 from position `start` (KV slots from `table`), each
+/// attending to everything before it; logits wanted for `logit_rows`.
+pub(crate) fn chain_batch(table: &BlockTable, tokens: &[u32], start: usize, logit_rows: Vec<usize>) -> Batch {
+    let positions: Vec<u32> = (start..start + tokens.len()).map(|p| p as u32).collect();
+    let slots = (start..start + tokens.len()).map(|p| table.slot(p)).collect();
     let rows = positions.iter().map(|&pos| RowAttn { pos, seq: 0, ctx: pos + 1, tree: Vec::new() }).collect();
-    (positions, slots, rows)
+    Batch {
+        tokens: tokens.to_vec(),
+        slots,
+        attn: AttnMeta { block_tables: vec![table.ids()], rows },
+        positions,
+        logit_rows,
+    }
 }
 
 #[cfg(test)]
