@@ -311,6 +311,29 @@ fn cases() -> Vec<Case> {
     c.field(CHAT, CHAT_BASE, "model", Some(r#""""#), Under500);
     c.field(CHAT, CHAT_BASE, "model", None, OkOrBad);
 
+    // Output formats: plain text is served; JSON modes (no constrained decoding yet) and malformed formats are
+    // refused before anything runs, streamed or not.
+    for (path, base, field) in [(CHAT, CHAT_BASE, "response_format"), (COMP, COMPLETION_BASE, "response_format")] {
+        c.field(path, base, field, Some(r#"{"type":"text"}"#), Ok);
+        c.field(path, base, field, Some("null"), Ok);
+        for raw in [r#"{"type":"json_object"}"#, r#"{"type":"json_schema","json_schema":{"name":"a","schema":{}}}"#] {
+            c.field(path, base, field, Some(raw), Bad);
+        }
+        for raw in [r#"{"type":"yaml"}"#, "{}", r#""json_object""#, "[]", "1"] {
+            c.field(path, base, field, Some(raw), Bad);
+        }
+    }
+    let streamed = r#"{"model":"$M","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}"#;
+    c.field(CHAT, streamed, "response_format", Some(r#"{"type":"json_object"}"#), Bad);
+    c.field(RESP, RESPONSES_BASE, "text", Some(r#"{"format":{"type":"text"}}"#), Ok);
+    c.field(RESP, RESPONSES_BASE, "text", Some(r#"{"verbosity":"low"}"#), Ok);
+    for raw in [r#"{"format":{"type":"json_schema","name":"a","schema":{}}}"#, r#"{"format":{"type":"json_object"}}"#] {
+        c.field(RESP, RESPONSES_BASE, "text", Some(raw), Bad);
+    }
+    for raw in [r#"{"format":"text"}"#, r#""text""#, "[]"] {
+        c.field(RESP, RESPONSES_BASE, "text", Some(raw), Bad);
+    }
+
     // Unknown fields are ignored.
     for raw in ["1", "null", r#"{"nested":[1,{"deeper":null}],"s":"x"}"#, r#""\u0000""#] {
         c.field(CHAT, CHAT_BASE, "some_unknown_field", Some(raw), Ok);

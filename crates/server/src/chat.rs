@@ -135,6 +135,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
+    f.check_text_format(f.get("response_format"), "response_format")?;
     f.str("user")?;
     let messages = normalize_messages(f.get("messages"), "messages")?;
     let tools = match f.get("tools") {

@@ -104,6 +104,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
+    f.check_text_format(f.get("response_format"), "response_format")?;
     f.str("user")?;
     if f.int_in("best_of", 1, 1)?.is_some_and(|b| b != 1) {
         return Err(ApiError::field("best_of", "only best_of = 1 is supported"));

@@ -185,6 +185,11 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let obj = parse_object(&body)?;
     let f = Fields::new(&obj);
     st.check_model(&f)?;
+    match f.get("text") {
+        None => {}
+        Some(Value::Object(t)) => f.check_text_format(t.get("format"), "text.format")?,
+        Some(v) => return Err(ApiError::field("text", format!("expected an object, got {}", kind(v)))),
+    }
     let mut messages = Vec::new();
     let previous = f.str("previous_response_id")?.map(str::to_owned);
     if let Some(p) = &previous {
