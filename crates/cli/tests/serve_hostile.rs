@@ -323,6 +323,12 @@ fn cases() -> Vec<Case> {
             c.field(path, base, field, Some(raw), Bad);
         }
     }
+    for raw in [r#""auto""#, r#""none""#, "null"] {
+        c.field(CHAT, CHAT_BASE, "tool_choice", Some(raw), Ok);
+    }
+    for raw in [r#""required""#, r#"{"type":"function","function":{"name":"f"}}"#, r#""sometimes""#, "1"] {
+        c.field(CHAT, CHAT_BASE, "tool_choice", Some(raw), Bad);
+    }
     let streamed = r#"{"model":"$M","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}"#;
     c.field(CHAT, streamed, "response_format", Some(r#"{"type":"json_object"}"#), Bad);
     c.field(RESP, RESPONSES_BASE, "text", Some(r#"{"format":{"type":"text"}}"#), Ok);

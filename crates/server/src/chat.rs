@@ -143,6 +143,19 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         Some(v @ Value::Array(_)) => Some(v.clone()),
         Some(v) => return Err(ApiError::field("tools", format!("expected an array, got {}", kind(v)))),
     };
+    // Forcing a tool call needs constrained decoding (not here yet), and calls are not parsed out of replies.
+    match f.get("tool_choice") {
+        None => {}
+        Some(Value::String(c)) if c == "auto" || c == "none" => {}
+        Some(v) => {
+            return Err(ApiError::field(
+                "tool_choice",
+                format!(
+                    "{v} is not supported: forcing a tool call needs constrained decoding; use \"auto\" or \"none\""
+                ),
+            ))
+        }
+    }
     let extra = match f.get("chat_template_kwargs") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
