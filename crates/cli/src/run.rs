@@ -39,6 +39,17 @@ pub struct SamplingArgs {
     /// Seed of the keyed sampler; without it the seed is derived from the prompt, so reruns repeat.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Add BIAS (−100 to 100) to token ID's logit at every position, as OpenAI's `logit_bias` (repeatable;
+    /// −100 all but bans a token, 100 all but forces it).
+    #[arg(long, value_name = "ID=BIAS", value_parser = parse_logit_bias)]
+    pub logit_bias: Vec<(u32, f64)>,
+}
+
+fn parse_logit_bias(s: &str) -> Result<(u32, f64), String> {
+    let (id, bias) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected ID=BIAS, e.g. 13=-100"))?;
+    let id = id.trim().parse::<u32>().map_err(|_| format!("{s:?}: {id:?} is not a token id"))?;
+    let bias = bias.trim().parse::<f64>().ok().filter(|b| (-100.0..=100.0).contains(b));
+    Ok((id, bias.ok_or_else(|| format!("{s:?}: the bias must be a number in [-100, 100]"))?))
 }
 
 impl SamplingArgs {
@@ -53,6 +64,12 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             seed: self.seed,
+            logit_bias: {
+                // Ascending ids; a repeated id stays repeated and is refused when the request is checked.
+                let mut b = self.logit_bias.clone();
+                b.sort_by_key(|&(id, _)| id);
+                b
+            },
         }
     }
 }

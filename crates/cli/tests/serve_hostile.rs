@@ -323,6 +323,16 @@ fn cases() -> Vec<Case> {
             c.field(path, base, field, Some(raw), Bad);
         }
     }
+    // logit_bias: token id → bias in [-100, 100], ids inside the vocabulary.
+    for raw in [r#"{"1":-100}"#, r#"{"1":100,"2":-0.5}"#, "{}", "null"] {
+        c.field(CHAT, CHAT_BASE, "logit_bias", Some(raw), Ok);
+        c.field(COMP, COMPLETION_BASE, "logit_bias", Some(raw), Ok);
+    }
+    for raw in [r#"{"1":"x"}"#, "[1]", r#"{"1":1e30}"#, r#"{"abc":1}"#, r#"{"-1":1}"#, r#"{"4294967296":1}"#] {
+        c.field(CHAT, CHAT_BASE, "logit_bias", Some(raw), Bad);
+    }
+    c.field(CHAT, CHAT_BASE, "logit_bias", Some(r#"{"1":1,"01":2}"#), Bad);
+    c.field(COMP, COMPLETION_BASE, "logit_bias", Some(r#"{"999999999":1}"#), Bad);
     for raw in [r#""auto""#, r#""none""#, "null"] {
         c.field(CHAT, CHAT_BASE, "tool_choice", Some(raw), Ok);
     }

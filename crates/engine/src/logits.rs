@@ -10,9 +10,9 @@ use tf_core::{Backend, Tensor};
 
 /// Whether a row of `req` drawn after `reply` (the stream's generated tokens before it) may take its token from
 /// [`tf_core::Backend::argmax_rows`] instead of the downloaded logits: the request is greedy (temperature ≤ 0),
-/// reports no logprob (`!logprobs`) and no alternatives (`top_logprobs == 0`), and no penalty can change the
-/// values (none set, or `reply` empty: penalties act on the reply's tokens only). Then the sampler's draw is
-/// exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves (prompt logprobs,
+/// reports no logprob (`!logprobs`) and no alternatives (`top_logprobs == 0`), sets no `logit_bias`, and no
+/// penalty can change the values (none set, or `reply` empty: penalties act on the reply's tokens only). Then
+/// the sampler's draw is exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves (prompt logprobs,
 /// [`crate::Generator::score`], the drafting self-check) always download.
 pub fn greedy_on_device(req: &GenRequest, reply: &[u32]) -> bool {
     !req.logprobs && req.top_logprobs == 0 && draw_is_argmax(&req.params, reply)
@@ -21,7 +21,7 @@ pub fn greedy_on_device(req: &GenRequest, reply: &[u32]) -> bool {
 /// Whether the draw with `params` after `reply` is `tf_core::argmax_row` of the raw logits (the token alone;
 /// [`greedy_on_device`] also asks that nothing else of the row is reported).
 pub(crate) fn draw_is_argmax(params: &SamplingParams, reply: &[u32]) -> bool {
-    params.is_greedy() && (reply.is_empty() || !params.has_penalty())
+    params.is_greedy() && params.logit_bias.is_empty() && (reply.is_empty() || !params.has_penalty())
 }
 
 /// Whether every row of a window qualifies ([`greedy_on_device`]): row 0 is drawn after `reply`; with `drafted`

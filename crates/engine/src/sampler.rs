@@ -3,7 +3,8 @@
 //! (penalties), the parameters, the seed and the absolute position — never on which call produced the logits.
 //!
 //! Per row, in this order, all in f64:
-//! 1. Penalties on the logits (cast f32 → f64), from the tokens of this stream's reply only (see
+//! 1. The request's `logit_bias` added to its tokens' logits (cast f32 → f64; OpenAI's field, an extension of
+//!    the published rule, which has none), then penalties from the tokens of this stream's reply only (see
 //!    [`SamplingParams`]).
 //! 2. Temperature ≤ 0: argmax, ties to the lower id. Otherwise:
 //! 3. Candidates ordered by logit descending, ties to the lower id; keep the first `top_k` (0 = all).
@@ -42,6 +43,10 @@ pub struct SamplingParams {
     pub frequency_penalty: f64,
     /// The request's seed; `None` derives one from the prompt (`tf_core::derive_seed`).
     pub seed: Option<u64>,
+    /// OpenAI's `logit_bias`: (token id, bias in [−100, 100]) added to that token's logit before the penalties,
+    /// at every position (as llama.cpp orders them). Ids ascending and unique; ids outside the vocabulary are
+    /// not in any row and change nothing. Empty = off.
+    pub logit_bias: Vec<(u32, f64)>,
 }
 
 impl Default for SamplingParams {
@@ -55,6 +60,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -105,6 +111,16 @@ impl SamplingParams {
                 return err(field, &format!("{v}: must be in [-2, 2]"));
             }
         }
+        for (i, &(id, b)) in self.logit_bias.iter().enumerate() {
+            if !(-100.0..=100.0).contains(&b) {
+                return err("logit_bias", &format!("token {id}: bias {b} must be in [-100, 100]"));
+            }
+            match i.checked_sub(1).map(|j| self.logit_bias[j].0) {
+                Some(prev) if prev == id => return err("logit_bias", &format!("token {id} appears twice")),
+                Some(prev) if prev > id => return err("logit_bias", "token ids must be ascending"),
+                _ => {}
+            }
+        }
         Ok(())
     }
 
@@ -151,11 +167,17 @@ fn draw_from(values: &[f64], params: &SamplingParams, seed: u64, position: u64) 
     }
 }
 
-/// The logits in f64 with the penalties of `params` applied for the tokens of `reply` (published
-/// `penalized`): repetition first (`v > 0 → v / r`, else `v · r`), then `v − (frequency·count + presence)`.
-/// NaN logits become −∞ (never drawn unless every logit is NaN).
+/// The logits in f64 with `params.logit_bias` added, then the penalties of `params` applied for the tokens
+/// of `reply` (published `penalized`): repetition first (`v > 0 → v / r`, else `v · r`), then
+/// `v − (frequency·count + presence)`. NaN logits become −∞ (never drawn unless every logit is NaN; a bias
+/// leaves them there).
 pub fn penalized(logits: &[f32], params: &SamplingParams, reply: &[u32]) -> Vec<f64> {
     let mut v: Vec<f64> = logits.iter().map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { f64::from(x) }).collect();
+    for &(id, b) in &params.logit_bias {
+        if let Some(x) = v.get_mut(id as usize) {
+            *x += b;
+        }
+    }
     if reply.is_empty() || !params.has_penalty() {
         return v;
     }

@@ -362,6 +362,62 @@ fn penalties_follow_the_hf_and_openai_rules() {
     assert_eq!(sample(&logits, &g, 0, 0, &[4]).token, 0);
 }
 
+/// `logit_bias` is the same as adding the bias to those logits before everything else: with logits and biases
+/// on a 1/4 grid (the sums are exact in f32), every draw (greedy, sampled, every filter, penalties that act
+/// after the bias) equals the draw without a bias from logits with the bias already added.
+#[test]
+fn logit_bias_equals_adding_to_the_logits_first() {
+    let mut rng = 0x5eed_u64;
+    let mut next = |n: u64| {
+        rng = tf_core::mix(rng);
+        rng % n
+    };
+    for case in 0..300 {
+        let vocab = 2 + next(300) as usize;
+        let logits: Vec<f32> = (0..vocab).map(|_| (next(81) as f32 - 40.0) * 0.25).collect();
+        let mut bias: Vec<(u32, f64)> = Vec::new();
+        for id in 0..vocab as u32 + 3 {
+            if next(5) == 0 {
+                // Ids past the vocabulary are in no row: they change nothing.
+                bias.push((id, (next(801) as f64 - 400.0) * 0.25));
+            }
+        }
+        let mut shifted = logits.clone();
+        for &(id, b) in &bias {
+            if let Some(x) = shifted.get_mut(id as usize) {
+                *x += b as f32;
+            }
+        }
+        let base = [
+            SamplingParams::greedy(),
+            params(0.7, 0, 1.0, 0.0),
+            params(1.3, 5, 0.9, 0.05),
+            SamplingParams {
+                repetition_penalty: 1.7,
+                presence_penalty: 0.5,
+                frequency_penalty: 0.3,
+                ..params(0.9, 0, 0.95, 0.0)
+            },
+            SamplingParams { repetition_penalty: 1.7, ..SamplingParams::greedy() },
+        ];
+        let reply: Vec<u32> = (0..next(6)).map(|_| next(vocab as u64) as u32).collect();
+        for p in base {
+            let biased = SamplingParams { logit_bias: bias.clone(), ..p.clone() };
+            biased.validate().unwrap();
+            for pos in [0u64, 17, 4096] {
+                let want = sample(&shifted, &p, case, pos, &reply);
+                let got = sample(&logits, &biased, case, pos, &reply);
+                assert_eq!(got, want, "case {case} pos {pos}: {p:?}");
+            }
+        }
+    }
+    // −100 all but bans the likeliest token, +100 all but forces an unlikely one.
+    let g = SamplingParams::greedy();
+    assert_eq!(sample(&SMALL, &g, 0, 0, &[]).token, 2);
+    assert_eq!(sample(&SMALL, &SamplingParams { logit_bias: vec![(2, -100.0)], ..g.clone() }, 0, 0, &[]).token, 3);
+    assert_eq!(sample(&SMALL, &SamplingParams { logit_bias: vec![(5, 100.0)], ..g }, 0, 0, &[]).token, 5);
+}
+
 #[test]
 fn draws_are_keyed_not_stateful() {
     let logits = frac();
@@ -447,6 +503,10 @@ fn validation_rejects_out_of_range_values() {
         ("repetition_penalty", SamplingParams { repetition_penalty: 0.0, ..Default::default() }),
         ("presence_penalty", SamplingParams { presence_penalty: 2.5, ..Default::default() }),
         ("frequency_penalty", SamplingParams { frequency_penalty: f64::NAN, ..Default::default() }),
+        ("logit_bias", SamplingParams { logit_bias: vec![(3, 100.5)], ..Default::default() }),
+        ("logit_bias", SamplingParams { logit_bias: vec![(3, f64::NAN)], ..Default::default() }),
+        ("logit_bias", SamplingParams { logit_bias: vec![(3, 1.0), (3, 2.0)], ..Default::default() }),
+        ("logit_bias", SamplingParams { logit_bias: vec![(4, 1.0), (3, 2.0)], ..Default::default() }),
     ];
     for (field, p) in bad {
         let e = p.validate().unwrap_err();

@@ -84,9 +84,14 @@ fn context_copies_give_the_serial_reply_greedy_and_sampled() {
                 frequency_penalty: 0.2,
                 ..SamplingParams { seed: Some(2), ..SamplingParams::greedy() }
             };
-            for params in
-                [SamplingParams { seed: Some(1), ..SamplingParams::greedy() }, sampled(3), sampled(11), penalized]
-            {
+            let biased = SamplingParams { logit_bias: vec![(0, -2.0), (5, 1.5), (11, 100.0)], ..sampled(5) };
+            for params in [
+                SamplingParams { seed: Some(1), ..SamplingParams::greedy() },
+                sampled(3),
+                sampled(11),
+                penalized,
+                biased,
+            ] {
                 let mut req = GenRequest::new(prompt.clone(), params.clone(), 40);
                 req.stop_ids = vec![];
                 let seed = params.seed.unwrap();

@@ -4,8 +4,8 @@
 //! - serial, drafted (chains, trees, a draft model) and shared-round replies equal the definition's reply and a
 //!   run with the path off (whose backend panics if asked for an argmax), with the number of argmax calls and
 //!   downloads the design says;
-//! - requests that need the values (logprobs, alternatives, sampling, penalties after the first token, prompt
-//!   logprobs, scoring, the drafting self-check) never ask for an argmax;
+//! - requests that need the values (logprobs, alternatives, sampling, penalties after the first token, a logit
+//!   bias, prompt logprobs, scoring, the drafting self-check) never ask for an argmax;
 //! - a backend that returns wrong argmaxes changes the replies: the path really feeds the emitted tokens.
 
 #[allow(dead_code)]
@@ -366,7 +366,10 @@ fn requests_that_need_the_values_never_ask_for_argmaxes() {
             let mut with_top = request(prompt.clone(), greedy(1), 20);
             with_top.top_logprobs = 2;
             let sampled = request(prompt.clone(), sampled(4), 20);
-            for req in [with_logprob, with_top, sampled] {
+            // A logit bias changes the values: the argmax of the raw logits is not the draw.
+            let biased =
+                request(prompt.clone(), SamplingParams { logit_bias: vec![(1, -3.0), (4, 2.5)], ..greedy(2) }, 20);
+            for req in [with_logprob, with_top, sampled, biased] {
                 let out = solo(&be, &model, d, true, &req);
                 assert_eq!(out.tokens, reference(&req), "{d:?}, prompt {prompt:?}, {:?}", req.params);
             }

@@ -43,6 +43,7 @@ fn draws_match_the_numpy_definition() {
             presence_penalty: num(6),
             frequency_penalty: num(7),
             seed: None,
+            logit_bias: Vec::new(),
         };
         let (case, seed): (u64, u64) = (f[0].parse().unwrap(), f[8].parse().unwrap());
         let lg = logits(case, f[9].parse().unwrap(), f[10] == "1");

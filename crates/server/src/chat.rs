@@ -161,7 +161,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         Some(Value::Object(m)) => m.clone(),
         Some(v) => return Err(ApiError::field("chat_template_kwargs", format!("expected an object, got {}", kind(v)))),
     };
-    let params = sampling(&f, &st.cfg.defaults)?;
+    let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top = f.int_in("top_logprobs", 0, 20)?;
     if top.is_some_and(|t| t > 0) && !logprobs {

@@ -111,7 +111,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     }
     f.str("suffix")?.map_or(Ok(()), |_| Err(ApiError::field("suffix", "is not supported")))?;
     let prompt = prompt_ids(&st, f.get("prompt"))?;
-    let params = sampling(&f, &st.cfg.defaults)?;
+    let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let echo = f.bool("echo")?.unwrap_or(false);
     let stream = f.bool("stream")?.unwrap_or(false);

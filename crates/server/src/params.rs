@@ -205,8 +205,8 @@ impl Default for SamplingDefaults {
     }
 }
 
-/// The sampling fields shared by every generation route.
-pub fn sampling(f: &Fields<'_>, d: &SamplingDefaults) -> Result<SamplingParams, ApiError> {
+/// The sampling fields shared by every generation route; `vocab` bounds `logit_bias`'s token ids.
+pub fn sampling(f: &Fields<'_>, d: &SamplingDefaults, vocab: usize) -> Result<SamplingParams, ApiError> {
     let p = SamplingParams {
         temperature: f.f64_in("temperature", 0.0, 2.0)?.unwrap_or(d.temperature),
         top_p: match f.f64_in("top_p", 0.0, 1.0)? {
@@ -232,9 +232,36 @@ pub fn sampling(f: &Fields<'_>, d: &SamplingDefaults) -> Result<SamplingParams, 
             None => None,
             Some(v) => Some(seed(v)?),
         },
+        logit_bias: logit_bias(f, vocab)?,
     };
     p.validate().map_err(|e| ApiError::field(e.field, e.message))?;
     Ok(p)
+}
+
+/// OpenAI's `logit_bias`: an object of token id (a decimal string) → bias in [−100, 100], ids below `vocab`;
+/// returned ascending by id.
+fn logit_bias(f: &Fields<'_>, vocab: usize) -> Result<Vec<(u32, f64)>, ApiError> {
+    let Some(v) = f.get("logit_bias") else { return Ok(Vec::new()) };
+    let Value::Object(m) = v else {
+        return Err(ApiError::field("logit_bias", format!("expected an object of token id → bias, got {}", kind(v))));
+    };
+    let mut out = Vec::with_capacity(m.len());
+    for (k, b) in m {
+        let id = k
+            .parse::<u32>()
+            .ok()
+            .filter(|&id| (id as usize) < vocab)
+            .ok_or_else(|| ApiError::field("logit_bias", format!("key {k:?} is not a token id below {vocab}")))?;
+        let b = b.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+            ApiError::field("logit_bias", format!("token {id}: expected a number in [-100, 100], got {b}"))
+        })?;
+        out.push((id, b));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(ApiError::field("logit_bias", format!("token {} appears twice", w[0].0)));
+    }
+    Ok(out)
 }
 
 /// Seeds: any integer that fits 64 bits; negative ones wrap (two's complement), as NumPy-style clients send.
@@ -272,9 +299,16 @@ mod tests {
             (json!({"presence_penalty": 3}), "presence_penalty"),
             (json!({"seed": "x"}), "seed"),
             (json!({"seed": 1.5}), "seed"),
+            (json!({"logit_bias": [1]}), "logit_bias"),
+            (json!({"logit_bias": {"x": 1}}), "logit_bias"),
+            (json!({"logit_bias": {"100": 1}}), "logit_bias"),
+            (json!({"logit_bias": {"-1": 1}}), "logit_bias"),
+            (json!({"logit_bias": {"5": 101}}), "logit_bias"),
+            (json!({"logit_bias": {"5": "1"}}), "logit_bias"),
+            (json!({"logit_bias": {"5": 1, "05": 2}}), "logit_bias"),
         ] {
             let m = obj(body.clone());
-            let e = sampling(&Fields::new(&m), &d).expect_err(&body.to_string());
+            let e = sampling(&Fields::new(&m), &d, 100).expect_err(&body.to_string());
             assert_eq!(e.param.as_deref(), Some(param), "{body}");
             assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
         }
@@ -284,9 +318,13 @@ mod tests {
     fn nulls_are_absent_and_defaults_apply() {
         let d = SamplingDefaults { temperature: 0.7, top_p: 0.9, top_k: 20, min_p: 0.0, repetition_penalty: 1.05 };
         let m = obj(json!({"temperature": null, "top_k": -1, "seed": -1}));
-        let p = sampling(&Fields::new(&m), &d).unwrap();
+        let p = sampling(&Fields::new(&m), &d, 100).unwrap();
         assert_eq!((p.temperature, p.top_p, p.top_k, p.repetition_penalty), (0.7, 0.9, 0, 1.05));
         assert_eq!(p.seed, Some(u64::MAX));
+        assert!(p.logit_bias.is_empty());
+        let m = obj(json!({"logit_bias": {"99": -100, "3": 2.5, "0": 100}}));
+        let p = sampling(&Fields::new(&m), &d, 100).unwrap();
+        assert_eq!(p.logit_bias, vec![(0, 100.0), (3, 2.5), (99, -100.0)]);
     }
 
     #[test]

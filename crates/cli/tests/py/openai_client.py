@@ -546,6 +546,23 @@ def t_extensions():
     check(m.usage.completion_tokens <= 3, f"max_completion_tokens 3 gave {m.usage.completion_tokens} tokens")
 
 
+def t_logit_bias():
+    # A bias of -100 bans the greedy reply's first token; +100 on a token makes every greedy draw that token.
+    kw = dict(temperature=0, max_tokens=4, extra_body={"return_token_ids": True})
+    plain = chat(**kw).choices[0].model_extra["token_ids"]
+    banned = chat(logit_bias={str(plain[0]): -100}, **kw).choices[0].model_extra["token_ids"]
+    check(banned[0] != plain[0], f"logit_bias -100 on {plain[0]} kept it: {plain} / {banned}")
+    forced = next(t for t in range(1000, 2000) if t not in plain)
+    r = chat(logit_bias={str(forced): 100}, **kw)
+    got = r.choices[0].model_extra["token_ids"]
+    check(got == [forced] * 4, f"logit_bias +100 on {forced} gave {got}")
+    # Streamed, the same bias gives the same text; a token id outside the vocabulary is a 400 naming the field.
+    text, _, _, _ = stream_chat(logit_bias={str(forced): 100}, temperature=0, max_tokens=4)
+    check(text == r.choices[0].message.content, f"streamed {text!r} != {r.choices[0].message.content!r}")
+    e = expect_error(openai.BadRequestError, lambda: chat(logit_bias={"999999999": 5}, max_tokens=1), "logit_bias id")
+    check(e.body.get("param") == "logit_bias", f"error {e.body}")
+
+
 def t_concurrent_streams():
     n = 8
     reqs = [
@@ -592,6 +609,7 @@ FULL = [
     t_completions,
     t_completions_scoring,
     t_responses,
+    t_logit_bias,
     t_responses_chaining,
     t_tokenize_detokenize,
     t_errors,
