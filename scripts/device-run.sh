@@ -5,7 +5,8 @@
 # `tensor` (not in the default): the tensor arithmetic, token_sha and check on a bf16 model, then its timings
 # (the example, then the CLI: serial decode, 2048-token prefill, 1/8/32 streams). `quick`: the example only, both
 # arithmetics, 1.5B and 7B. `window`: the verify-window cost in the tensor arithmetic (1-, 16- and 8-row steps
-# alternated, argmax ids, forward only) and attention alone, 1.5B and 7B.
+# alternated, argmax ids, forward only), attention alone, and the engine's window costs (`bench --window-costs`),
+# 1.5B and 7B.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -123,6 +124,11 @@ if [ "$what" = window ]; then
                 grep "decode only" | sed "s/^/$shape: /" || echo "window $shape failed"
             TF_BENCH_ATTN_ONLY=1 timeout 120 $B/bench $shape bf16 full tensor | tail -1 ||
                 echo "attention $shape failed"
+            # What drafting prices windows with through the engine: widths 1..16 after a 64-token prefix, argmax
+            # ids back (greedy rounds) and every logits row copied (sampled rounds).
+            timeout 120 $B/tensorfold bench .device/shapes/$shape.json --load-format dummy --backend cuda \
+                --precision full --arithmetic tensor --prompt-tokens 64 --gen-tokens 2 --runs 1 --window-costs 16 |
+                tail -3 | sed "s/^/$shape engine: /" || echo "window costs $shape failed"
         done
     } 2>&1 | tee "$OUT/window.log"
 fi

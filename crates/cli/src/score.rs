@@ -161,6 +161,10 @@ pub struct BenchArgs {
     /// decode tok/s summed over streams once all of them are decoding.
     #[arg(long)]
     pub streams: Option<usize>,
+    /// Also time one forward of every width 1..=N after a 64-token prefix, as drafting measures it at start
+    /// (median of 3): with only each row's argmax brought back, and with every logits row copied to the host.
+    #[arg(long, value_name = "N")]
+    pub window_costs: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -176,6 +180,11 @@ struct BenchResult {
     decode_tok_s: f64,
     prefill_tok_s_runs: Vec<f64>,
     decode_tok_s_runs: Vec<f64>,
+    /// Milliseconds of one forward of width 1, 2, … (`--window-costs`), argmaxes only / logits copied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window_ms_argmax: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window_ms_logits: Option<Vec<f64>>,
 }
 
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -198,8 +207,11 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if args.prompt_tokens == 0 || args.gen_tokens < 2 || args.runs == 0 {
         return Err("--prompt-tokens must be ≥ 1, --gen-tokens ≥ 2 and --runs ≥ 1".into());
     }
-    if args.prefill_chunk == 0 || args.streams == Some(0) {
-        return Err("--prefill-chunk and --streams must be ≥ 1".into());
+    if args.prefill_chunk == 0 || args.streams == Some(0) || args.window_costs == Some(0) {
+        return Err("--prefill-chunk, --streams and --window-costs must be ≥ 1".into());
+    }
+    if args.streams.is_some() && args.window_costs.is_some() {
+        return Err("--window-costs times one sequence's forwards: leave out --streams".into());
     }
     let s = args.model.load()?;
     let unit = s.tokenizer.encode(BENCH_TEXT, false, false).map_err(|e| e.to_string())?;
@@ -207,7 +219,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if let Some(n) = args.streams {
         return crate::bench_streams::bench_streams(s, args, n, prompt);
     }
-    let total = args.prompt_tokens + args.gen_tokens;
+    let total = (args.prompt_tokens + args.gen_tokens).max(64 + args.window_costs.unwrap_or(0));
     let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), total.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
         .map_err(|e| e.to_string())?;
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
@@ -223,6 +235,15 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             dec.push((args.gen_tokens - 1) as f64 / out.decode_s);
         }
     }
+    let windows = match args.window_costs {
+        None => None,
+        Some(n) => {
+            let c = g.measure_costs(n).map_err(|e| e.to_string())?;
+            let ms = |t: &tf_engine::CostTable| (1..=n).map(|w| t.get(w).unwrap_or(f64::NAN) * 1e3).collect();
+            Some((ms(&c.argmax), ms(&c.logits)))
+        }
+    };
+    let (window_ms_argmax, window_ms_logits) = windows.unzip();
     let r = BenchResult {
         model: s.path.clone(),
         backend: s.backend.describe(),
@@ -235,6 +256,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         decode_tok_s: median(&dec),
         prefill_tok_s_runs: pre,
         decode_tok_s_runs: dec,
+        window_ms_argmax,
+        window_ms_logits,
     };
     if args.json {
         println!("{}", serde_json::to_string(&r).expect("serializes"));
@@ -243,6 +266,16 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             "{}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens); medians of {} runs; {}, {}",
             r.model, r.prefill_tok_s, r.prompt_tokens, r.decode_tok_s, r.gen_tokens, r.runs, r.backend, r.precision
         );
+        if let (Some(a), Some(l)) = (&r.window_ms_argmax, &r.window_ms_logits) {
+            let list = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
+            println!("forward ms by width 1..={}, argmaxes back: {}", a.len(), list(a));
+            println!("forward ms by width 1..={}, logits back:  {}", l.len(), list(l));
+            println!(
+                "widest / one row: {:.2}x (argmaxes), {:.2}x (logits)",
+                a[a.len() - 1] / a[0],
+                l[l.len() - 1] / l[0]
+            );
+        }
     }
     Ok(())
 }

@@ -67,6 +67,22 @@ fn dummy_weights_bench_and_run_from_a_config_alone() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!(v["model"].as_str().unwrap().contains("dummy weights: random BF16, seed 0"), "{v}");
     assert!(v["decode_tok_s"].as_f64().unwrap() > 0.0 && v["prefill_tok_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v.get("window_ms_argmax").is_none(), "{v}");
+
+    // --window-costs: one time per width, both ways back, the copy never making a width cheaper.
+    let (ok, out, err) = tensorfold(
+        &[&["bench", d][..], &common, &["--gen-tokens", "3", "--runs", "1", "--window-costs", "5", "--json"]].concat(),
+    );
+    assert!(ok, "bench --window-costs failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let times = |k: &str| -> Vec<f64> {
+        v[k].as_array().unwrap_or_else(|| panic!("{k}: {v}")).iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    let (a, l) = (times("window_ms_argmax"), times("window_ms_logits"));
+    assert_eq!((a.len(), l.len()), (5, 5), "{v}");
+    assert!(a.iter().zip(&l).all(|(a, l)| *a > 0.0 && a <= l), "{v}");
+    let (ok, _, err) = tensorfold(&[&["bench", d][..], &common, &["--streams", "2", "--window-costs", "4"]].concat());
+    assert!(!ok && err.contains("--window-costs"), "{err}");
 
     let (ok, out, err) = tensorfold(
         &[&["bench", d][..], &common, &["--gen-tokens", "5", "--runs", "1", "--streams", "3", "--json"]].concat(),
