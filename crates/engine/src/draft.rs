@@ -21,12 +21,9 @@ pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send +
 pub struct DraftConfig {
     /// Most rows in one verify window (the pending token plus drafts); below 2 nothing is drafted.
     pub max_window: usize,
-    /// Measured seconds of one forward by width with every logits row brought to the host
-    /// ([`Generator::measure_costs`]); picks each round's width.
-    pub costs: CostTable,
-    /// The same with only each row's argmax brought back (greedy rounds whose draws the backend makes); on a
-    /// GPU a window's logits are megabytes, so these windows cost less. [`DraftConfig::new`] copies `costs`.
-    pub argmax_costs: CostTable,
+    /// Measured seconds of one forward by width, both ways its rows can come back
+    /// ([`Generator::measure_costs`]); pick each round's width ([`DraftConfig::round_costs`]).
+    pub costs: WindowCosts,
     /// The proposer for each request; `None`: context copies ([`default_proposer`]).
     pub proposer: Option<ProposerFactory>,
     /// Drafts every round verifies at least (a one-token guess when the proposer has none). 0 lets the width
@@ -36,21 +33,22 @@ pub struct DraftConfig {
 }
 
 impl DraftConfig {
-    /// Context copies with windows of up to `max_window` rows.
+    /// Context copies with windows of up to `max_window` rows, priced with `costs` however the rows come back.
     pub fn new(max_window: usize, costs: CostTable) -> DraftConfig {
-        DraftConfig { max_window, argmax_costs: costs.clone(), costs, proposer: None, min_drafts: 1 }
+        let costs = WindowCosts { logits: costs.clone(), argmax: costs };
+        DraftConfig { max_window, costs, proposer: None, min_drafts: 1 }
     }
 
-    /// The costs a stream's next round is priced with: the one-row cost from [`DraftConfig::argmax_costs`]
-    /// when a one-row round would bring back only the argmax (`one_row`), else from [`DraftConfig::costs`];
-    /// likewise every wider window's cost with `window`.
+    /// The costs a stream's next round is priced with: the one-row cost from [`WindowCosts::argmax`] when a
+    /// one-row round would bring back only the argmax (`one_row`), else from [`WindowCosts::logits`]; likewise
+    /// every wider window's cost with `window`.
     pub fn round_costs(&self, one_row: bool, window: bool) -> CostTable {
         let pick = |w: usize| {
             let on_device = if w <= 1 { one_row } else { window };
-            let table = if on_device { &self.argmax_costs } else { &self.costs };
+            let table = if on_device { &self.costs.argmax } else { &self.costs.logits };
             table.cost.get(w).copied().unwrap_or(f64::NAN)
         };
-        CostTable::new((0..self.costs.cost.len()).map(pick).collect())
+        CostTable::new((0..self.costs.logits.cost.len()).map(pick).collect())
     }
 }
 
@@ -59,7 +57,6 @@ impl std::fmt::Debug for DraftConfig {
         f.debug_struct("DraftConfig")
             .field("max_window", &self.max_window)
             .field("costs", &self.costs)
-            .field("argmax_costs", &self.argmax_costs)
             .field("proposer", &self.proposer.as_ref().map(|_| "custom").unwrap_or("ngram"))
             .finish()
     }
@@ -320,13 +317,7 @@ impl<'a> Generator<'a> {
             return Ok(DraftSetup { enabled: false, warning: Some(warning), costs: WindowCosts::default() });
         }
         let costs = self.measure_costs(max_window)?;
-        self.drafting = Some(DraftConfig {
-            max_window,
-            costs: costs.logits.clone(),
-            argmax_costs: costs.argmax.clone(),
-            proposer,
-            min_drafts,
-        });
+        self.drafting = Some(DraftConfig { max_window, costs: costs.clone(), proposer, min_drafts });
         Ok(DraftSetup { enabled: true, warning: None, costs })
     }
 
@@ -358,18 +349,14 @@ impl<'a> Generator<'a> {
                 let batch = chain_batch(&table, &tokens[prefix..prefix + w], prefix, (0..w).collect());
                 let t = Instant::now();
                 let out = self.model.forward(self.be, &batch, &mut self.kv);
-                // With the backend's argmax off every round copies the logits: both tables are that time.
-                let ids = match self.device_argmax {
-                    true => Some(fetch(self.be, &out, w, vocab, true).map(|_| t.elapsed().as_secs_f64())?),
-                    false => None,
-                };
-                let copy = Instant::now();
+                if self.device_argmax {
+                    fetch(self.be, &out, w, vocab, true)?;
+                }
+                let ids = t.elapsed().as_secs_f64();
                 fetch(self.be, &out, w, vocab, false)?;
-                let values = match ids {
-                    Some(ids) => ids + copy.elapsed().as_secs_f64(),
-                    None => t.elapsed().as_secs_f64(),
-                };
-                ids_s.push(ids.unwrap_or(values));
+                let values = t.elapsed().as_secs_f64();
+                // With the backend's argmax off every round copies the logits: both tables are that time.
+                ids_s.push(if self.device_argmax { ids } else { values });
                 values_s.push(values);
             }
             argmax.push(median(ids_s));

@@ -12,8 +12,8 @@ use tf_core::{Backend, Tensor};
 /// [`tf_core::Backend::argmax_rows`] instead of the downloaded logits: the request is greedy (temperature ≤ 0),
 /// reports no logprob (`!logprobs`) and no alternatives (`top_logprobs == 0`), sets no `logit_bias`, and no
 /// penalty can change the values (none set, or `reply` empty: penalties act on the reply's tokens only). Then
-/// the sampler's draw is exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves (prompt logprobs,
-/// [`crate::Generator::score`], the drafting self-check) always download.
+/// the sampler's draw is exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves
+/// (prompt logprobs, [`crate::Generator::score`], the drafting self-check) always download.
 pub fn greedy_on_device(req: &GenRequest, reply: &[u32]) -> bool {
     !req.logprobs && req.top_logprobs == 0 && draw_is_argmax(&req.params, reply)
 }

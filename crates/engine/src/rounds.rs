@@ -161,6 +161,15 @@ enum Part {
     Window { drafts: Vec<u32> },
 }
 
+/// [`Generator::want_drafts`] with the stream's window costs already priced.
+fn want_drafts_priced(c: &DraftConfig, s: &Stream<'_>, costs: &CostTable) -> usize {
+    if s.proposer.is_none() {
+        return 0;
+    }
+    let k = s.stats.widest(costs, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+    k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
+}
+
 impl<'a> Generator<'a> {
     /// Admits a request for shared rounds: checks it, takes cached prefix blocks and reserves every other block
     /// it can need (all or nothing).
@@ -232,9 +241,8 @@ impl<'a> Generator<'a> {
     /// measured acceptance (of any class of guess) and the measured window costs favour, within `max_window`
     /// and `max_tokens`. The proposer's class of guess picks the width within this when the window runs.
     pub fn want_drafts(&self, s: &Stream<'_>) -> usize {
-        let (Some(c), Some(_)) = (&self.drafting, s.proposer.as_ref()) else { return 0 };
-        let k = s.stats.widest(&self.stream_costs(c, s), c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
-        k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
+        let Some(c) = &self.drafting else { return 0 };
+        want_drafts_priced(c, s, &self.stream_costs(c, s))
     }
 
     /// The window costs `s` is priced with: as its own rows would come back (argmaxes for a greedy stream when
@@ -287,8 +295,8 @@ impl<'a> Generator<'a> {
         for &(i, grant) in grants {
             match grant {
                 Grant::Window { max_drafts } if streams[i].is_decoding() => {
-                    let k = self.want_drafts(&streams[i]).min(max_drafts);
                     let priced = config.as_ref().map(|c| self.stream_costs(c, &streams[i])).unwrap_or_default();
+                    let k = config.as_ref().map_or(0, |c| want_drafts_priced(c, &streams[i], &priced)).min(max_drafts);
                     let s = &mut streams[i];
                     let pending = *s.tokens.last().expect("decoding");
                     s.context.push(pending);

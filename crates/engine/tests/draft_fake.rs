@@ -292,7 +292,7 @@ fn context_copy_trees_equal_serial() {
 #[test]
 fn round_costs_take_each_width_from_the_way_its_rows_come_back() {
     let mut c = DraftConfig::new(3, CostTable::from_widths(&[1.0, 2.0, 3.0]));
-    c.argmax_costs = CostTable::from_widths(&[0.5, 1.0, 1.5]);
+    c.costs.argmax = CostTable::from_widths(&[0.5, 1.0, 1.5]);
     assert_eq!(c.round_costs(false, false).cost[1..], [1.0, 2.0, 3.0]);
     assert_eq!(c.round_costs(true, true).cost[1..], [0.5, 1.0, 1.5]);
     assert_eq!(c.round_costs(true, false).cost[1..], [0.5, 2.0, 3.0]);
@@ -320,7 +320,7 @@ fn greedy_rounds_are_priced_with_the_argmax_costs_and_sampled_ones_with_the_copy
             let truth2 = Arc::new(truth.clone());
             let plen = prompt.len();
             let mut c = DraftConfig::new(6, costs.clone());
-            c.argmax_costs = argmax_costs.clone();
+            c.costs.argmax = argmax_costs.clone();
             c.min_drafts = 0;
             c.proposer = Some(Arc::new(move |_: &GenRequest| {
                 Box::new(Scripted { prompt_len: plen, truth: truth2.to_vec(), wrong_every: None }) as Box<dyn Proposer>

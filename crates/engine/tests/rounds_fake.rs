@@ -271,7 +271,7 @@ fn shared_rounds_price_greedy_streams_with_the_argmax_costs() {
     // A window of w ≥ 2 rows costs 2w one-row rounds: never worth it, even if every draft were accepted.
     let steep: Vec<f64> = (1..=5).map(|w| if w == 1 { 1e-3 } else { 2e-3 * w as f64 }).collect();
     let mut c = DraftConfig::new(5, CostTable::from_widths(&steep));
-    c.argmax_costs = CostTable::from_widths(&[1e-3; 5]);
+    c.costs.argmax = CostTable::from_widths(&[1e-3; 5]);
     c.min_drafts = 0;
     g.set_drafting(Some(c));
     let reqs: Vec<GenRequest> = (0..8u64)
