@@ -391,6 +391,73 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
     println!("  attention alone ({heads} heads, {kv_heads} kv heads, GPU time): {}", parts.join(" | "));
 }
 
+/// `TF_BENCH_VARIANTS="base;IL_PIPE=1;IL_PIPE=1 IL_DEPTH=4"`: one backend per variant (its kernels compiled with
+/// those defines, `base` = none), each with the model and its own KV cache, then one-row steps (`TF_BENCH_ROWS`:
+/// row counts, default 1) of every variant in turn at the same positions, argmax ids back; prints each variant's
+/// median and its ratio to the first. The variants' logits of a prefill, a 1-row and a 16-row step must be
+/// bitwise equal (the knobs change speed only); a difference panics.
+fn variants(list: &str, shape: &str, cfg: &HfConfig, src: &DummyWeights, precision: Precision, arith: Arithmetic) {
+    let names: Vec<&str> = list.split(';').map(str::trim).filter(|v| !v.is_empty()).collect();
+    let rows: Vec<usize> = std::env::var("TF_BENCH_ROWS")
+        .unwrap_or_else(|_| "1".into())
+        .split(',')
+        .map(|v| v.trim().parse().expect("TF_BENCH_ROWS: row counts"))
+        .collect();
+    let table: Vec<u32> = (0..128).collect();
+    let mut runs = Vec::new();
+    let t0 = Instant::now();
+    for name in &names {
+        let defines: Vec<String> =
+            if *name == "base" { vec![] } else { name.split_whitespace().map(String::from).collect() };
+        let be = CudaBackend::with_defines(0, precision, arith, &defines).unwrap_or_else(|e| panic!("{e}"));
+        be.set_float_tuning(true, 0);
+        let model = load_model(&be, src, cfg).unwrap_or_else(|e| panic!("{e}"));
+        let mut kv = be.alloc_kv(model.kv_spec(128, BLOCK)).expect("kv");
+        // The prefill's logits and those of one-row and 16-row steps after it.
+        let mut logits = Vec::new();
+        for range in [0..64, 64..65, 65..81] {
+            let y = model.forward(&be, &batch(&table, range), &mut kv);
+            logits.extend(be.to_host(&y));
+        }
+        println!("# variant {name:?} ready at {:.0} s", t0.elapsed().as_secs_f64());
+        runs.push((name.to_string(), be, model, kv, logits));
+    }
+    for r in &runs[1..] {
+        let same = r.4.iter().zip(&runs[0].4).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "variant {:?}: logits differ from {:?}", r.0, runs[0].0);
+    }
+    println!("# the variants' logits are bitwise equal (prefill of 64, a 1-row and a 16-row step)");
+    IDS_ONLY.with(|c| c.set(true));
+    let steps = 100;
+    let mut times = vec![vec![Vec::new(); rows.len()]; runs.len()];
+    let mut pos = 81;
+    for _ in 0..steps {
+        for (i, &r) in rows.iter().enumerate() {
+            if pos + r > table.len() * BLOCK {
+                pos = 64;
+            }
+            for (v, run) in runs.iter_mut().enumerate() {
+                times[v][i].push(step(&run.1, run.2.as_ref(), &mut run.3, &table, pos..pos + r));
+            }
+            pos += r;
+        }
+    }
+    println!("# {shape}: {} variants, {steps} steps of each row count, alternated, argmax ids", runs.len());
+    let base: Vec<f64> = times[0].iter().map(|t| median(t.clone())).collect();
+    for (run, t) in runs.iter().zip(times) {
+        let parts: Vec<String> = rows
+            .iter()
+            .zip(t)
+            .zip(&base)
+            .map(|((r, t), b)| {
+                let m = median(t);
+                format!("{r} row(s) {:.3} ms ({:.3}×)", m * 1e3, m / b)
+            })
+            .collect();
+        println!("variant {:<28} {}", run.0, parts.join(" | "));
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -415,6 +482,10 @@ fn main() {
     let cfg = config(shape);
     let src = DummyWeights::new(&cfg, dtype, 0).unwrap_or_else(|e| panic!("{e}"));
     let gen_s = t.elapsed().as_secs_f64();
+    if let Ok(list) = std::env::var("TF_BENCH_VARIANTS") {
+        variants(&list, shape_name, &cfg, &src, precision, arithmetic);
+        return;
+    }
     let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("{e}"));
     // TF_CUDA_INTERLEAVE=0: the model's float matrices unpermuted (the backend's default is interleaved).
     let interleave = !std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0");

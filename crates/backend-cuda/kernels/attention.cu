@@ -36,7 +36,11 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     griddep_launch();
-    griddep_wait();  // launched early (PDL): nothing read before the previous kernel is done
+    // Launched early (PDL): the row metadata, block tables and chunk lists are the host's (uploaded before the
+    // step's first kernel), so with PRE_WAIT they are read before griddep_wait; q, and everything written, after.
+#if !PRE_WAIT
+    griddep_wait();
+#endif
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
     int h = blockIdx.x * S + sub, r = blockIdx.y, c = blockIdx.z;
     float* qs = qs_all[sub];
@@ -44,6 +48,9 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     float* red = red_all[sub];
     i64 cid = chunks[(i64)r * cmax + c];
     if (cid < 0) {
+#if PRE_WAIT
+        griddep_wait();
+#endif
         // One chunk per row (no merge launched): a row without visits gets zeros, as attention_merge writes.
         if (cmax == 1) {
             float* outh = out + ((i64)r * heads + h) * hd;
@@ -60,7 +67,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     int tlen = row[4];
     const u32* table = bt + bt_off[seq];
     const float* qh = q + ((i64)r * heads + h) * hd;
-    for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     // Prefix positions p >= lo are inside the window ((pos - p) < window).
     i64 lo = 0;
     if (window >= 0) {
@@ -72,10 +78,21 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     i64 pbeg = lo > cbeg ? lo : cbeg;
     i64 pend = ctx < cend ? ctx : cend;
     int np = pbeg < pend ? (int)(pend - pbeg) : 0;
+    i64 stride_slot = (i64)kv_heads * hd;
+    const float* kh = k + (i64)kvh * hd;
+    const float* vh = v + (i64)kvh * hd;
     for (int i = ft; i < np; i += T) {
         i64 p = pbeg + i;
         u32 pu = (u32)p, bs = (u32)block_size;  // positions are u32: 32-bit division
-        slots[i] = table[pu / bs] * bs + pu % bs;
+        u32 slot = table[pu / bs] * bs + pu % bs;
+        slots[i] = slot;
+#if PRE_WAIT
+        // Ask L2 for the visit's K and V rows (prefetches read nothing into registers: safe before the wait).
+        for (int l = 0; l < hd; l += 32) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kh + (i64)slot * stride_slot + l));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + (i64)slot * stride_slot + l));
+        }
+#endif
     }
     int n = np;
     for (int ti = 0; ti < tlen; ti++) {
@@ -85,9 +102,10 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             n++;
         }
     }
-    i64 stride_slot = (i64)kv_heads * hd;
-    const float* kh = k + (i64)kvh * hd;
-    const float* vh = v + (i64)kvh * hd;
+#if PRE_WAIT
+    griddep_wait();
+#endif
+    for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
     // Scores (the same bits either way).
     if (S == 1) {

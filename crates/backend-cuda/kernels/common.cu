@@ -32,6 +32,15 @@ __device__ __forceinline__ void griddep_launch() {
 #endif
 }
 
+// PRE_WAIT (on by default; PRE_WAIT=0 is an NVRTC define for measurements, src/device.rs): kernels launched early
+// (PDL) load what cannot change under them before griddep_wait: norm weights (written once at upload), and what
+// the host uploaded for the step (RoPE tables, slots, block tables, the rows' metadata; an upload is ordered after
+// every earlier kernel); attention also asks L2 for the K and V rows of the positions it visits. Changes no bits:
+// the same values, loaded sooner.
+#ifndef PRE_WAIT
+#define PRE_WAIT 1
+#endif
+
 // The GGML dtype tags the host passes (`dtype_code` in src/geometry.rs).
 #define DT_F32 0
 #define DT_F16 1

@@ -234,7 +234,19 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 // (re-read by every column) stay cached there. Loading the activations ahead is what pays: with them read next
 // to each fma the chain waited on an L1/L2 round trip per element, and long rows (K = 8960, 18944) ran at
 // 0.8-1.0 TB/s.
+// Software pipelining (IL_PIPE, on by default): the next batch's weight vectors are requested before the current
+// batch's fmas, so a thread always has a batch in flight; the same fmas in the same order, only the loads move.
+// IL_PIPE=0 and IL_DEPTH (NVRTC defines, src/device.rs) are for measurements (docs/perf-notes-cuda.md).
+#ifndef IL_PIPE
+#define IL_PIPE 1
+#endif
+#ifndef IL_DEPTH
+#if IL_PIPE
+#define IL_DEPTH 4
+#else
 #define IL_DEPTH 8
+#endif
+#endif
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
@@ -259,6 +271,12 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
+// The IL_DEPTH weight vectors of batch b0 (zero past the row's nb blocks; never used there).
+__device__ __forceinline__ void il1_batch(uint4 (&v)[IL_DEPTH], const uint4* wq, int b0, int nb) {
+#pragma unroll
+    for (int u = 0; u < IL_DEPTH; u++) v[u] = b0 + u < nb ? ld_stream(wq + 16 * (b0 + u)) : make_uint4(0, 0, 0, 0);
+}
+
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
 // IL_DEPTH weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
@@ -273,20 +291,21 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     const float* xr = x + j;
     float acc = 0.0f;
     griddep_launch();
+    uint4 v[IL_DEPTH];
+    il1_batch(v, wq, 0, nb);
+    // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
+    griddep_wait();
     for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
-        uint4 v[IL_DEPTH];
-#pragma unroll
-        for (int u = 0; u < IL_DEPTH; u++) {
-            if (b0 + u < nb) v[u] = ld_stream(wq + 16 * (b0 + u));
-        }
-        // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
-        if (b0 == 0) griddep_wait();
         float xv[IL_DEPTH][EPV];
 #pragma unroll
         for (int u = 0; u < IL_DEPTH; u++) {
 #pragma unroll
             for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
         }
+#if IL_PIPE
+        uint4 nv[IL_DEPTH];
+        il1_batch(nv, wq, b0 + IL_DEPTH, nb);
+#endif
 #pragma unroll
         for (int u = 0; u < IL_DEPTH; u++) {
             if (b0 + u < nb) {
@@ -294,6 +313,12 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
                 for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
             }
         }
+#if IL_PIPE
+#pragma unroll
+        for (int u = 0; u < IL_DEPTH; u++) v[u] = nv[u];
+#else
+        if (b0 + IL_DEPTH < nb) il1_batch(v, wq, b0 + IL_DEPTH, nb);
+#endif
     }
     return tree16(acc);
 }

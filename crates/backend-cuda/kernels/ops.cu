@@ -17,7 +17,6 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
     griddep_launch();
-    griddep_wait();  // launched early (PDL): nothing read before the previous kernel is done
     int tid = threadIdx.x;
     float acc = 0.0f;
     // A row of up to NORM_PER elements per thread that fits one chunk (every norm the host launches with
@@ -26,6 +25,17 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     const int NORM_PER = 4;
     bool small = n <= NORM_CHUNK && n <= NORM_PER * (int)blockDim.x;
     float wv[NORM_PER];
+#if PRE_WAIT
+    // The norm weight is never written after upload: loaded while the previous kernel may still run.
+    if (small) {
+#pragma unroll
+        for (int u = 0; u < NORM_PER; u++) {
+            int i = tid + u * blockDim.x;
+            if (i < n) wv[u] = deq_elem(w_dt, w, i);
+        }
+    }
+#endif
+    griddep_wait();  // launched early (PDL): nothing the previous kernel writes is read before it is done
     if (small) {
         float xv[NORM_PER], bv[NORM_PER];
 #pragma unroll
@@ -34,7 +44,9 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
             if (i < n) {
                 xv[u] = x[i];
                 if (ADD) bv[u] = b[i];
+#if !PRE_WAIT
                 wv[u] = deq_elem(w_dt, w, i);
+#endif
             }
         }
 #pragma unroll
@@ -198,7 +210,9 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int
                                          int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
                                          float* v_layer, const u32* slots) {
     griddep_launch();
+#if !PRE_WAIT
     griddep_wait();
+#endif
     i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     int rot = 2 * half;
     int hq = qcols / head_dim, hk = kcols / head_dim;
@@ -215,11 +229,17 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int
         int h = (int)(rh % heads);
         int r = (int)(rh / heads);
         float* xh = (is_q ? q : k) + (i64)r * cols + (i64)h * head_dim;
+        // slots and the cos / sin rows are the host's (uploaded before the step's first kernel): read before
+        // waiting on the previous kernel, whose outputs (q, k, v) are read after.
         float* ch = k_layer + (i64)slots[r] * kcols + (i64)h * head_dim;
+        float c = 0.0f, s = 0.0f;
+        if (u < half) c = cos_t[(i64)r * half + u], s = sin_t[(i64)r * half + u];
+#if PRE_WAIT
+        griddep_wait();
+#endif
         if (u < half) {
             int i0 = neox ? u : 2 * u;
             int i1 = neox ? u + half : 2 * u + 1;
-            float c = cos_t[(i64)r * half + u], s = sin_t[(i64)r * half + u];
             float x0 = xh[i0], x1 = xh[i1];
             float y0 = x0 * c - x1 * s;
             float y1 = x0 * s + x1 * c;
@@ -236,6 +256,9 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int
         return;
     }
     idx -= nk;
+#if PRE_WAIT
+    griddep_wait();
+#endif
     if (idx < nv) {
         int r = (int)(idx / kcols), c = (int)(idx % kcols);
         v_layer[(i64)slots[r] * kcols + c] = v[idx];

@@ -206,7 +206,22 @@ impl CudaBackend {
         precision: Precision,
         arithmetic: Arithmetic,
     ) -> Result<CudaBackend, BackendError> {
-        let gpu = Gpu::open(ordinal)?;
+        // Kernel tuning knobs for measurements (`TF_CUDA_DEFINES="IL_PIPE=1 IL_DEPTH=4"`, docs/cuda.md).
+        let defines: Vec<String> =
+            std::env::var("TF_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(String::from).collect();
+        CudaBackend::with_defines(ordinal, precision, arithmetic, &defines)
+    }
+
+    /// [`CudaBackend::with_arithmetic`] with the kernels compiled with `defines` (`NAME=INTEGER`, tuning knobs
+    /// that change no output's bits), for measurements of two variants in one process.
+    #[doc(hidden)]
+    pub fn with_defines(
+        ordinal: usize,
+        precision: Precision,
+        arithmetic: Arithmetic,
+        defines: &[String],
+    ) -> Result<CudaBackend, BackendError> {
+        let gpu = Gpu::open(ordinal, defines)?;
         if arithmetic == Arithmetic::Tensor && gpu.cc.0 < 8 {
             return Err(BackendError(format!(
                 "the tensor arithmetic needs compute capability 8.0 or later; {} is sm_{}{}",
@@ -222,7 +237,7 @@ impl CudaBackend {
             graph_counts: Mutex::new((0, 0)),
             tune: FloatTuning {
                 // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
-                // read them at matmul_float's speed (docs/perf-notes.md, issue 8).
+                // read them at matmul_float's speed (docs/perf-notes-cuda.md, issue 8).
                 no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
                 no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
                 ..FloatTuning::default()

@@ -13,30 +13,49 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tf_core::BackendError;
 
-/// PTX of the program per architecture flag, compiled once per process.
+/// PTX of the program per architecture flag and defines, compiled once per process.
 static PTX: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
 
 /// Compiles the kernels for `arch` (an NVRTC `--gpu-architecture=` flag) with the options the exact arithmetic
 /// needs: no fma contraction, IEEE division and square root, denormals kept. Works without a GPU (NVRTC only).
 pub fn compile(arch: &str) -> Result<String, BackendError> {
+    compile_with(arch, &[])
+}
+
+/// [`compile`] with preprocessor defines `NAME=INTEGER` (tuning knobs of the kernels, such as `IL_PIPE=1` in
+/// kernels/matmul.cu, for measurements; none changes an output's bits).
+pub fn compile_with(arch: &str, defines: &[String]) -> Result<String, BackendError> {
+    for d in defines {
+        let ok = d.split_once('=').is_some_and(|(n, v)| {
+            !n.is_empty()
+                && n.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && v.parse::<i64>().is_ok()
+        });
+        if !ok {
+            return Err(BackendError(format!("kernel define {d:?}: expected NAME=INTEGER (NAME in A-Z, 0-9, _)")));
+        }
+    }
+    let key = std::iter::once(arch.to_string()).chain(defines.iter().cloned()).collect::<Vec<_>>().join(" ");
     let cache = PTX.get_or_init(Default::default);
-    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(arch) {
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(p.clone());
     }
+    let mut options = vec![arch.to_string(), "--std=c++17".into()];
+    options.extend(defines.iter().map(|d| format!("-D{d}")));
     let opts = CompileOptions {
         ftz: Some(false),
         prec_sqrt: Some(true),
         prec_div: Some(true),
         fmad: Some(false),
         use_fast_math: Some(false),
-        options: vec![arch.to_string(), "--std=c++17".into()],
+        options,
         ..Default::default()
     };
     let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(program(), opts))
         .map_err(|_| BackendError("NVRTC could not be loaded (is libnvrtc on the library path?)".into()))?
         .map_err(|e| BackendError(format!("NVRTC failed to compile the CUDA kernels: {e:?}")))?
         .to_src();
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(arch.to_string(), ptx.clone());
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, ptx.clone());
     Ok(ptx)
 }
 
@@ -193,8 +212,9 @@ fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> BackendError + '_ 
 }
 
 impl Gpu {
-    /// Opens device `ordinal`: loads libcuda (dynamically), compiles and loads the kernels.
-    pub fn open(ordinal: usize) -> Result<Gpu, BackendError> {
+    /// Opens device `ordinal`: loads libcuda (dynamically), compiles (with `defines`, see [`compile_with`]) and
+    /// loads the kernels.
+    pub fn open(ordinal: usize, defines: &[String]) -> Result<Gpu, BackendError> {
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| BackendError("the CUDA driver (libcuda) could not be loaded".into()))?
             .map_err(err("device open"))?;
@@ -203,7 +223,7 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let cc = ctx.compute_capability().map_err(err("compute capability"))?;
         let name = ctx.name().map_err(err("device name"))?;
-        let ptx = compile(&nvrtc_arch(cc.0, cc.1))?;
+        let ptx = compile_with(&nvrtc_arch(cc.0, cc.1), defines)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?;
         let mut funcs = HashMap::new();
         for k in KERNELS {

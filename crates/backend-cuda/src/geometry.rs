@@ -132,7 +132,7 @@ pub fn il_index(i: usize, block: usize) -> usize {
 }
 
 /// Output columns per block of the one-row interleaved kernels for `n` outputs (a half-warp per column). Measured on
-/// the H200 (one row, BF16, docs/perf-notes.md): 2, 4, 8 and 16 are within run-to-run noise (about ±8%) of each
+/// the H200 (one row, BF16, docs/perf-notes-cuda.md): 2, 4, 8 and 16 are within run-to-run noise (about ±8%) of each
 /// other for the four MLP shapes of Qwen2.5 1.5B and 7B. Chosen by shape (here: fixed), never by row count; row
 /// groups use `FULL_COLS` as matmul_float does.
 pub fn il_cols(_n: usize) -> u32 {

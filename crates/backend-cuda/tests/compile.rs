@@ -1,7 +1,7 @@
 //! NVRTC compiles every kernel for the architectures we run on (needs libnvrtc, not a GPU).
 #![cfg(feature = "cuda")]
 
-use tf_backend_cuda::device::compile;
+use tf_backend_cuda::device::{compile, compile_with};
 use tf_backend_cuda::geometry::{nvrtc_arch, KERNELS};
 
 #[test]
@@ -14,5 +14,24 @@ fn nvrtc_compiles_every_kernel_for_hopper_and_ampere() {
         // --fmad=false: the only fused multiply-adds are the explicit fmaf() calls, which PTX spells fma.rn.f32;
         // a contracted a*b+c would show up as mad.f32 or an fma we did not write, so check no mad appears.
         assert!(!ptx.contains("mad.f32") && !ptx.contains("mad.rn.f32"), "contracted multiply-add in the PTX");
+    }
+}
+
+#[test]
+fn the_tuning_defines_compile_and_bad_ones_are_refused() {
+    let arch = nvrtc_arch(9, 0);
+    for defines in [
+        vec!["IL_PIPE=1"],
+        vec!["IL_PIPE=1", "IL_DEPTH=4"],
+        vec!["IL_PIPE=0", "PRE_WAIT=0"],
+        vec!["IL_PIPE=0", "IL_DEPTH=12"],
+    ] {
+        let defines: Vec<String> = defines.into_iter().map(String::from).collect();
+        let ptx = compile_with(&arch, &defines).unwrap_or_else(|e| panic!("{defines:?}: {e}"));
+        assert!(ptx.contains(".entry matmul_bf16w_il1("), "{defines:?}");
+    }
+    for bad in ["IL_PIPE", "il_pipe=1", "IL_PIPE=x", "=1", "A=1 -include x"] {
+        let err = compile_with(&arch, &[bad.to_string()]).expect_err(bad);
+        assert!(err.0.contains("NAME=INTEGER"), "{bad}: {}", err.0);
     }
 }

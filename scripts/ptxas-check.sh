@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Compiles the CUDA kernels here (NVRTC, then ptxas: no GPU needed) for sm_90 with the given kernel defines and
+# prints each kernel's registers and spills, so a variant whose PTX does not assemble, or that spills, is caught
+# before it takes device time. Needs libnvrtc and ptxas: NVRTC_LIB (the folder of libnvrtc.so.12) and PTXAS
+# (default: the ones the pip wheels nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 unpack under /work/nvrtc).
+#
+# Usage: scripts/ptxas-check.sh [NAME=INTEGER ...] [| grep il1]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+NVRTC_LIB=${NVRTC_LIB:-/work/nvrtc/nvidia/cuda_nvrtc/lib}
+PTXAS=${PTXAS:-/work/nvrtc/nvidia/cuda_nvcc/bin/ptxas}
+cargo build --release -q -p tf-backend-cuda --features cuda --example ptx
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+LD_LIBRARY_PATH="$NVRTC_LIB" "$CARGO_TARGET_DIR/release/examples/ptx" sm_90 "$@" >"$tmp/k.ptx"
+"$PTXAS" -arch=sm_90 -v "$tmp/k.ptx" -o "$tmp/k.cubin" 2>&1 |
+    awk '/Compiling entry function/ { split($0, q, "'"'"'"); k = q[2] }
+         /Used [0-9]+ registers/ {
+             match($0, /Used [0-9]+ registers/); print k, substr($0, RSTART + 5, RLENGTH - 15), "registers" }
+         /spill/ && !/0 bytes spill stores, 0 bytes spill loads/ { print k, $0 }
+         /error/ { print }'
