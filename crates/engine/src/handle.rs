@@ -48,6 +48,8 @@ pub enum SubmitError {
     QueueFull { max_waiting: usize },
     /// The engine is shutting down (or its thread is gone).
     ShuttingDown,
+    /// The engine failed (its thread panicked; the reason): the server is stopping.
+    Failed(String),
 }
 
 impl std::fmt::Display for SubmitError {
@@ -57,6 +59,7 @@ impl std::fmt::Display for SubmitError {
                 write!(f, "the server is busy: {max_waiting} requests are already waiting; retry later")
             }
             SubmitError::ShuttingDown => write!(f, "the server is shutting down"),
+            SubmitError::Failed(why) => write!(f, "the engine failed: {why}; the server is stopping"),
         }
     }
 }
@@ -199,6 +202,8 @@ pub struct EngineHandle {
     max_waiting: usize,
     next_id: Arc<AtomicU64>,
     accepting: Arc<AtomicBool>,
+    /// How the engine thread ended, once it has (failure.rs).
+    ending: Arc<crate::failure::Ending>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
     /// Cancel flags of every request not yet finished, so `cancel_all` reaches the running one at once.
     live: LiveList,
@@ -223,25 +228,45 @@ impl EngineHandle {
         let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
         let prefix_cache = cfg.prefix_cache;
         let (parallel, max_rows) = (cfg.parallel, cfg.max_rows);
+        let accepting = Arc::new(AtomicBool::new(true));
+        let ending = Arc::new(crate::failure::Ending::default());
+        let (thread_accepting, thread_ending) = (accepting.clone(), ending.clone());
         let thread = std::thread::Builder::new()
             .name("tensorfold-engine".into())
             .spawn(move || {
-                let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
-                let setup = g.setup_drafting(max_window, proposer, min_drafts);
-                g.set_prefix_cache(prefix_cache);
-                let ok = setup.is_ok();
-                let _ = ready_tx.send(setup);
-                if ok && parallel > 1 {
-                    crate::handle_shared::shared_loop(&mut g, rx, &thread_stats, &thread_live, parallel, max_rows);
-                } else if ok {
-                    engine_loop(&mut g, rx, &thread_stats, &thread_live);
+                // A panic anywhere below (failure.rs): the requests it drops get an error event from their
+                // guarded sinks while it unwinds; then the failure is recorded and later requests refused.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
+                    let setup = g.setup_drafting(max_window, proposer, min_drafts);
+                    g.set_prefix_cache(prefix_cache);
+                    let ok = setup.is_ok();
+                    let _ = ready_tx.send(setup);
+                    if ok && parallel > 1 {
+                        crate::handle_shared::shared_loop(&mut g, &rx, &thread_stats, &thread_live, parallel, max_rows);
+                    } else if ok {
+                        engine_loop(&mut g, &rx, &thread_stats, &thread_live);
+                    }
+                }));
+                match run {
+                    Ok(()) => thread_ending.set(None),
+                    Err(payload) => {
+                        let why = crate::failure::panic_message(payload.as_ref());
+                        thread_accepting.store(false, Ordering::SeqCst);
+                        thread_ending.set(Some(why.clone()));
+                        drop(ready_tx);
+                        crate::failure::refuse_until_shutdown(&rx, &why);
+                    }
                 }
             })
             .map_err(|e| EngineError::Model(format!("cannot start the engine thread: {e}")))?;
         let drafting = match ready_rx.recv() {
             Ok(Ok(setup)) => setup,
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(EngineError::Model("the engine thread stopped while starting".into())),
+            Err(_) => {
+                let why = ending.failure().map_or_else(String::new, |w| format!(": {w}"));
+                return Err(EngineError::Model(format!("the engine thread stopped while starting{why}")));
+            }
         };
         let info =
             EngineInfo { vocab_size, context_length, kv_blocks: cfg.kv_blocks, block_size: cfg.block_size, drafting };
@@ -251,10 +276,22 @@ impl EngineHandle {
             info,
             max_waiting: cfg.max_waiting,
             next_id: Arc::new(AtomicU64::new(1)),
-            accepting: Arc::new(AtomicBool::new(true)),
+            accepting,
+            ending,
             thread: Arc::new(Mutex::new(Some(thread))),
             live,
         })
+    }
+
+    /// Why the engine failed (its thread panicked: failure.rs), once it has; it then refuses every request.
+    pub fn failure(&self) -> Option<String> {
+        self.ending.failure()
+    }
+
+    /// Blocks until the engine thread has ended (after [`Self::shutdown`], or when it fails); its failure, if
+    /// it failed. For a server that must stop when its engine is gone.
+    pub fn wait_end(&self) -> Option<String> {
+        self.ending.wait()
     }
 
     pub fn stats(&self) -> &Arc<EngineStats> {
@@ -271,9 +308,13 @@ impl EngineHandle {
 
     /// Queues a request. Refuses at once when the queue is full or the engine is shutting down.
     pub fn submit(&self, mut req: GenRequest, priority: Priority, sink: EventSink) -> Result<Ticket, SubmitError> {
+        if let Some(why) = self.failure() {
+            return Err(SubmitError::Failed(why));
+        }
         if !self.is_accepting() {
             return Err(SubmitError::ShuttingDown);
         }
+        let sink = crate::failure::guarded(sink);
         // Reserve a waiting place atomically; undo on any refusal.
         let prev = self.stats.waiting.fetch_add(1, Ordering::SeqCst);
         if prev >= self.max_waiting {
@@ -379,13 +420,13 @@ pub(crate) fn drain(rx: &mpsc::Receiver<Command>, queue: &mut Queue, shutting_do
     }
 }
 
-fn engine_loop(g: &mut Generator<'_>, rx: mpsc::Receiver<Command>, stats: &EngineStats, live: &LiveList) {
+fn engine_loop(g: &mut Generator<'_>, rx: &mpsc::Receiver<Command>, stats: &EngineStats, live: &LiveList) {
     let mut queue = Queue::default();
     let mut shutting_down = false;
     loop {
         // Take every command that is there; block only when there is nothing to run.
         let block = queue.is_empty() && !shutting_down;
-        if !drain(&rx, &mut queue, &mut shutting_down, block) {
+        if !drain(rx, &mut queue, &mut shutting_down, block) {
             return;
         }
         let Some(mut job) = queue.pop() else {

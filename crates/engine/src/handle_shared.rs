@@ -42,7 +42,7 @@ impl State<'_> {
 
 pub(crate) fn shared_loop(
     g: &mut Generator<'_>,
-    rx: mpsc::Receiver<Command>,
+    rx: &mpsc::Receiver<Command>,
     stats: &EngineStats,
     live: &LiveList,
     parallel: usize,
@@ -64,7 +64,7 @@ pub(crate) fn shared_loop(
     loop {
         let idle = st.sched.streams().is_empty() && inbox.is_empty() && solo.is_empty();
         let block = idle && !shutting_down;
-        if !drain(&rx, &mut inbox, &mut shutting_down, block) && idle {
+        if !drain(rx, &mut inbox, &mut shutting_down, block) && idle {
             return;
         }
         // New requests join the scheduler (interactive first, then by arrival), until a scoring request waits:

@@ -5,6 +5,7 @@
 
 pub mod draft;
 pub mod draft_model;
+mod failure;
 pub mod generate;
 pub mod handle;
 mod handle_shared;

@@ -117,7 +117,7 @@ pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     match st.engine.submit(req, job.priority, sink) {
         Ok(ticket) => Ok(Running { rx, guard: CancelGuard(ticket) }),
         Err(e @ SubmitError::QueueFull { .. }) => Err(ApiError::busy(e.to_string())),
-        Err(e @ SubmitError::ShuttingDown) => Err(ApiError::unavailable(e.to_string())),
+        Err(e @ (SubmitError::ShuttingDown | SubmitError::Failed(_))) => Err(ApiError::unavailable(e.to_string())),
     }
 }
 

@@ -24,8 +24,13 @@ pub async fn models(State(st): State<Shared>) -> Response {
 pub async fn health(State(st): State<Shared>) -> Response {
     let s = st.engine.stats();
     let load = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
-    let status = if st.engine.is_accepting() { "ok" } else { "shutting_down" };
-    let body = json!({
+    let failure = st.engine.failure();
+    let status = match (&failure, st.engine.is_accepting()) {
+        (Some(_), _) => "failed",
+        (None, true) => "ok",
+        (None, false) => "shutting_down",
+    };
+    let mut body = json!({
         "status": status,
         "model": st.model.id,
         "uptime_s": st.started.elapsed().as_secs(),
@@ -40,8 +45,10 @@ pub async fn health(State(st): State<Shared>) -> Response {
         "decode_tokens_per_s": s.live_decode_milli_tps.load(Ordering::Relaxed) as f64 / 1000.0,
         "stored_responses": st.store.lock().unwrap_or_else(|p| p.into_inner()).len(),
     });
-    let code =
-        if st.engine.is_accepting() { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
+    if let Some(why) = failure {
+        body["error"] = json!(why);
+    }
+    let code = if status == "ok" { axum::http::StatusCode::OK } else { axum::http::StatusCode::SERVICE_UNAVAILABLE };
     (code, axum::Json(body)).into_response()
 }
 

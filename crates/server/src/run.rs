@@ -5,6 +5,7 @@ use crate::Shared;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How to run.
@@ -20,7 +21,8 @@ pub struct ServeOptions {
 }
 
 /// Serves until SIGINT or SIGTERM, then stops accepting, lets running requests finish for up to
-/// `shutdown_timeout`, cancels the rest, and joins the engine thread.
+/// `shutdown_timeout`, cancels the rest, and joins the engine thread. If the engine fails (its thread panicked)
+/// the server stops the same way and the result is an error saying why.
 pub fn serve_blocking(state: Shared, opts: ServeOptions) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -39,6 +41,7 @@ pub fn serve_blocking(state: Shared, opts: ServeOptions) -> Result<(), String> {
             tokio::spawn(live_line(state.clone()));
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_on_failure = stop_tx.clone();
         let engine = state.engine.clone();
         let timeout = opts.shutdown_timeout;
         tokio::spawn(async move {
@@ -56,20 +59,37 @@ pub fn serve_blocking(state: Shared, opts: ServeOptions) -> Result<(), String> {
             }
             engine.cancel_all();
         });
+        // The engine failing (its thread panicked: every request it held got an error) stops the server too, and
+        // `serve` exits non-zero, so a supervisor restarts it instead of routing requests to a server that can
+        // only refuse them.
+        let failed = Arc::new(Mutex::new(None::<String>));
+        {
+            let (engine, failed, stop_tx) = (state.engine.clone(), failed.clone(), stop_on_failure);
+            tokio::spawn(async move {
+                let ended = tokio::task::spawn_blocking(move || engine.wait_end()).await;
+                if let Ok(Some(why)) = ended {
+                    eprintln!("\ntensorfold: the engine failed: {why}; stopping the server");
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                    let _ = stop_tx.send(true);
+                }
+            });
+        }
         let app = crate::router(state.clone());
         let mut graceful = stop_rx.clone();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = graceful.wait_for(|s| *s).await;
         });
         let mut hard = stop_rx;
-        tokio::select! {
+        let served = tokio::select! {
             r = server => r.map_err(|e| format!("server error: {e}")),
             // Connections that never close (a client not reading) cannot hold the process past the bound.
             _ = async {
                 let _ = hard.wait_for(|s| *s).await;
                 tokio::time::sleep(timeout + Duration::from_secs(5)).await;
             } => Ok(()),
-        }
+        };
+        let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        served.and(failed.map_or(Ok(()), |why| Err(format!("the engine failed: {why}"))))
     });
     engine.cancel_all();
     engine.shutdown();

@@ -113,6 +113,8 @@ pub struct FakeModel {
     pub logit_rows: AtomicUsize,
     /// Largest number of rows in one call.
     pub widest: AtomicUsize,
+    /// While set, `forward` panics (a device error in the middle of a forward).
+    pub fail: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeModel {
@@ -124,6 +126,7 @@ impl FakeModel {
             rows: AtomicUsize::new(0),
             logit_rows: AtomicUsize::new(0),
             widest: AtomicUsize::new(0),
+            fail: Default::default(),
         }
     }
 
@@ -149,6 +152,7 @@ impl Model for FakeModel {
     }
     fn forward(&self, _be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         let n = batch.tokens.len();
+        assert!(!self.fail.load(Ordering::SeqCst), "fake device error: out of memory in the middle of a forward");
         assert!(n > 0 && batch.positions.len() == n && batch.slots.len() == n && batch.attn.rows.len() == n);
         self.forwards.fetch_add(1, Ordering::SeqCst);
         self.rows.fetch_add(n, Ordering::SeqCst);
