@@ -6,15 +6,12 @@
 #[allow(dead_code)]
 mod fake;
 
-use fake::{FakeBackend, FakeModel};
+use fake::{collecting, FakeBackend, FakeModel};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
-use tf_engine::{
-    EngineConfig, EngineError, EngineEvent, EngineHandle, Flow, GenOutput, GenRequest, Priority, SamplingParams,
-    SubmitError,
-};
+use tf_engine::{EngineError, EngineHandle, GenOutput, GenRequest, Priority, SamplingParams, SubmitError};
 
 const VOCAB: usize = 40;
 const WAIT: Duration = Duration::from_secs(30);
@@ -23,59 +20,13 @@ const WAIT: Duration = Duration::from_secs(30);
 fn spawn(parallel: usize) -> (EngineHandle, Arc<AtomicBool>) {
     let model = FakeModel::new(VOCAB, 256);
     let fail = model.fail.clone();
-    let cfg = EngineConfig {
-        kv_blocks: 64,
-        block_size: 8,
-        max_waiting: 8,
-        max_window: 4,
-        proposer: None,
-        min_drafts: 1,
-        prefix_cache: true,
-        parallel,
-        max_rows: 32,
-    };
+    let cfg = fake::engine_config(8, parallel);
     (EngineHandle::spawn(Arc::new(FakeBackend), Box::new(model), cfg).unwrap(), fail)
 }
 
 fn request(salt: u32, max_tokens: usize) -> GenRequest {
     let prompt = (0..6u32).map(|i| (i * 17 + 3 + salt) % VOCAB as u32).collect();
     GenRequest::new(prompt, SamplingParams::greedy(), max_tokens)
-}
-
-/// A sink that forwards every final event (`Done` or `Error`) to a channel.
-fn collecting(tx: mpsc::Sender<Result<GenOutput, EngineError>>) -> tf_engine::EventSink {
-    Box::new(move |ev| {
-        match ev {
-            EngineEvent::Done(out) => {
-                let _ = tx.send(Ok(out));
-            }
-            EngineEvent::Error(e) => {
-                let _ = tx.send(Err(e));
-            }
-            _ => {}
-        }
-        Flow::Continue
-    })
-}
-
-/// Submits a request whose sink blocks on its first token until `release` is sent; returns when it runs.
-fn gate(h: &EngineHandle, salt: u32) -> (mpsc::Sender<()>, mpsc::Receiver<Result<GenOutput, EngineError>>) {
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (running_tx, running_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel();
-    let mut first = true;
-    let mut rest = collecting(done_tx);
-    let sink: tf_engine::EventSink = Box::new(move |ev| {
-        if first && matches!(ev, EngineEvent::Token(_)) {
-            first = false;
-            let _ = running_tx.send(());
-            let _ = release_rx.recv_timeout(WAIT);
-        }
-        rest(ev)
-    });
-    h.submit(request(salt, 20), Priority::Interactive, sink).unwrap();
-    running_rx.recv_timeout(WAIT).expect("the gate request runs");
-    (release_tx, done_rx)
 }
 
 /// The final event of a request, which must be the engine's failure.
@@ -111,7 +62,7 @@ fn check_failed_handle(h: &EngineHandle) {
 fn a_panic_in_a_forward_fails_the_running_and_the_waiting_requests_with_a_reason() {
     for parallel in [1, 2] {
         let (h, fail) = spawn(parallel);
-        let (release, gate_rx) = gate(&h, 0);
+        let (release, gate_rx) = fake::gate(&h, request(0, 20), WAIT);
         // Waiting behind the gate (solo loop), or a second stream of the shared rounds and one more waiting.
         let (tx, rx) = mpsc::channel();
         h.submit(request(1, 5), Priority::Interactive, collecting(tx.clone())).unwrap();

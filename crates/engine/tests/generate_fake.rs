@@ -1,5 +1,6 @@
 //! The generation loop on a fake model (tests/fake): chunking, stops, limits, seeds and admission errors.
 
+#[allow(dead_code)]
 mod fake;
 
 use fake::{FakeBackend, FakeModel};

@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 mod fake;
 
-use fake::{FakeBackend, FakeModel};
+use fake::{collecting, FakeBackend, FakeModel};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -23,22 +23,8 @@ fn spawn(max_waiting: usize) -> EngineHandle {
 }
 
 fn spawn_with(max_waiting: usize, parallel: usize) -> EngineHandle {
-    EngineHandle::spawn(
-        Arc::new(FakeBackend),
-        Box::new(FakeModel::new(VOCAB, 256)),
-        EngineConfig {
-            kv_blocks: 64,
-            block_size: 8,
-            max_waiting,
-            max_window: 4,
-            proposer: None,
-            min_drafts: 1,
-            prefix_cache: true,
-            parallel,
-            max_rows: 32,
-        },
-    )
-    .unwrap()
+    let cfg = fake::engine_config(max_waiting, parallel);
+    EngineHandle::spawn(Arc::new(FakeBackend), Box::new(FakeModel::new(VOCAB, 256)), cfg).unwrap()
 }
 
 fn prompt(n: usize, salt: u32) -> Vec<u32> {
@@ -50,49 +36,9 @@ fn reference(req: &GenRequest) -> Vec<u32> {
     fake::reference_reply(req, req.params.seed.unwrap(), VOCAB)
 }
 
-/// A sink that forwards the final output (or error) to a channel.
-fn collecting(tx: mpsc::Sender<Result<GenOutput, EngineError>>) -> tf_engine::EventSink {
-    Box::new(move |ev| {
-        match ev {
-            EngineEvent::Done(out) => {
-                let _ = tx.send(Ok(out));
-            }
-            EngineEvent::Error(e) => {
-                let _ = tx.send(Err(e));
-            }
-            _ => {}
-        }
-        Flow::Continue
-    })
-}
-
-/// Submits a request whose sink blocks on its first token until `release` is sent; returns when it runs.
+/// A request holding the engine inside its sink until released (`fake::gate`).
 fn gate(h: &EngineHandle) -> (mpsc::Sender<()>, mpsc::Receiver<Result<GenOutput, EngineError>>) {
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (running_tx, running_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel();
-    let mut first = true;
-    let sink: tf_engine::EventSink = Box::new(move |ev| {
-        match ev {
-            EngineEvent::Token(_) if first => {
-                first = false;
-                let _ = running_tx.send(());
-                let _ = release_rx.recv_timeout(WAIT);
-            }
-            EngineEvent::Done(out) => {
-                let _ = done_tx.send(Ok(out));
-            }
-            EngineEvent::Error(e) => {
-                let _ = done_tx.send(Err(e));
-            }
-            _ => {}
-        }
-        Flow::Continue
-    });
-    let req = GenRequest::new(prompt(5, 99), SamplingParams::greedy(), 3);
-    h.submit(req, Priority::Interactive, sink).unwrap();
-    running_rx.recv_timeout(WAIT).expect("the gate request runs");
-    (release_tx, done_rx)
+    fake::gate(h, GenRequest::new(prompt(5, 99), SamplingParams::greedy(), 3), WAIT)
 }
 
 #[test]

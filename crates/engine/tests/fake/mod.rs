@@ -7,10 +7,14 @@
 //! lengths are all right — a plumbing error changes tokens or panics.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 use tf_core::{
     mix, AttnMeta, AttnParams, Backend, BackendError, GluAct, KvCache, KvSpec, Precision, Rope, Tensor, TensorInfo,
     Weight,
+};
+use tf_engine::{
+    EngineConfig, EngineError, EngineEvent, EngineHandle, EventSink, Flow, GenOutput, GenRequest, Priority,
 };
 use tf_models::{Batch, Model};
 
@@ -192,5 +196,63 @@ impl Model for FakeModel {
             out.extend(reference_logits(&history, self.vocab));
         }
         Tensor::host(batch.logit_rows.len(), self.vocab, out)
+    }
+}
+
+/// A sink that forwards the final output (or error) of a request to a channel.
+pub fn collecting(tx: mpsc::Sender<Result<GenOutput, EngineError>>) -> EventSink {
+    Box::new(move |ev| {
+        match ev {
+            EngineEvent::Done(out) => {
+                let _ = tx.send(Ok(out));
+            }
+            EngineEvent::Error(e) => {
+                let _ = tx.send(Err(e));
+            }
+            _ => {}
+        }
+        Flow::Continue
+    })
+}
+
+/// Submits `req` with a sink that blocks on its first token until `release` is sent (or `wait` passes); returns
+/// once it runs, with the release and the channel of its final event. It holds the engine inside the sink, so
+/// tests order events by channels alone.
+pub fn gate(
+    h: &EngineHandle,
+    req: GenRequest,
+    wait: Duration,
+) -> (mpsc::Sender<()>, mpsc::Receiver<Result<GenOutput, EngineError>>) {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (running_tx, running_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut first = true;
+    let mut rest = collecting(done_tx);
+    let sink: EventSink = Box::new(move |ev| {
+        if first && matches!(ev, EngineEvent::Token(_)) {
+            first = false;
+            let _ = running_tx.send(());
+            let _ = release_rx.recv_timeout(wait);
+        }
+        rest(ev)
+    });
+    h.submit(req, Priority::Interactive, sink).unwrap();
+    running_rx.recv_timeout(wait).expect("the gate request runs");
+    (release_tx, done_rx)
+}
+
+/// The engine settings the handle tests run the fake model with: 64 blocks of 8, windows of 4, no proposer, the
+/// prefix cache on, `parallel` streams of at most 32 rows a round.
+pub fn engine_config(max_waiting: usize, parallel: usize) -> EngineConfig {
+    EngineConfig {
+        kv_blocks: 64,
+        block_size: 8,
+        max_waiting,
+        max_window: 4,
+        proposer: None,
+        min_drafts: 1,
+        prefix_cache: true,
+        parallel,
+        max_rows: 32,
     }
 }
