@@ -229,7 +229,7 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int
         int h = (int)(rh % heads);
         int r = (int)(rh / heads);
         float* xh = (is_q ? q : k) + (i64)r * cols + (i64)h * head_dim;
-        // slots and the cos / sin rows are the host's (uploaded before the step's first kernel): read before
+        // slots and the cos / sin rows are host uploads (each ordered after every earlier kernel): read before
         // waiting on the previous kernel, whose outputs (q, k, v) are read after.
         float* ch = k_layer + (i64)slots[r] * kcols + (i64)h * head_dim;
         float c = 0.0f, s = 0.0f;
