@@ -7,6 +7,7 @@
 
 use crate::geometry::{nvrtc_arch, program, KERNELS};
 use crate::graph::{Arena, Mode, ACT_ARENA, META_ARENA};
+use crate::kernel_cache::KernelCache;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::collections::HashMap;
@@ -51,12 +52,38 @@ pub fn compile_with(arch: &str, defines: &[String]) -> Result<String, BackendErr
         options,
         ..Default::default()
     };
-    let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(program(), opts))
+    // The PTX of an earlier run with the same sources, options and NVRTC (src/kernel_cache.rs).
+    let src = program();
+    let version = nvrtc_version()?;
+    let disk = KernelCache::from_env();
+    let disk_key = KernelCache::key(&src, &[format!("{opts:?}")], &version);
+    if let Some(ptx) = disk.as_ref().and_then(|d| d.get(&disk_key)) {
+        cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, ptx.clone());
+        return Ok(ptx);
+    }
+    let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(src, opts))
         .map_err(|_| BackendError("NVRTC could not be loaded (is libnvrtc on the library path?)".into()))?
         .map_err(|e| BackendError(format!("NVRTC failed to compile the CUDA kernels: {e:?}")))?
         .to_src();
+    if let Some(d) = &disk {
+        let _ = d.put(&disk_key, &ptx); // a cache that cannot be written only costs the next start this compile
+    }
     cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, ptx.clone());
     Ok(ptx)
+}
+
+/// "nvrtc MAJOR.MINOR" of the NVRTC library found, or the error that it cannot be loaded.
+fn nvrtc_version() -> Result<String, BackendError> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-pointers to live integers; the dynamic loader panics (caught) if libnvrtc is missing.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        cudarc::nvrtc::sys::nvrtcVersion(&mut major as *mut _, &mut minor as *mut _)
+    }))
+    .map_err(|_| BackendError("NVRTC could not be loaded (is libnvrtc on the library path?)".into()))?;
+    if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(BackendError(format!("NVRTC version query failed: {r:?}")));
+    }
+    Ok(format!("nvrtc {major}.{minor}"))
 }
 
 /// Lets the device's default memory pool keep freed memory instead of returning it to the driver at each

@@ -12,6 +12,7 @@
 //! tags, launch geometry.
 
 pub mod geometry;
+pub mod kernel_cache;
 
 /// The arithmetic of the CUDA backend's matmuls (docs/cuda.md). Each is row-exact with itself; only `Portable`
 /// equals the CPU backend.

@@ -267,9 +267,9 @@ fn mem_available() -> Option<u64> {
 fn cost_note(costs: &tf_engine::WindowCosts) -> String {
     match (costs.argmax.widest_ratio(), costs.logits.widest_ratio()) {
         (Some((w, a)), Some((_, l))) if l > a * 1.02 => {
-            format!("; a {w}-row window costs {a:.2}x one row, {l:.2}x with its logits copied to the host")
+            format!("; windows of {w} rows cost {a:.2}x one row, {l:.2}x with their logits copied to the host")
         }
-        (Some((w, a)), _) => format!("; a {w}-row window costs {a:.2}x one row"),
+        (Some((w, a)), _) => format!("; windows of {w} rows cost {a:.2}x one row"),
         _ => String::new(),
     }
 }

@@ -71,8 +71,16 @@ fn cuda(precision: Precision, arithmetic: Arithmetic) -> Result<Arc<dyn Backend>
     if !tf_backend_cuda::available() {
         return Err("--backend cuda: no CUDA device found (or the CUDA driver could not be loaded)".into());
     }
+    // The first start on a machine compiles the kernels (NVRTC, then the driver's JIT): up to a minute of silence
+    // otherwise. Both compiles are cached (src/kernel_cache.rs, the driver's cache), so later starts take seconds.
+    eprintln!("tensorfold: loading the CUDA kernels (the first start on a machine compiles them, up to a minute)");
+    let t = std::time::Instant::now();
     let be = tf_backend_cuda::CudaBackend::with_arithmetic(0, precision, arithmetic)
         .map_err(|e| format!("--backend cuda: {e}"))?;
+    let s = t.elapsed().as_secs_f64();
+    if s > 5.0 {
+        eprintln!("tensorfold: CUDA kernels ready in {s:.0} s (cached for the next start)");
+    }
     Ok(Arc::new(be))
 }
 
