@@ -6,7 +6,7 @@
 # (the example, then the CLI: serial decode, 2048-token prefill, 1/8/32 streams). `quick`: the example only, both
 # arithmetics, 1.5B and 7B. `window`: the verify-window cost in the tensor arithmetic (1-, 16- and 8-row steps
 # alternated, argmax ids, forward only), attention alone, and the engine's window costs (`bench --window-costs`),
-# 1.5B and 7B.
+# 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -131,6 +131,31 @@ if [ "$what" = window ]; then
                 tail -3 | sed "s/^/$shape engine: /" || echo "window costs $shape failed"
         done
     } 2>&1 | tee "$OUT/window.log"
+fi
+if [ "$what" = variants ]; then
+    {
+        # Kernel variants (VARIANTS: define lists separated by ';', `base` = the defaults; default: the defaults
+        # against session 9's kernels) timed in one call: the bench example alternating one-row steps of every
+        # variant in one process after checking their logits bitwise equal (each new variant's first load compiles
+        # and JITs its kernels, ~55 s), then the engine per variant and shape, two rounds alternated.
+        V=${VARIANTS:-"base;IL_PIPE=0 PRE_WAIT=0"}
+        for shape in qwen2.5-1.5b qwen2.5-7b; do
+            TF_BENCH_VARIANTS="$V" timeout 400 $B/bench $shape bf16 full portable | grep -E "^variant|bitwise" ||
+                echo "variants $shape failed or timed out"
+        done
+        T="$B/tensorfold bench --load-format dummy --backend cuda --precision full --json --prompt-tokens 64"
+        for round in 1 2; do
+            for shape in qwen2.5-1.5b qwen2.5-7b; do
+                IFS=';' read -ra list <<<"$V"
+                for d in "${list[@]}"; do
+                    [ "$d" = base ] && d=""
+                    r=$(TF_CUDA_DEFINES="$d" timeout 120 $T .device/shapes/$shape.json --gen-tokens 128 --runs 3 |
+                        python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tok_s"])' 2>&1)
+                    echo "engine round $round $shape [${d:-base}]: $r tok/s"
+                done
+            done
+        done
+    } 2>&1 | tee "$OUT/variants.log"
 fi
 if [ "$what" = tensor ]; then
     {
