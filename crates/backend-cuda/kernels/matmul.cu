@@ -236,16 +236,33 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 // 0.8-1.0 TB/s.
 // Software pipelining (IL_PIPE, on by default): the next batch's weight vectors are requested before the current
 // batch's fmas, so a thread always has a batch in flight; the same fmas in the same order, only the loads move.
-// IL_PIPE=0 and IL_DEPTH (NVRTC defines, src/device.rs) are for measurements (docs/perf-notes-cuda.md).
+// Depth per kernel: the q/k/v, o and down-projections (`_il1`, `_il1_many`) have few outputs (N = 1,536-4,608,
+// 16 threads each), so each thread needs more bytes in flight than in the GLU kernel (N up to 18,944, two dot
+// products per column): IL1_DEPTH (default 6 when pipelined: 110 registers) for those, GLU_DEPTH (4, 75 registers)
+// for `_il1_glu`. On the H200, IL1_DEPTH 4 -> 6 took the 7B engine decode from 223 to 244 tok/s and the 1.5B from
+// 585 to 616; 8 (142 registers) helped the 1.5B as much but not the 7B. IL_PIPE=0, IL_DEPTH (both), IL1_DEPTH and
+// GLU_DEPTH (NVRTC defines, src/device.rs) are for measurements (docs/perf-notes-cuda.md).
 #ifndef IL_PIPE
 #define IL_PIPE 1
 #endif
-#ifndef IL_DEPTH
+#ifdef IL_DEPTH
+#define IL_DEPTH_SET 1
+#else
 #if IL_PIPE
 #define IL_DEPTH 4
 #else
 #define IL_DEPTH 8
 #endif
+#endif
+#ifndef IL1_DEPTH
+#if IL_PIPE && !defined(IL_DEPTH_SET)
+#define IL1_DEPTH 6
+#else
+#define IL1_DEPTH IL_DEPTH
+#endif
+#endif
+#ifndef GLU_DEPTH
+#define GLU_DEPTH IL_DEPTH
 #endif
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
@@ -271,17 +288,18 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// The IL_DEPTH weight vectors of batch b0 (zero past the row's nb blocks; never used there).
-__device__ __forceinline__ void il1_batch(uint4 (&v)[IL_DEPTH], const uint4* wq, int b0, int nb) {
+// The D weight vectors of batch b0 (zero past the row's nb blocks; never used there).
+template <int D>
+__device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0, int nb) {
 #pragma unroll
-    for (int u = 0; u < IL_DEPTH; u++) v[u] = b0 + u < nb ? ld_stream(wq + 16 * (b0 + u)) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < D; u++) v[u] = b0 + u < nb ? ld_stream(wq + 16 * (b0 + u)) : make_uint4(0, 0, 0, 0);
 }
 
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
-// IL_DEPTH weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
+// D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it.
-template <int DT>
+template <int DT, int D>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
@@ -291,23 +309,23 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     const float* xr = x + j;
     float acc = 0.0f;
     griddep_launch();
-    uint4 v[IL_DEPTH];
+    uint4 v[D];
     il1_batch(v, wq, 0, nb);
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
     griddep_wait();
-    for (int b0 = 0; b0 < nb; b0 += IL_DEPTH) {
-        float xv[IL_DEPTH][EPV];
+    for (int b0 = 0; b0 < nb; b0 += D) {
+        float xv[D][EPV];
 #pragma unroll
-        for (int u = 0; u < IL_DEPTH; u++) {
+        for (int u = 0; u < D; u++) {
 #pragma unroll
             for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
         }
 #if IL_PIPE
-        uint4 nv[IL_DEPTH];
-        il1_batch(nv, wq, b0 + IL_DEPTH, nb);
+        uint4 nv[D];
+        il1_batch(nv, wq, b0 + D, nb);
 #endif
 #pragma unroll
-        for (int u = 0; u < IL_DEPTH; u++) {
+        for (int u = 0; u < D; u++) {
             if (b0 + u < nb) {
 #pragma unroll
                 for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
@@ -315,9 +333,9 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         }
 #if IL_PIPE
 #pragma unroll
-        for (int u = 0; u < IL_DEPTH; u++) v[u] = nv[u];
+        for (int u = 0; u < D; u++) v[u] = nv[u];
 #else
-        if (b0 + IL_DEPTH < nb) il1_batch(v, wq, b0 + IL_DEPTH, nb);
+        if (b0 + D < nb) il1_batch(v, wq, b0 + D, nb);
 #endif
     }
     return tree16(acc);
@@ -330,7 +348,7 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT>(x, K, w, live ? n : N - 1, j);
+    float s = il1_dot<DT, IL1_DEPTH>(x, K, w, live ? n : N - 1, j);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         y[n] = s;
@@ -420,7 +438,7 @@ __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, c
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
     int n = blockIdx.x * cols + (is_up ? half - cols : half);
-    float s = il1_dot<DT>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
+    float s = il1_dot<DT, GLU_DEPTH>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;

@@ -945,19 +945,29 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// `argmax_rows` (kernels/ops.cu): one block per row, then `R` ids downloaded instead of `R × cols` floats.
+    /// `argmax_rows` (kernels/ops.cu): slices of 2,048 columns per block, each block's best (value, id) folded into
+    /// a per-row key by atomicMax, then `R` keys downloaded instead of `R × cols` floats.
     fn argmax_rows(&self, x: &Tensor) -> Vec<u32> {
         if x.rows == 0 || x.cols == 0 {
             return vec![0; x.rows];
         }
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let out = self.gpu.uninit(4 * x.rows).unwrap_or_else(|e| panic!("{e}"));
-        // Up to 1024 threads, whole warps, no more than the row needs.
-        let threads = x.cols.next_multiple_of(32).min(1024) as u32;
-        self.gpu.launch("argmax_rows").ptr(xb).i32(x.cols).ptr(&out).go((x.rows as u32, 1, 1), (threads, 1, 1));
-        let mut ids = vec![0u32; x.rows];
-        self.gpu.download(&out, bytemuck::cast_slice_mut(&mut ids));
-        ids
+        let keys = self.gpu.zeros(8 * x.rows).unwrap_or_else(|e| panic!("{e}"));
+        // 256 threads (whole warps, no more than the row needs), 8 columns each per slice.
+        let threads = x.cols.next_multiple_of(32).min(256) as u32;
+        let per = 8 * threads as usize;
+        let slices = x.cols.div_ceil(per) as u32;
+        self.gpu
+            .launch("argmax_rows")
+            .ptr(xb)
+            .i32(x.cols)
+            .i32(per)
+            .ptr(&keys)
+            .go((slices, x.rows as u32, 1), (threads, 1, 1));
+        let mut raw = vec![0u64; x.rows];
+        self.gpu.download(&keys, bytemuck::cast_slice_mut(&mut raw));
+        // Every row has a key (cols > 0): the low half is 0xffffffff − id.
+        raw.iter().map(|&k| u32::MAX - k as u32).collect()
     }
 }
