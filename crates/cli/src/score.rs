@@ -180,6 +180,9 @@ struct BenchResult {
     decode_tok_s: f64,
     prefill_tok_s_runs: Vec<f64>,
     decode_tok_s_runs: Vec<f64>,
+    /// Bytes of weights one decode step reads (`Model::weight_bytes_per_token`): a device's copy bandwidth over
+    /// this is the memory-bandwidth floor of serial decode.
+    weight_bytes_per_token: u64,
     /// Milliseconds of one forward of width 1, 2, … (`--window-costs`), argmaxes only / logits copied.
     #[serde(skip_serializing_if = "Option::is_none")]
     window_ms_argmax: Option<Vec<f64>>,
@@ -256,6 +259,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         decode_tok_s: median(&dec),
         prefill_tok_s_runs: pre,
         decode_tok_s_runs: dec,
+        weight_bytes_per_token: s.model.weight_bytes_per_token(),
         window_ms_argmax,
         window_ms_logits,
     };
@@ -265,6 +269,11 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         println!(
             "{}: prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s ({} tokens); medians of {} runs; {}, {}",
             r.model, r.prefill_tok_s, r.prompt_tokens, r.decode_tok_s, r.gen_tokens, r.runs, r.backend, r.precision
+        );
+        let gb = r.weight_bytes_per_token as f64 / 1e9;
+        println!(
+            "a decode step reads {gb:.3} GB of weights: {:.1} GB/s of weights at this decode speed",
+            gb * r.decode_tok_s
         );
         if let (Some(a), Some(l)) = (&r.window_ms_argmax, &r.window_ms_logits) {
             let list = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");

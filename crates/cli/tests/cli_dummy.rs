@@ -68,6 +68,11 @@ fn dummy_weights_bench_and_run_from_a_config_alone() {
     assert!(v["model"].as_str().unwrap().contains("dummy weights: random BF16, seed 0"), "{v}");
     assert!(v["decode_tok_s"].as_f64().unwrap() > 0.0 && v["prefill_tok_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v.get("window_ms_argmax").is_none(), "{v}");
+    // What a decode step reads, counted from the config: per layer q, o [64, 64], k, v [32, 64] and gate, up, down
+    // (128 × 64) in BF16, two norms of 64 in f32; the final norm; the tied table [256, 64] as the head, plus the
+    // embedding row.
+    let layer = 2 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64) + 2 * 64 * 4;
+    assert_eq!(v["weight_bytes_per_token"].as_u64(), Some(2 * layer + 64 * 4 + 256 * 64 * 2 + 64 * 2), "{v}");
 
     // --window-costs: one time per width, both ways back, the copy never making a width cheaper.
     let (ok, out, err) = tensorfold(

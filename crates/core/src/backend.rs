@@ -102,6 +102,11 @@ impl Weight {
     pub fn in_dim(&self) -> usize {
         *self.shape.last().unwrap_or(&1)
     }
+
+    /// Bytes of the weight as uploaded (its dtype's blocks over every element).
+    pub fn nbytes(&self) -> u64 {
+        self.dtype.bytes_for(self.shape.iter().product::<usize>() as u64).unwrap_or(u64::MAX)
+    }
 }
 
 impl std::fmt::Debug for Weight {

@@ -95,6 +95,11 @@ pub fn residual_norm(be: &dyn Backend, x: &mut Tensor, delta: &Tensor, w: &Weigh
     be.add_rms_norm(x, delta, w, eps)
 }
 
+/// Bytes of `ws` as uploaded ([`Weight::nbytes`]); `None` entries (absent biases, norms) count nothing.
+pub fn weight_bytes<'a>(ws: impl IntoIterator<Item = Option<&'a Weight>>) -> u64 {
+    ws.into_iter().flatten().map(Weight::nbytes).sum()
+}
+
 /// The weights of one self-attention block.
 #[derive(Clone, Debug)]
 pub struct AttnWeights {
@@ -118,6 +123,15 @@ pub struct AttnSpec {
     pub params: AttnParams,
     pub rope: Rope,
     pub eps: f32,
+}
+
+impl AttnWeights {
+    /// Bytes of every weight of the block.
+    pub fn nbytes(&self) -> u64 {
+        let (q, k, v, o) = (&self.q, &self.k, &self.v, &self.o);
+        weight_bytes([Some(&q.w), q.b.as_ref(), Some(&k.w), k.b.as_ref(), Some(&v.w), v.b.as_ref(), Some(&o.w)])
+            + weight_bytes([o.b.as_ref(), self.q_norm.as_ref(), self.k_norm.as_ref()])
+    }
 }
 
 /// Self-attention of layer `layer` over the paged KV cache: projects `x [R, H]` (already normed) to q, k, v,
@@ -169,6 +183,19 @@ pub struct GluMlp {
     pub up: Weight,
     /// `[H, F]`.
     pub down: Weight,
+}
+
+impl GluMlp {
+    /// Bytes of gate, up and down.
+    pub fn nbytes(&self) -> u64 {
+        weight_bytes([Some(&self.gate), Some(&self.up), Some(&self.down)])
+    }
+}
+
+/// What one decode step reads of an embedding table `embd [V, H]` and the output head `output [V, H]` (the
+/// same table when tied): one row of the table, and the head.
+pub fn embed_and_head_bytes(embd: &Weight, output: &Weight) -> u64 {
+    embd.nbytes() / embd.out_dim().max(1) as u64 + output.nbytes()
 }
 
 /// `down(act(gate(x)) * up(x))`: `x [R, H] → [R, H]`.

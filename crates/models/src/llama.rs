@@ -82,6 +82,15 @@ impl Model for Llama {
         KvSpec { layers: self.cfg.layers, blocks, block_size, kv_heads: self.cfg.kv_heads, head_dim: self.cfg.head_dim }
     }
 
+    fn weight_bytes_per_token(&self) -> u64 {
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| l.attn.nbytes() + l.mlp.nbytes() + layers::weight_bytes([Some(&l.attn_norm), Some(&l.ffn_norm)]))
+            .sum();
+        layers + self.output_norm.nbytes() + layers::embed_and_head_bytes(&self.embd, &self.output)
+    }
+
     fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         layers::check_batch(batch);
         let eps = self.cfg.eps;

@@ -38,6 +38,10 @@ pub trait Model: Send + Sync {
     fn context_length(&self) -> usize;
     /// The KV cache shape for a pool of `blocks` blocks of `block_size` slots.
     fn kv_spec(&self, blocks: usize, block_size: usize) -> KvSpec;
+    /// Bytes of weights one decode step reads (a row through every layer and the output head): every weight as
+    /// uploaded, except that the embedding table counts one row unless it is also the output head. With the copy
+    /// bandwidth of a device, the memory-bandwidth floor of serial decode (`tensorfold bench` reports it).
+    fn weight_bytes_per_token(&self) -> u64;
     /// Runs every row of `batch` (writing their K/V into `kv`) and returns logits `[logit_rows.len(), vocab]`.
     fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor;
 }

@@ -44,6 +44,9 @@ impl Model for FailingModel {
     fn kv_spec(&self, blocks: usize, block_size: usize) -> KvSpec {
         KvSpec { layers: 1, blocks, block_size, kv_heads: 1, head_dim: 1 }
     }
+    fn weight_bytes_per_token(&self) -> u64 {
+        0 // no weights
+    }
     fn forward(&self, _be: &dyn Backend, batch: &Batch, _kv: &mut KvCache) -> Tensor {
         let left = self.forwards_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
             usize::MAX => Some(n),

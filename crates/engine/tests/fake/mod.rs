@@ -154,6 +154,9 @@ impl Model for FakeModel {
     fn kv_spec(&self, blocks: usize, block_size: usize) -> KvSpec {
         KvSpec { layers: 1, blocks, block_size, kv_heads: 1, head_dim: 1 }
     }
+    fn weight_bytes_per_token(&self) -> u64 {
+        0 // no weights
+    }
     fn forward(&self, _be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         let n = batch.tokens.len();
         assert!(!self.fail.load(Ordering::SeqCst), "fake device error: out of memory in the middle of a forward");

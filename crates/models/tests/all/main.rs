@@ -1,4 +1,5 @@
 //! Integration tests of the model families, in one test binary:
+//! - `bytes`: the weight bytes a decode step reads, against a count from the checkpoint;
 //! - `config`: `ModelConfig` from both formats, family dispatch, load errors;
 //! - `gguf_convert`: the tiny checkpoints converted to GGUF as llama.cpp does, against the same goldens;
 //! - `gguf_reference`: the real GGUF models against transformers (fp32, same weights) and llama.cpp;
@@ -9,6 +10,7 @@
 //!
 //! `naive` is a textbook backend used as a second opinion on the model code (not on kernels).
 
+mod bytes;
 mod common;
 mod config;
 mod exact;
