@@ -7,6 +7,7 @@
 # arithmetics, 1.5B and 7B. `window`: the verify-window cost in the tensor arithmetic (1-, 16- and 8-row steps
 # alternated, argmax ids, forward only), attention alone, and the engine's window costs (`bench --window-costs`),
 # 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
+# `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B.
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -188,6 +189,40 @@ if [ "$what" = tensor ]; then
             done
         done
     } 2>&1 | tee "$OUT/tensor.log"
+fi
+if [ "$what" = profile ]; then
+    {
+        # Per-kernel GPU time and DRAM bytes of decode steps (ncu, each kernel alone with caches flushed, so PDL
+        # overlap is not in these; medians over 250 launches, about one step), both shapes, current kernels
+        # (TF_CUDA_DEFINES applies). Matmuls are told apart by the bytes they read.
+        for shape in qwen2.5-7b qwen2.5-1.5b; do
+            TF_BENCH_DECODE_ONLY=1 TF_BENCH_IDS=1 timeout 200 /usr/local/cuda/bin/ncu --clock-control none \
+                --launch-skip 4000 --launch-count 250 --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+                $B/bench $shape bf16 full portable >"$OUT/ncu-$shape.csv" 2>/dev/null || echo "ncu $shape failed"
+            SHAPE=$shape python3 - "$OUT/ncu-$shape.csv" <<'PY'
+import collections, csv, os, sys
+lines = open(sys.argv[1]).read().splitlines()
+i = next((j for j, l in enumerate(lines) if l.startswith('"ID"')), None)
+if i is None:
+    sys.exit("ncu: no csv")
+time_unit = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}
+byte_unit = {"byte": 1, "B": 1, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}
+recs = collections.defaultdict(dict)
+for r in csv.DictReader(lines[i:]):
+    recs[r["ID"]]["name"] = r["Kernel Name"].split("(")[0]
+    recs[r["ID"]][r["Metric Name"]] = (float(r["Metric Value"].replace(",", "")), r["Metric Unit"])
+st = collections.defaultdict(list)
+for rec in recs.values():
+    t, b = rec["gpu__time_duration.sum"], rec["dram__bytes_read.sum"]
+    tn, bb = t[0] * time_unit[t[1]], b[0] * byte_unit[b[1]]
+    st[rec["name"] + (f" [{bb / 1e6:.0f} MB]" if "matmul" in rec["name"] else "")].append((tn, bb))
+print(f"ncu {os.environ['SHAPE']}: median per kernel (each alone)")
+for k, v in sorted(st.items(), key=lambda x: -sorted(x[1])[len(x[1]) // 2][0]):
+    t, b = sorted(x[0] for x in v)[len(v) // 2], sorted(x[1] for x in v)[len(v) // 2]
+    print(f"  {k:42s} n={len(v):3d} {t / 1e3:8.2f} us {b / 1e6:9.2f} MB {b / t / 1e3:6.2f} TB/s")
+PY
+        done
+    } 2>&1 | tee "$OUT/profile.log"
 fi
 
 exit $status

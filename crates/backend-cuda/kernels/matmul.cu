@@ -264,6 +264,11 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 #ifndef GLU_DEPTH
 #define GLU_DEPTH IL_DEPTH
 #endif
+// BULK_PF (measurement, sm_90 only): 1 = the `_il1` / `_il1_many` kernels ask L2 for each weight row past the
+// first batch with one bulk prefetch before griddep_wait; 2 = the GLU kernel too. 0 (default): no prefetch.
+#ifndef BULK_PF
+#define BULK_PF 0
+#endif
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
@@ -299,7 +304,7 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
 // D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it.
-template <int DT, int D>
+template <int DT, int D, bool PF = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
@@ -311,6 +316,14 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     griddep_launch();
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
+#if BULK_PF
+    // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
+    // instruction, no registers) while the previous kernel still runs.
+    if (PF && j == 0 && nb > D) {
+        const u8* rest = (const u8*)(wq - j + 16 * D);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rest), "r"((u32)((nb - D) * 256)) : "memory");
+    }
+#endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
     griddep_wait();
     for (int b0 = 0; b0 < nb; b0 += D) {
@@ -348,7 +361,7 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, IL1_DEPTH>(x, K, w, live ? n : N - 1, j);
+    float s = il1_dot<DT, IL1_DEPTH, BULK_PF >= 1>(x, K, w, live ? n : N - 1, j);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         y[n] = s;
@@ -438,7 +451,7 @@ __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, c
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
     int n = blockIdx.x * cols + (is_up ? half - cols : half);
-    float s = il1_dot<DT, GLU_DEPTH>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
+    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;
