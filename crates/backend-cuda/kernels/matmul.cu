@@ -264,6 +264,12 @@ extern "C" __global__ void matmul_bf16w(const float* x, int R, int K, const u8* 
 #ifndef GLU_DEPTH
 #define GLU_DEPTH IL_DEPTH
 #endif
+// MANY_DEPTH (measurement): the depth of `_il1_many` (q/k/v) alone; by default IL1_DEPTH. Registers bound how
+// many threads of these kernels fit on the GPU at once (110 registers: 18 warps per SM; 142: 14, fewer than the
+// 7B's q/k/v needs in one wave), so its best depth can differ from o's and down's.
+#ifndef MANY_DEPTH
+#define MANY_DEPTH IL1_DEPTH
+#endif
 // BULK_PF (measurement, sm_90 only): 1 = the `_il1` / `_il1_many` kernels ask L2 for each weight row past the
 // first batch with one bulk prefetch before griddep_wait; 2 = the GLU kernel too. 0 (default): no prefetch.
 #ifndef BULK_PF
@@ -354,14 +360,15 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     return tree16(acc);
 }
 
-// bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone).
-template <int DT>
+// bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone); D: il1_dot's
+// depth.
+template <int DT, int D = IL1_DEPTH>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, IL1_DEPTH, BULK_PF >= 1>(x, K, w, live ? n : N - 1, j);
+    float s = il1_dot<DT, D, BULK_PF >= 1>(x, K, w, live ? n : N - 1, j);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         y[n] = s;
@@ -409,11 +416,11 @@ __device__ __forceinline__ void matmul_il1_many(const float* x, int K, int nb0, 
                                                 const u8* b2, int bdt2, float* y2) {
     int bx = blockIdx.x;
     if (bx < nb0) {
-        matmul_float_il1<DT>(x, K, w0, n0, b0, bdt0, y0, bx);
+        matmul_float_il1<DT, MANY_DEPTH>(x, K, w0, n0, b0, bdt0, y0, bx);
     } else if (bx < nb0 + nb1) {
-        matmul_float_il1<DT>(x, K, w1, n1, b1, bdt1, y1, bx - nb0);
+        matmul_float_il1<DT, MANY_DEPTH>(x, K, w1, n1, b1, bdt1, y1, bx - nb0);
     } else {
-        matmul_float_il1<DT>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1);
+        matmul_float_il1<DT, MANY_DEPTH>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1);
     }
 }
 
