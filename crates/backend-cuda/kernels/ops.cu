@@ -10,6 +10,13 @@
 // back from x. The thread count changes no bits: the sums of squares are the 16 lanes' in any case. yh (may be
 // null): y rounded to bf16 (f16 when yh_f16), for the tensor-core kernels (round_half).
 #define NORM_CHUNK 4096
+// NORM_PER (a define, measurement; default 4): elements per thread of the one-chunk path. The host launches one
+// thread per NORM_PER / 2 values (geometry::norm_threads reads the same define), so fewer, busier threads.
+#ifdef NORM_PER
+#define NORM_PER_DEF NORM_PER
+#else
+#define NORM_PER_DEF 4
+#endif
 template <bool ADD>
 __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* __restrict__ b, int n,
                                            const u8* __restrict__ w, int w_dt, float eps, float* __restrict__ y,
@@ -19,17 +26,17 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     griddep_launch();
     int tid = threadIdx.x;
     float acc = 0.0f;
-    // A row of up to NORM_PER elements per thread that fits one chunk (every norm the host launches with
+    // A row of up to NPER elements per thread that fits one chunk (every norm the host launches with
     // norm_threads up to 4096 wide): each thread loads its x, b and w before any store, and the last loop reads
     // the sums from shared memory, so the block waits on one round trip to memory instead of one per element.
-    const int NORM_PER = 4;
-    bool small = n <= NORM_CHUNK && n <= NORM_PER * (int)blockDim.x;
-    float wv[NORM_PER];
+    const int NPER = NORM_PER_DEF;
+    bool small = n <= NORM_CHUNK && n <= NPER * (int)blockDim.x;
+    float wv[NPER];
 #if PRE_WAIT
     // The norm weight is never written after upload: loaded while the previous kernel may still run.
     if (small) {
 #pragma unroll
-        for (int u = 0; u < NORM_PER; u++) {
+        for (int u = 0; u < NPER; u++) {
             int i = tid + u * blockDim.x;
             if (i < n) wv[u] = deq_elem(w_dt, w, i);
         }
@@ -37,9 +44,9 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
 #endif
     griddep_wait();  // launched early (PDL): nothing the previous kernel writes is read before it is done
     if (small) {
-        float xv[NORM_PER], bv[NORM_PER];
+        float xv[NPER], bv[NPER];
 #pragma unroll
-        for (int u = 0; u < NORM_PER; u++) {
+        for (int u = 0; u < NPER; u++) {
             int i = tid + u * blockDim.x;
             if (i < n) {
                 xv[u] = x[i];
@@ -50,7 +57,7 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
             }
         }
 #pragma unroll
-        for (int u = 0; u < NORM_PER; u++) {
+        for (int u = 0; u < NPER; u++) {
             int i = tid + u * blockDim.x;
             if (i < n) {
                 float s = xv[u];
@@ -97,7 +104,7 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     float inv = inv_s;
     if (small) {
 #pragma unroll
-        for (int u = 0; u < NORM_PER; u++) {
+        for (int u = 0; u < NPER; u++) {
             int i = tid + u * blockDim.x;
             if (i < n) {
                 float v = (xs[i] * inv) * wv[u];

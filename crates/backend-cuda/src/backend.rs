@@ -608,7 +608,7 @@ impl Backend for CudaBackend {
                 .ptr(&out)
                 .addr(half.as_ref().map_or(0, |h| h.0.ptr))
                 .int(half.as_ref().is_some_and(|h| h.1) as i32)
-                .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group), 1, 1));
+                .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group, self.gpu.norm_per), 1, 1));
         }
         self.tensor_half(x.rows, x.cols, out, half)
     }
@@ -896,7 +896,7 @@ impl Backend for CudaBackend {
                 .ptr(&out)
                 .addr(half.as_ref().map_or(0, |h| h.0.ptr))
                 .int(half.as_ref().is_some_and(|h| h.1) as i32)
-                .go((rows as u32, 1, 1), (norm_threads(cols), 1, 1));
+                .go((rows as u32, 1, 1), (norm_threads(cols, self.gpu.norm_per), 1, 1));
         }
         self.tensor_half(rows, cols, out, half)
     }

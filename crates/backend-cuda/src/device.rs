@@ -210,6 +210,8 @@ pub struct Gpu {
     /// Whether launches marked [`Launch::pdl`] use programmatic dependent launch (compute capability 9.0+, unless
     /// `TF_CUDA_PDL=0`).
     pdl: bool,
+    /// The kernels' `NORM_PER` (a define; 4 by default): elements per thread of the norms, for their launches.
+    pub norm_per: usize,
 }
 
 impl Drop for Gpu {
@@ -264,7 +266,8 @@ impl Gpu {
             ..Default::default()
         }));
         let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool, pdl })
+        let norm_per = crate::geometry::norm_per(defines);
+        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool, pdl, norm_per })
     }
 
     /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that

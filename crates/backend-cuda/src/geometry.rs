@@ -184,10 +184,16 @@ pub fn attn_heads_per_block(heads: usize, kv_heads: usize, units: usize, cap: us
     (1..=cap).rev().find(|s| group % s == 0).unwrap_or(1)
 }
 
-/// Threads per block of `rms_norm` / `add_rms_norm` over `n` values: about one per two values in whole warps,
-/// 32 to 1024 (each thread then loads few elements; the sums of squares are the same 16 lanes' whatever the count).
-pub fn norm_threads(n: usize) -> u32 {
-    (n.div_ceil(2).div_ceil(32) * 32).clamp(32, 1024) as u32
+/// Threads per block of `rms_norm` / `add_rms_norm` over `n` values: one per `per / 2` values (`per` = the
+/// kernels' `NORM_PER`, 4 unless a define sets it: one per two values) in whole warps, 32 to 1024. Each thread then
+/// loads at most `per` elements; the sums of squares are the same 16 lanes' whatever the count.
+pub fn norm_threads(n: usize, per: usize) -> u32 {
+    (n.div_ceil(per.max(2) / 2).div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+/// `NORM_PER` among kernel `defines` (`NAME=INTEGER`), else the kernels' default, 4.
+pub fn norm_per(defines: &[String]) -> usize {
+    defines.iter().filter_map(|d| d.strip_prefix("NORM_PER=")?.parse().ok()).next_back().unwrap_or(4)
 }
 
 /// Threads per block of the attention kernel (`ATTN_THREADS`).
@@ -366,7 +372,11 @@ mod tests {
         assert_eq!(attn_heads_per_block(9, 3, 1, 7), 3);
         assert_eq!(attn_heads_per_block(8, 8, 1000, 0), 1);
         assert_eq!(attn_heads_per_block(12, 2, 1000, 1), 1);
-        assert_eq!((norm_threads(1), norm_threads(128), norm_threads(1536), norm_threads(3584)), (32, 64, 768, 1024));
+        assert_eq!((norm_threads(1, 4), norm_threads(128, 4), norm_threads(1536, 4)), (32, 64, 768));
+        assert_eq!(norm_threads(3584, 4), 1024);
+        assert_eq!((norm_threads(3584, 16), norm_threads(1536, 8), norm_threads(4096, 16)), (448, 384, 512));
+        assert_eq!(norm_per(&[]), 4);
+        assert_eq!(norm_per(&["IL_PIPE=1".into(), "NORM_PER=16".into()]), 16);
     }
 
     #[test]
