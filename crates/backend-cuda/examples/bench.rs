@@ -53,13 +53,17 @@ fn step(be: &dyn Backend, m: &dyn Model, kv: &mut KvCache, table: &[u32], positi
     let batch = batch(table, positions);
     let y = m.forward(be, &batch, kv);
     HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
-    if IDS_ONLY.with(|c| c.get()) {
-        assert_eq!(be.argmax_rows(&y).len(), n);
-    } else {
-        let logits = be.to_host(&y);
-        assert_eq!(logits.len(), n * m.vocab_size());
-    }
+    fetch(be, &y, n, m.vocab_size());
     t.elapsed().as_secs_f64()
+}
+
+/// What a step brings back to the host: each row's argmax id ([`IDS_ONLY`]) or all `n` rows of logits.
+fn fetch(be: &dyn Backend, y: &Tensor, n: usize, vocab: usize) {
+    if IDS_ONLY.with(|c| c.get()) {
+        assert_eq!(be.argmax_rows(y).len(), n);
+    } else {
+        assert_eq!(be.to_host(y).len(), n * vocab);
+    }
 }
 
 thread_local! {
@@ -88,12 +92,7 @@ fn graph_step(
     let batch = batch(table, positions);
     let y = be.graph_forward(&mut || m.forward(be, &batch, kv));
     HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
-    if IDS_ONLY.with(|c| c.get()) {
-        assert_eq!(be.argmax_rows(&y).len(), n);
-    } else {
-        let logits = be.to_host(&y);
-        assert_eq!(logits.len(), n * m.vocab_size());
-    }
+    fetch(be, &y, n, m.vocab_size());
     t.elapsed().as_secs_f64()
 }
 
