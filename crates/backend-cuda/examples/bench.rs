@@ -113,8 +113,8 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
 /// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel;
 /// or, with `gpu`, records events around each op without waiting (GPU time from the end of the previous op to the
 /// end of this one, read after the step). Without `timing` it only passes the ops on; without `fuse` it runs
-/// `add_rms_norm`, `matmul_glu` and `rope_kv_write` as the trait's defaults (separate ops), for an A/B of the
-/// fused kernels.
+/// `add_rms_norm`, `matmul_glu`, `rope_kv_write`, `matmul_add`, `norm_matmul_many` and `norm_matmul_glu` as the
+/// trait's defaults (separate ops), for an A/B of the fused kernels.
 struct Timed<'a> {
     be: &'a CudaBackend,
     timing: bool,
@@ -240,6 +240,25 @@ impl Backend for Timed<'_> {
             return self.rms_norm(a, w, a.cols, eps);
         }
         self.time("add_rms_norm", || self.be.add_rms_norm(a, b, w, eps))
+    }
+    fn matmul_add(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>, acc: &mut Tensor) {
+        if !self.fuse {
+            let y = self.matmul(x, w, bias);
+            return self.add(acc, &y);
+        }
+        self.time("matmul layers + add", || self.be.matmul_add(x, w, bias, acc))
+    }
+    fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        if !self.fuse {
+            return self.matmul_many(&self.rms_norm(x, norm, x.cols, eps), ws);
+        }
+        self.time("rms_norm + matmul layers", || self.be.norm_matmul_many(x, norm, eps, ws))
+    }
+    fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        if !self.fuse {
+            return self.matmul_glu(&self.rms_norm(x, norm, x.cols, eps), gate, up, act);
+        }
+        self.time("rms_norm + matmul layers + glu", || self.be.norm_matmul_glu(x, norm, eps, gate, up, act))
     }
     fn scale(&self, x: &mut Tensor, s: f32) {
         self.time("scale", || self.be.scale(x, s))

@@ -306,12 +306,111 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
     for (int u = 0; u < D; u++) v[u] = b0 + u < nb ? ld_stream(wq + 16 * (b0 + u)) : make_uint4(0, 0, 0, 0);
 }
 
+// The RMSNorm in front of a one-row projection (Backend::norm_matmul_many / norm_matmul_glu), run by every block of
+// the projection on the row it reads: w [K] of type dt, and xs, K floats of the block's shared memory that end up
+// holding the normed row. The arithmetic is norm_block's (kernels/ops.cu) for one chunk: lanes 0..15 sum x_i² over
+// i ≡ lane (mod 16) in increasing order, tree16, inv = 1 / sqrt(ss / K + eps), then (x_i * inv) * w_i, so the
+// projection sees the very floats `rms_norm` would have written. K ≤ IL_NORM_MAX_K, a multiple of 4.
+#define IL_NORM_MAX_K 4096
+#ifndef PRO_N
+#define PRO_N 8
+#endif
+// ready: the block has already normed the row into xs (a later pass of a block looping over its work).
+struct NormIn {
+    const u8* w;
+    int dt;
+    float eps;
+    float* xs;
+    bool ready;
+};
+
+// Elements 4v..4v+3 of a vector of type dt: F32, F16 or BF16, not interleaved (the host checks), 16-byte aligned.
+// The loads are volatile asm so the compiler keeps them where they are written (hoisted, they held registers
+// through the whole norm).
+__device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w, int v) {
+    if (dt == DT_F32) {
+        float4 f;
+        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(f.x), "=f"(f.y), "=f"(f.z), "=f"(f.w)
+                     : "l"(w + 16 * (i64)v));
+        return f;
+    }
+    uint2 h;
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h.x), "=r"(h.y) : "l"(w + 8 * (i64)v));
+    if (dt == DT_F16) {
+        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
+                           f16_bits_to_f32(h.y >> 16));
+    }
+    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
+                       bf16_bits_to_f32(h.y >> 16));
+}
+
+__device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, int K, const NormIn& nm) {
+    __shared__ float inv_s;
+    float* __restrict__ xs = nm.xs;
+    int tid = threadIdx.x, nt = blockDim.x;
+    // The row into shared memory, eight 16-byte loads in flight per thread.
+    const float4* h4 = (const float4*)h;
+    float4* x4 = (float4*)xs;
+    int nv = K / 4;
+    for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
+        float4 r[PRO_N];
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) r[u] = h4[v0 + u * nt];
+        }
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) x4[v0 + u * nt] = r[u];
+        }
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    if (tid < 16) {
+        int i = tid;
+        for (; i + 16 * 7 < K; i += 16 * 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
+        }
+        for (; i < K; i += 16) acc = fmaf(xs[i], xs[i], acc);
+    }
+    if (tid < 32) {
+        float ss = tree16(tid < 16 ? acc : 0.0f);
+        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)K + nm.eps);
+    }
+    __syncthreads();
+    float inv = inv_s;
+    // (x_i * inv) * w_i, the norm weight read as 16-byte (F32) or 8-byte vectors, eight in flight per thread.
+    for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
+        float4 wv[PRO_N];
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) wv[u] = ld_float4_of(nm.dt, nm.w, v0 + u * nt);
+        }
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            int v = v0 + u * nt;
+            if (v < nv) {
+                float4 a = x4[v];
+                x4[v] = make_float4((a.x * inv) * wv[u].x, (a.y * inv) * wv[u].y, (a.z * inv) * wv[u].z,
+                                    (a.w * inv) * wv[u].w);
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
 // D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
-// batch of weights is requested before griddep_wait(), and nothing is read from x or written before it.
-template <int DT, int D, bool PF = false>
-__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j) {
+// batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
+// the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
+// so every thread of the block must call this), and the activations are read from there.
+template <int DT, int D, bool PF = false, bool NORM = false>
+__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {}) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     // Lane j's vector of block b: wq[16 b].
@@ -332,6 +431,10 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 #endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
     griddep_wait();
+    if (NORM) {
+        if (!nm.ready) il1_norm_prologue(x, K, nm);
+        xr = nm.xs + j;
+    }
     for (int b0 = 0; b0 < nb; b0 += D) {
         float xv[D][EPV];
 #pragma unroll
@@ -362,15 +465,18 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 
 // bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone); D: il1_dot's
 // depth.
-template <int DT, int D = IL1_DEPTH>
+// ADD: the residual add after the projection, y_n = y_n + s (`add`'s arithmetic, y the residual row). NORM: see
+// il1_dot.
+template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
-                                                int bias_dt, float* y, int bx) {
+                                                int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1>(x, K, w, live ? n : N - 1, j);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
+        if (ADD) s = y[n] + s;
         y[n] = s;
     }
 }
@@ -405,23 +511,82 @@ extern "C" __global__ void matmul_bf16w_ilg(const float* x, int R, int K, const 
     matmul_float<DT_BF16, true>(x, R, K, w, N, bias, bias_dt, y);
 }
 
+// `_il1` with the residual add: y [N] += x · wᵀ + bias (Backend::matmul_add for one row). Same arguments.
+extern "C" __global__ void matmul_f32w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                               int bias_dt, float* y) {
+    matmul_float_il1<DT_F32, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+}
+
+extern "C" __global__ void matmul_f16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                               int bias_dt, float* y) {
+    matmul_float_il1<DT_F16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+}
+
+extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
+                                                int bias_dt, float* y) {
+    matmul_float_il1<DT_BF16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+}
+
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
 // Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for
 // weight 1, then the rest for weight 2; each block runs `_il1`'s code for its weight. Same outputs, same bits, one
 // launch instead of three. grid (nb0 + nb1 + nb2, 1), 16 · cols threads.
-template <int DT>
+template <int DT, bool NORM = false>
 __device__ __forceinline__ void matmul_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                                 const u8* b0, int bdt0, float* y0, const u8* w1, int n1,
                                                 const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
-                                                const u8* b2, int bdt2, float* y2) {
-    int bx = blockIdx.x;
+                                                const u8* b2, int bdt2, float* y2, const NormIn& nm = {},
+                                                int bx = blockIdx.x) {
     if (bx < nb0) {
-        matmul_float_il1<DT, MANY_DEPTH>(x, K, w0, n0, b0, bdt0, y0, bx);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w0, n0, b0, bdt0, y0, bx, nm);
     } else if (bx < nb0 + nb1) {
-        matmul_float_il1<DT, MANY_DEPTH>(x, K, w1, n1, b1, bdt1, y1, bx - nb0);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w1, n1, b1, bdt1, y1, bx - nb0, nm);
     } else {
-        matmul_float_il1<DT, MANY_DEPTH>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1, nm);
     }
+}
+
+// `_il1_many` of the RMSNorm of x (Backend::norm_matmul_many for one row): every block norms x into shared memory
+// once (il1_norm_prologue; nw [K] of type nw_dt), then runs `_il1_many`'s blocks vb = blockIdx.x, + gridDim.x, ...
+// below nvb (the host launches at most the resident blocks). The first pass is written apart from the loop so each
+// copy knows whether it norms: in one loop the norm's registers stayed held through the matmul (173 registers);
+// __maxnreg__ keeps 9 blocks per SM, as `_il1_many`. The arguments of `_il1_many`, then nw, nw_dt, eps, nvb.
+template <int DT>
+__device__ __forceinline__ void il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                              const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
+                                              int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
+                                              float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
+    __shared__ __align__(16) float xs[IL_NORM_MAX_K];
+    matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
+                              NormIn{nw, nw_dt, eps, xs, false});
+    for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
+        matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
+                                  NormIn{nw, nw_dt, eps, xs, true}, vb);
+    }
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_f32w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+                              float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
+    il1_many_norm<DT_F32>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
+                        eps, nvb);
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_f16w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+                              float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
+    il1_many_norm<DT_F16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
+                        eps, nvb);
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_bf16w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+                              float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
+    il1_many_norm<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
+                        eps, nvb);
 }
 
 extern "C" __global__ void matmul_f32w_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
@@ -450,19 +615,19 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 // 0..cols-1 of a block compute gate columns n0..n0+cols-1 and half-warps cols..2·cols-1 the up columns of the same
 // n (each as `_il1`), then thread t < cols writes act(g) * u for column n0 + t with exactly `glu`'s arithmetic.
 // grid (ceil(N / cols)), 32 · cols threads; act 0 = SiLU, 1 = GELU (tanh form).
-template <int DT>
+template <int DT, bool NORM = false>
 __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                        float* out) {
+                                        float* out, const NormIn& nm = {}, int bx = blockIdx.x) {
     __shared__ float gu[64];  // [2 · cols]: the block's gate sums, then its up sums
     int cols = blockDim.x / 32;
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
-    int n = blockIdx.x * cols + (is_up ? half - cols : half);
-    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2>(x, K, is_up ? up : gate, n < N ? n : N - 1, j);
+    int n = bx * cols + (is_up ? half - cols : half);
+    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;
-    int nt = blockIdx.x * cols + t;
+    int nt = bx * cols + t;
     if (t < cols && nt < N) {
         float g = gu[t];
         float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
@@ -483,6 +648,40 @@ extern "C" __global__ void matmul_f16w_il1_glu(const float* x, int K, const u8* 
 extern "C" __global__ void matmul_bf16w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
                                                 float* out) {
     il1_glu<DT_BF16>(x, K, gate, up, N, act, out);
+}
+
+// `_il1_glu` of the RMSNorm of x (Backend::norm_matmul_glu for one row), as `_il1_many_norm`: each block norms x
+// once, then runs `_il1_glu`'s column groups vb = blockIdx.x, + gridDim.x, ... (80 registers: 6 blocks per SM, as
+// `_il1_glu`). The arguments of `_il1_glu`, then nw, nw_dt, eps.
+template <int DT>
+__device__ __forceinline__ void il1_glu_norm(const float* x, int K, const u8* gate, const u8* up, int N, int act,
+                                             float* out, const u8* nw, int nw_dt, float eps) {
+    __shared__ __align__(16) float xs[IL_NORM_MAX_K];
+    int cols = blockDim.x / 32;
+    int nvb = (N + cols - 1) / cols;
+    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false});
+    for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
+        __syncthreads();  // the block's gate/up sums are read before the next pass writes them
+        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb);
+    }
+}
+
+extern "C" __global__ void __maxnreg__(80) matmul_f32w_il1_glu_norm(const float* x, int K, const u8* gate,
+                                                                     const u8* up, int N, int act, float* out,
+                                                                     const u8* nw, int nw_dt, float eps) {
+    il1_glu_norm<DT_F32>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
+}
+
+extern "C" __global__ void __maxnreg__(80) matmul_f16w_il1_glu_norm(const float* x, int K, const u8* gate,
+                                                                     const u8* up, int N, int act, float* out,
+                                                                     const u8* nw, int nw_dt, float eps) {
+    il1_glu_norm<DT_F16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
+}
+
+extern "C" __global__ void __maxnreg__(80) matmul_bf16w_il1_glu_norm(const float* x, int K, const u8* gate,
+                                                                     const u8* up, int N, int act, float* out,
+                                                                     const u8* nw, int nw_dt, float eps) {
+    il1_glu_norm<DT_BF16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
 }
 
 // Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv

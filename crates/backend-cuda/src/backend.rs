@@ -110,6 +110,10 @@ struct FloatTuning {
     cols: AtomicU32,
     /// Make no half copies of window activations (`TF_CUDA_HALF_X=0`, for measurements; backend/half.rs).
     no_half_x: AtomicBool,
+    /// Which one-row projections norm their input themselves (bit 0 q/k/v, bit 1 gate/up; the others take
+    /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
+    /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
+    norm_fuse: AtomicU8,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -240,6 +244,9 @@ impl CudaBackend {
                 // read them at matmul_float's speed (docs/perf-notes-cuda.md, issue 8).
                 no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
                 no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
+                norm_fuse: AtomicU8::new(
+                    std::env::var("TF_CUDA_NORM_FUSE").ok().and_then(|v| v.parse().ok()).unwrap_or(3),
+                ),
                 ..FloatTuning::default()
             },
             attn_heads_cap: AtomicUsize::new(
@@ -266,6 +273,13 @@ impl CudaBackend {
         assert!(cols == 0 || (cols.is_power_of_two() && (2..=64).contains(&cols)), "columns per block {cols}");
         self.tune.no_interleave.store(!interleave, Ordering::Relaxed);
         self.tune.cols.store(cols, Ordering::Relaxed);
+    }
+
+    /// Which one-row projections norm their input in their own kernel (bit 0: q/k/v through `norm_matmul_many`,
+    /// bit 1: gate/up through `norm_matmul_glu`), for tests and measurements; no output's bits change.
+    #[doc(hidden)]
+    pub fn set_norm_fuse(&self, bits: u8) {
+        self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
     }
 
     /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
@@ -858,6 +872,18 @@ impl Backend for CudaBackend {
 
     fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         self.matmul_glu_impl(x, gate, up, act)
+    }
+
+    fn matmul_add(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>, acc: &mut Tensor) {
+        self.matmul_add_impl(x, w, bias, acc)
+    }
+
+    fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        self.norm_matmul_many_impl(x, norm, eps, ws)
+    }
+
+    fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        self.norm_matmul_glu_impl(x, norm, eps, gate, up, act)
     }
 
     fn add(&self, a: &mut Tensor, b: &Tensor) {

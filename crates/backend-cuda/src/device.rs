@@ -212,6 +212,10 @@ pub struct Gpu {
     pdl: bool,
     /// The kernels' `NORM_PER` (a define; 4 by default): elements per thread of the norms, for their launches.
     pub norm_per: usize,
+    /// Streaming multiprocessors.
+    sms: u32,
+    /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
+    resident: Mutex<HashMap<(&'static str, u32), u32>>,
 }
 
 impl Drop for Gpu {
@@ -267,7 +271,39 @@ impl Gpu {
         }));
         let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
         let norm_per = crate::geometry::norm_per(defines);
-        Ok(Gpu { ctx, stream, funcs, name, cc, arena: Mutex::new(Arena::new()), stage, pool, pdl, norm_per })
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(err("multiprocessor count"))?
+            .max(1) as u32;
+        let resident = Mutex::new(HashMap::new());
+        Ok(Gpu {
+            ctx,
+            stream,
+            funcs,
+            name,
+            cc,
+            arena: Mutex::new(Arena::new()),
+            stage,
+            pool,
+            pdl,
+            norm_per,
+            sms,
+            resident,
+        })
+    }
+
+    /// How many blocks of `threads` threads of kernel `name` the GPU holds at once (the occupancy calculator's
+    /// blocks per multiprocessor, with the kernel's registers and static shared memory, times the multiprocessors;
+    /// at least 1): the grid of kernels whose blocks loop over their work.
+    pub fn resident_blocks(&self, name: &'static str, threads: u32) -> u32 {
+        let mut m = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry((name, threads)).or_insert_with(|| {
+            let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                .unwrap_or_else(|e| panic!("CUDA occupancy of {name}: {e:?}"));
+            (per_sm * self.sms).max(1)
+        })
     }
 
     /// Number of CUDA devices, or 0 when the driver cannot be loaded. cudarc panics when libcuda is missing; that

@@ -14,7 +14,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 61] = [
+pub const KERNELS: [&str; 70] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -32,6 +32,15 @@ pub const KERNELS: [&str; 61] = [
     "matmul_f32w_il1_glu",
     "matmul_f16w_il1_glu",
     "matmul_bf16w_il1_glu",
+    "matmul_f32w_il1_add",
+    "matmul_f16w_il1_add",
+    "matmul_bf16w_il1_add",
+    "matmul_f32w_il1_many_norm",
+    "matmul_f16w_il1_many_norm",
+    "matmul_bf16w_il1_many_norm",
+    "matmul_f32w_il1_glu_norm",
+    "matmul_f16w_il1_glu_norm",
+    "matmul_bf16w_il1_glu_norm",
     "interleave_rows",
     "matmul_quant",
     "rms_norm",
@@ -138,6 +147,10 @@ pub fn il_index(i: usize, block: usize) -> usize {
 pub fn il_cols(_n: usize) -> u32 {
     4
 }
+
+/// Widest row the one-row kernels norm in front of a projection (`IL_NORM_MAX_K` floats of shared memory in
+/// kernels/matmul.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
+pub const IL_NORM_MAX_K: usize = 4096;
 
 /// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
 pub fn matmul_il_grid(rows: usize, n: usize, cols: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
@@ -345,12 +358,14 @@ mod tests {
 
     #[test]
     fn every_kernel_is_defined_once_in_the_sources() {
-        // `__global__ void __launch_bounds__(..)\nname(` counts as `__global__ void name(`.
+        // `__global__ void __launch_bounds__(..)\nname(` (or `__maxnreg__(..)`) counts as `__global__ void name(`.
         let mut p = program();
-        while let Some(at) = p.find("__launch_bounds__(") {
-            let end = at + p[at..].find(')').expect("closing parenthesis") + 1;
-            let next = end + p[end..].len() - p[end..].trim_start().len();
-            p.replace_range(at..next, "");
+        for attr in ["__launch_bounds__(", "__maxnreg__("] {
+            while let Some(at) = p.find(attr) {
+                let end = at + p[at..].find(')').expect("closing parenthesis") + 1;
+                let next = end + p[end..].len() - p[end..].trim_start().len();
+                p.replace_range(at..next, "");
+            }
         }
         for k in KERNELS {
             let pat = format!("__global__ void {k}(");

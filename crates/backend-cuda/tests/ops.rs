@@ -649,6 +649,100 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
     }
 }
 
+/// The decode step's fused projections equal their unfused ops on the GPU and the CPU's defaults, bitwise:
+/// `norm_matmul_many` (q/k/v-like sets) and `norm_matmul_glu` (every block norming the row itself in one launch for
+/// one row up to 4096 wide; several rows or a wider row take rms_norm then the projection) against `rms_norm` then
+/// `matmul_many` / `matmul_glu`, and `matmul_add` (the one-row kernel adding into the residual) against `matmul`
+/// then `add`, with and without a bias, the residual's shared storage left untouched. Residual values up to ±30, so
+/// the norm's scale matters; norm weights of every float type; more column groups than resident blocks.
+#[test]
+fn fused_norm_and_residual_projections_match_the_unfused_ops() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    g.set_float_tuning(true, 0);
+    g.set_norm_fuse(3); // both fused kernels, whatever the default
+    let eps = 1e-6;
+    // The last two have more column groups than the GPU holds blocks (an H200 holds ~1,200 of `_il1_many_norm`'s
+    // and ~800 of `_il1_glu_norm`'s), so blocks loop over several after norming once.
+    let cases: [(DType, usize, &[usize], DType); 7] = [
+        (DType::BF16, 3584, &[300, 64, 64], DType::BF16),
+        (DType::F16, 1024, &[129, 3, 65], DType::F32),
+        (DType::F32, 512, &[37, 1], DType::F16),
+        (DType::BF16, 4096, &[64, 33], DType::F32),
+        (DType::BF16, 4224, &[16, 16], DType::BF16),
+        (DType::BF16, 1024, &[4096, 512, 512], DType::F32),
+        (DType::F16, 512, &[8960, 8960], DType::BF16),
+    ];
+    for (dtype, k, ns, ndt) in cases {
+        let nw = random_weight(ndt, 1, k, &mut rng);
+        let (ng, nc) = (up(&g, "norm", ndt, &[k], &nw), up(&c, "norm", ndt, &[k], &nw));
+        let mut wg = Vec::new();
+        let mut wc = Vec::new();
+        let mut bg = Vec::new();
+        let mut bc = Vec::new();
+        for &n in ns {
+            let w = random_weight(dtype, n, k, &mut rng);
+            wg.push(up(&g, "w", dtype, &[n, k], &w));
+            wc.push(up(&c, "w", dtype, &[n, k], &w));
+            assert!(interleaved(wg.last().unwrap()), "{dtype} [{n}, {k}] layout");
+            let b = values(&mut rng, n, 1.0);
+            bg.push(g.upload_f32("b", &[n], b.clone()).unwrap());
+            bc.push(c.upload_f32("b", &[n], b).unwrap());
+        }
+        // Biases on the first and third weights.
+        fn list<'a>(ws: &'a [Weight], bs: &'a [Weight]) -> Vec<(&'a Weight, Option<&'a Weight>)> {
+            ws.iter().zip(bs).enumerate().map(|(i, (w, b))| (w, (i % 2 == 0).then_some(b))).collect()
+        }
+        let (lg, lc) = (list(&wg, &bg), list(&wc, &bc));
+        for rows in [1usize, 1, 3] {
+            let what = format!("{dtype} {ns:?} K {k}, norm {ndt}, {rows} rows");
+            let x = Tensor::host(rows, k, values(&mut rng, rows * k, 30.0));
+            // The residual on the device, as the model holds it.
+            let xd = g.select_rows(&x, &(0..rows).collect::<Vec<_>>());
+            let fused = g.norm_matmul_many(&xd, &ng, eps, &lg);
+            let split = g.matmul_many(&g.rms_norm(&xd, &ng, k, eps), &lg);
+            let cpu = c.norm_matmul_many(&x, &nc, eps, &lc);
+            for i in 0..ns.len() {
+                let got = g.to_host(&fused[i]);
+                same(&got, &g.to_host(&split[i]), &format!("{what}: weight {i}, norm_matmul_many vs rms_norm + many"));
+                same(&got, &c.to_host(&cpu[i]), &format!("{what}: weight {i}, norm_matmul_many cuda vs cpu"));
+            }
+            same(&g.to_host(&xd), &x.host, &format!("{what}: the residual is only read"));
+            for act in [GluAct::Silu, GluAct::GeluTanh] {
+                // Gate and up: the first two weights when their widths agree, else the first twice.
+                let j = if ns.len() > 1 && ns[1] == ns[0] { 1 } else { 0 };
+                let (gate, upw) = (&wg[0], &wg[j]);
+                let fused = g.to_host(&g.norm_matmul_glu(&xd, &ng, eps, gate, upw, act));
+                let split = g.matmul_glu(&g.rms_norm(&xd, &ng, k, eps), gate, upw, act);
+                same(&fused, &g.to_host(&split), &format!("{what}: norm_matmul_glu {act:?} vs rms_norm + glu"));
+                let cpu = c.norm_matmul_glu(&x, &nc, eps, &wc[0], &wc[j], act);
+                same(&fused, &c.to_host(&cpu), &format!("{what}: norm_matmul_glu {act:?} cuda vs cpu"));
+            }
+            // matmul_add: a [K, K] weight (interleaved: K is whole blocks) takes a [rows, K] input to the residual.
+            let n0 = k;
+            let w = random_weight(dtype, k, n0, &mut rng);
+            let (og, oc) = (up(&g, "o", dtype, &[k, n0], &w), up(&c, "o", dtype, &[k, n0], &w));
+            assert!(interleaved(&og), "{dtype} [{k}, {n0}] layout");
+            let b = values(&mut rng, k, 1.0);
+            let (obg, obc) = (g.upload_f32("ob", &[k], b.clone()).unwrap(), c.upload_f32("ob", &[k], b).unwrap());
+            let h = Tensor::host(rows, n0, values(&mut rng, rows * n0, 2.0));
+            for bias in [false, true] {
+                let what = format!("{what}: matmul_add [{k}, {n0}], bias {bias}");
+                let mut acc = xd.clone();
+                g.matmul_add(&h, &og, bias.then_some(&obg), &mut acc);
+                let mut split = xd.clone();
+                g.add(&mut split, &g.matmul(&h, &og, bias.then_some(&obg)));
+                let got = g.to_host(&acc);
+                same(&got, &g.to_host(&split), &format!("{what}: vs matmul + add"));
+                let mut accc = x.clone();
+                c.matmul_add(&h, &oc, bias.then_some(&obc), &mut accc);
+                same(&got, &c.to_host(&accc), &format!("{what}: cuda vs cpu"));
+                same(&g.to_host(&xd), &x.host, &format!("{what}: the clone's storage untouched"));
+            }
+        }
+    }
+}
+
 /// (block counts 1, 5, 11, 12, 17 and 19: partial and whole batches of the one-row kernel's 8 vectors and the row
 /// groups' 4) and that are not (those stay unpermuted), N not a multiple of the block width, with 1-D and 2-D
 /// (interleaved) biases. A wrong map in the upload or in any reader gives other sums (the lane chains would

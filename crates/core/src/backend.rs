@@ -312,6 +312,26 @@ pub trait Backend: Send + Sync {
         self.add(a, b);
         self.rms_norm(a, w, a.cols, eps)
     }
+    /// A projection and the residual add after it: `acc += x · wᵀ + b` (`acc [R, N]`). By default
+    /// [`Backend::matmul`] then [`Backend::add`]; a backend that fuses them must give exactly those bits.
+    fn matmul_add(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>, acc: &mut Tensor) {
+        let y = self.matmul(x, w, bias);
+        self.add(acc, &y);
+    }
+    /// [`Backend::matmul_many`] of the RMSNorm of `x` over whole rows (`norm [cols]`): the attention block's
+    /// first step. By default [`Backend::rms_norm`] then [`Backend::matmul_many`]; a backend that fuses them (each
+    /// block norming the row it reads) must give exactly those bits.
+    fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_many(&h, ws)
+    }
+    /// [`Backend::matmul_glu`] of the RMSNorm of `x` over whole rows (`norm [cols]`): the feed-forward block's first
+    /// step. By default [`Backend::rms_norm`] then [`Backend::matmul_glu`]; a backend that fuses them must give
+    /// exactly those bits.
+    fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_glu(&h, gate, up, act)
+    }
     /// `x *= s`, elementwise.
     fn scale(&self, x: &mut Tensor, s: f32);
     /// The listed rows, in that order.

@@ -146,11 +146,57 @@ pub fn attention(
     batch: &Batch,
     kv: &mut KvCache,
 ) -> Tensor {
+    let qkv = be.matmul_many(x, &qkv_weights(w));
+    let attn = attend(be, qkv, w, spec, layer, batch, kv); // [R, Nq·Dh]
+    linear(be, &attn, &w.o) // [R, H]
+}
+
+/// The pre-norm attention block with its residual connection: `x += o(attention(rms_norm(x, norm)))` for
+/// `x [R, H]`, `norm [H]`. The same bits as [`rms_norm`], [`attention`] and [`residual`] in turn, through the
+/// backend's fused ops ([`Backend::norm_matmul_many`], [`Backend::matmul_add`]); with the `trace` feature, those
+/// three in turn, so every intermediate can be traced.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_residual(
+    be: &dyn Backend,
+    x: &mut Tensor,
+    norm: &Weight,
+    eps: f32,
+    w: &AttnWeights,
+    spec: &AttnSpec,
+    layer: usize,
+    batch: &Batch,
+    kv: &mut KvCache,
+) {
+    if cfg!(feature = "trace") {
+        let h = rms_norm(be, x, norm, eps);
+        trace("attn_norm", layer, &h);
+        let out = attention(be, &h, w, spec, layer, batch, kv);
+        trace("attn_out", layer, &out);
+        return residual(be, x, &out);
+    }
+    let qkv = be.norm_matmul_many(x, norm, eps, &qkv_weights(w));
+    let attn = attend(be, qkv, w, spec, layer, batch, kv); // [R, Nq·Dh]
+    be.matmul_add(&attn, &w.o.w, w.o.b.as_ref(), x);
+}
+
+/// q, k and v with their biases, in that order.
+fn qkv_weights(w: &AttnWeights) -> [(&Weight, Option<&Weight>); 3] {
+    [(&w.q.w, w.q.b.as_ref()), (&w.k.w, w.k.b.as_ref()), (&w.v.w, w.v.b.as_ref())]
+}
+
+/// From the projections `[q, k, v]` to the attention heads `[R, Nq·Dh]`: the optional q/k norms, RoPE at each
+/// row's position, k and v into the rows' slots, then attention as `batch.attn` says.
+fn attend(
+    be: &dyn Backend,
+    qkv: Vec<Tensor>,
+    w: &AttnWeights,
+    spec: &AttnSpec,
+    layer: usize,
+    batch: &Batch,
+    kv: &mut KvCache,
+) -> Tensor {
     let dh = spec.params.head_dim;
-    let [q, k, v]: [Tensor; 3] = be
-        .matmul_many(x, &[(&w.q.w, w.q.b.as_ref()), (&w.k.w, w.k.b.as_ref()), (&w.v.w, w.v.b.as_ref())])
-        .try_into()
-        .expect("one result per weight");
+    let [q, k, v]: [Tensor; 3] = qkv.try_into().expect("one result per weight");
     let (mut q, mut k) = (q, k); // [R, Nq·Dh], [R, Nkv·Dh]
                                  // v: [R, Nkv·Dh]
     trace("q", layer, &q);
@@ -171,7 +217,7 @@ pub fn attention(
     trace("k_rope", layer, &k);
     let attn = be.attention(&q, kv, layer, &batch.attn, &spec.params); // [R, Nq·Dh]
     trace("attn_heads", layer, &attn);
-    linear(be, &attn, &w.o) // [R, H]
+    attn
 }
 
 /// A gated feed-forward block.
@@ -203,6 +249,30 @@ pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usi
     let h = be.matmul_glu(x, &w.gate, &w.up, act); // [R, F]
     trace("ffn_act", layer, &h);
     be.matmul(&h, &w.down, None) // [R, H]
+}
+
+/// The pre-norm feed-forward block with its residual connection: `x += glu_mlp(rms_norm(x, norm))` for `x [R, H]`,
+/// `norm [H]`. The same bits as [`rms_norm`], [`glu_mlp`] and [`residual`] in turn, through the backend's fused
+/// ops ([`Backend::norm_matmul_glu`], [`Backend::matmul_add`]); with the `trace` feature, those three in turn.
+pub fn glu_mlp_residual(
+    be: &dyn Backend,
+    x: &mut Tensor,
+    norm: &Weight,
+    eps: f32,
+    w: &GluMlp,
+    act: GluAct,
+    layer: usize,
+) {
+    if cfg!(feature = "trace") {
+        let h = rms_norm(be, x, norm, eps);
+        trace("ffn_norm", layer, &h);
+        let out = glu_mlp(be, &h, w, act, layer);
+        trace("ffn_out", layer, &out);
+        return residual(be, x, &out);
+    }
+    let h = be.norm_matmul_glu(x, norm, eps, &w.gate, &w.up, act); // [R, F]
+    trace("ffn_act", layer, &h);
+    be.matmul_add(&h, &w.down, None, x);
 }
 
 /// The last step of every decoder: keep the rows whose logits are wanted, norm them and project to the

@@ -6,9 +6,7 @@
 //! (tied to the embeddings when the checkpoint has none).
 
 use crate::config::ModelConfig;
-use crate::layers::{
-    self, attention, glu_mlp, logits, residual, residual_norm, rms_norm, trace, AttnSpec, AttnWeights, GluMlp,
-};
+use crate::layers::{self, attention_residual, glu_mlp_residual, logits, trace, AttnSpec, AttnWeights, GluMlp};
 use crate::load::{self, Loader, Name, ATTN_NORM, OUTPUT_NORM};
 use crate::model::{Batch, Model, ModelError};
 use tf_core::{Backend, KvCache, KvSpec, Tensor, Weight, WeightSource};
@@ -96,21 +94,9 @@ impl Model for Llama {
         let eps = self.cfg.eps;
         let mut x = be.embed(&self.embd, &batch.tokens); // [R, H]
         trace("inp_embd", layers::NO_LAYER, &x);
-        // The next layer's attention input, when the previous layer's last residual add already normed it.
-        let mut next_h: Option<Tensor> = None;
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = next_h.take().unwrap_or_else(|| rms_norm(be, &x, &layer.attn_norm, eps));
-            trace("attn_norm", l, &h);
-            let attn_out = attention(be, &h, &layer.attn, &self.specs[l], l, batch, kv);
-            trace("attn_out", l, &attn_out);
-            let h = residual_norm(be, &mut x, &attn_out, &layer.ffn_norm, eps);
-            trace("ffn_norm", l, &h);
-            let ffn_out = glu_mlp(be, &h, &layer.mlp, self.cfg.act, l);
-            trace("ffn_out", l, &ffn_out);
-            match self.layers.get(l + 1) {
-                Some(next) => next_h = Some(residual_norm(be, &mut x, &ffn_out, &next.attn_norm, eps)),
-                None => residual(be, &mut x, &ffn_out),
-            }
+            attention_residual(be, &mut x, &layer.attn_norm, eps, &layer.attn, &self.specs[l], l, batch, kv);
+            glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l);
             trace("l_out", l, &x);
         }
         logits(be, &x, &self.output_norm, &self.output, eps, batch)

@@ -2,10 +2,10 @@
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu and kernels/mma.cu.
 
-use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor};
+use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::geometry::{
     half_rows, il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
-    mma_many_launch, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    mma_many_launch, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -142,34 +142,123 @@ impl CudaBackend {
             })
     }
 
+    /// `acc += x · wᵀ + b`: one row against an interleaved float weight in one launch of `_il1_add` (the one-row
+    /// kernel adding its outputs to `acc`); anything else: [`Self::matmul_impl`], then `add`.
+    pub(super) fn matmul_add_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>, acc: &mut Tensor) {
+        let cw = weight(w);
+        let n = cw.out_dim;
+        assert!(acc.rows == x.rows && acc.cols == n, "matmul_add: {acc:?} += {x:?} · {:?}ᵀ", w.shape);
+        if !(x.rows == 1 && self.one_row_il(x, cw) && n > 0) {
+            let y = self.matmul_impl(x, w, bias);
+            return self.add(acc, &y);
+        }
+        let kernel = match cw.dtype {
+            DType::F32 => "matmul_f32w_il1_add",
+            DType::F16 => "matmul_f16w_il1_add",
+            _ => "matmul_bf16w_il1_add",
+        };
+        let (bias_ptr, bias_code) = bias_arg(bias, n);
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let at = self.make_unique(acc);
+        let (grid, blk) = matmul_il_grid(1, n, il_cols(n));
+        // (x, R, K, w, N, bias, bias type, y) as `_il1`; y is the residual row, read then written.
+        self.gpu
+            .launch(kernel)
+            .pdl()
+            .ptr(xb)
+            .i32(1)
+            .i32(x.cols)
+            .ptr(&cw.buf)
+            .i32(n)
+            .addr(bias_ptr)
+            .int(bias_code)
+            .ptr(&at.buf)
+            .go(grid, blk);
+    }
+
+    /// Whether `x`'s rows against `cw` can run on the interleaved one-row kernels: an interleaved weight (the
+    /// portable arithmetic) of x's width, with no column count forced by tuning.
+    fn one_row_il(&self, x: &Tensor, cw: &CudaWeight) -> bool {
+        cw.interleaved && cw.in_dim == x.cols && self.tune.cols.load(Ordering::Relaxed) == 0
+    }
+
+    /// [`Self::matmul_many_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): one row with the weights on the
+    /// one-row kernels (`_il1_many_norm`, every block norming the row into shared memory first) and at most
+    /// [`IL_NORM_MAX_K`] wide: one launch; anything else: `rms_norm`, then matmul_many.
+    pub(super) fn norm_matmul_many_impl(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        ws: &[(&Weight, Option<&Weight>)],
+    ) -> Vec<Tensor> {
+        if self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0
+            && self.many_il1(x, ws)
+            && Self::norm_in_prologue(x, norm)
+        {
+            return self.many_il1_launch(x, ws, Some((norm, eps)));
+        }
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_many_impl(&h, ws)
+    }
+
+    /// Whether the one-row kernels can norm `x` themselves: at most [`IL_NORM_MAX_K`] wide and a multiple of 4,
+    /// the norm weight a plain F32, F16 or BF16 vector of that length (read four elements at a time).
+    fn norm_in_prologue(x: &Tensor, norm: &Weight) -> bool {
+        let cn = weight(norm);
+        x.cols <= IL_NORM_MAX_K
+            && x.cols.is_multiple_of(4)
+            && cn.out_dim * cn.in_dim == x.cols
+            && matches!(cn.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && !cn.interleaved
+    }
+
+    /// Whether one row against `ws` runs as one launch of `_il1_many`: two or three interleaved float weights of
+    /// one type and K.
+    fn many_il1(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> bool {
+        let first = ws.first().map(|(w, _)| weight(w));
+        x.rows == 1
+            && (2..=3).contains(&ws.len())
+            && first.is_some_and(|f| {
+                self.one_row_il(x, f)
+                    && ws.iter().all(|(w, _)| {
+                        let c = weight(w);
+                        c.interleaved && c.dtype == f.dtype && c.in_dim == f.in_dim && c.out_dim > 0
+                    })
+            })
+    }
+
+    /// One launch of `_il1_many` (or `_il1_many_norm` with a norm) for [`Self::many_il1`]'s case.
+    fn many_il1_launch(
+        &self,
+        x: &Tensor,
+        ws: &[(&Weight, Option<&Weight>)],
+        norm: Option<(&Weight, f32)>,
+    ) -> Vec<Tensor> {
+        let first = weight(ws[0].0);
+        let kernel = match (first.dtype, norm.is_some()) {
+            (DType::F32, false) => "matmul_f32w_il1_many",
+            (DType::F16, false) => "matmul_f16w_il1_many",
+            (_, false) => "matmul_bf16w_il1_many",
+            (DType::F32, true) => "matmul_f32w_il1_many_norm",
+            (DType::F16, true) => "matmul_f16w_il1_many_norm",
+            (_, true) => "matmul_bf16w_il1_many_norm",
+        };
+        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
+        self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols, norm)
+    }
+
     pub(super) fn matmul_many_impl(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
         if (2..=3).contains(&ws.len()) && self.mma_small(x, &ws.iter().map(|(w, _)| *w).collect::<Vec<_>>()) {
             return self.mma_many(x, ws);
         }
         // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
         // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul.cu). Anything else: one call each.
-        let first = ws.first().map(|(w, _)| weight(w));
-        let fused = x.rows == 1
-            && (2..=3).contains(&ws.len())
-            && first.is_some_and(|f| {
-                f.interleaved
-                    && f.in_dim == x.cols
-                    && ws.iter().all(|(w, _)| {
-                        let c = weight(w);
-                        c.interleaved && c.dtype == f.dtype && c.in_dim == f.in_dim && c.out_dim > 0
-                    })
-            })
-            && self.tune.cols.load(Ordering::Relaxed) == 0;
-        let Some(first) = first.filter(|_| fused) else {
-            return ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect();
-        };
-        let kernel = match first.dtype {
-            DType::F32 => "matmul_f32w_il1_many",
-            DType::F16 => "matmul_f16w_il1_many",
-            _ => "matmul_bf16w_il1_many",
-        };
-        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
-        self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols)
+        if self.many_il1(x, ws) {
+            return self.many_il1_launch(x, ws, None);
+        }
+        ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect()
     }
 
     /// Up to three weights against the same up to 16 rows on the tensor cores in one launch (`mma_*_s_many`, or
@@ -179,13 +268,14 @@ impl CudaBackend {
         let dtype = weight(ws[0].0).dtype;
         let h = x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).map_or(0, |t| Self::half_arg(t, dtype));
         let (kernel, cols, threads) = mma_many_launch(x.rows, dtype == DType::F16, h != 0);
-        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads)
+        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads, None)
     }
 
     /// One launch of a `_many` kernel (launched with programmatic dependence) for two or three weights against
     /// `x`: arguments (x, [R if `pass_rows`,] K, nb0, nb1, then (w, N, bias, bias type, y) per weight, an absent
-    /// third one with no blocks[, x's half copy for an `_h` kernel]); `blocks(N)` blocks of `threads` for each weight,
-    /// side by side.
+    /// third one with no blocks[, x's half copy for an `_h` kernel][, the norm weight, its tag and eps for a `_norm`
+    /// kernel]); `blocks(N)` blocks of `threads` for each weight, side by side.
+    #[allow(clippy::too_many_arguments)]
     fn launch_many(
         &self,
         kernel: &'static str,
@@ -194,6 +284,7 @@ impl CudaBackend {
         ws: &[(&Weight, Option<&Weight>)],
         blocks_of: impl Fn(usize) -> u32,
         threads: u32,
+        norm: Option<(&Weight, f32)>,
     ) -> Vec<Tensor> {
         let xs = self.input(x);
         let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
@@ -224,8 +315,51 @@ impl CudaBackend {
         if kernel.ends_with("_h") {
             l = l.addr(Self::half_arg(xt, weight(ws[0].0).dtype));
         }
-        l.go((blocks.iter().sum(), 1, 1), (threads, 1, 1));
+        let total: u32 = blocks.iter().sum();
+        let mut grid = total;
+        if let Some((nw, eps)) = norm {
+            // Each block norms the row once, then loops over the blocks' work (all of it resident at once).
+            let cn = weight(nw);
+            assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_many: norm weight length");
+            l = l.ptr(&cn.buf).int(cn.tag()).f32(eps).int(total as i32);
+            grid = total.min(self.gpu.resident_blocks(kernel, threads));
+        }
+        l.go((grid, 1, 1), (threads, 1, 1));
         outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
+    }
+
+    /// [`Self::matmul_glu_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): on the one-row GLU kernel
+    /// (`_il1_glu_norm`, every block norming the row into shared memory first) when x is at most
+    /// [`IL_NORM_MAX_K`] wide; anything else: `rms_norm`, then matmul_glu.
+    pub(super) fn norm_matmul_glu_impl(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        gate: &Weight,
+        up: &Weight,
+        act: GluAct,
+    ) -> Tensor {
+        if self.tune.norm_fuse.load(Ordering::Relaxed) & 2 != 0
+            && self.glu_il1(x, gate, up)
+            && Self::norm_in_prologue(x, norm)
+        {
+            return self.glu_il1_launch(x, gate, up, act, Some((norm, eps)));
+        }
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_glu_impl(&h, gate, up, act)
+    }
+
+    /// Whether one row against gate and up runs on `_il1_glu`: interleaved, of one type, x's width and the same
+    /// column count.
+    fn glu_il1(&self, x: &Tensor, gate: &Weight, up: &Weight) -> bool {
+        let (cg, cu) = (weight(gate), weight(up));
+        x.rows == 1
+            && self.one_row_il(x, cg)
+            && self.one_row_il(x, cu)
+            && cg.dtype == cu.dtype
+            && cg.out_dim == cu.out_dim
+            && cg.out_dim > 0
     }
 
     pub(super) fn matmul_glu_impl(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
@@ -263,32 +397,39 @@ impl CudaBackend {
         }
         // One row against interleaved gate and up of one type: one launch computing both and the GLU
         // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
-        let (cg, cu) = (weight(gate), weight(up));
-        let fused = x.rows == 1
-            && cg.interleaved
-            && cu.interleaved
-            && cg.dtype == cu.dtype
-            && cg.in_dim == x.cols
-            && cu.in_dim == x.cols
-            && cg.out_dim == cu.out_dim
-            && cg.out_dim > 0
-            && self.tune.cols.load(Ordering::Relaxed) == 0;
-        if !fused {
+        if !self.glu_il1(x, gate, up) {
             let [g, u]: [Tensor; 2] =
                 self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
             return self.glu(&g, &u, act);
         }
+        self.glu_il1_launch(x, gate, up, act, None)
+    }
+
+    /// One launch of `_il1_glu` (or `_il1_glu_norm` with a norm) for [`Self::glu_il1`]'s case.
+    fn glu_il1_launch(
+        &self,
+        x: &Tensor,
+        gate: &Weight,
+        up: &Weight,
+        act: GluAct,
+        norm: Option<(&Weight, f32)>,
+    ) -> Tensor {
+        let (cg, cu) = (weight(gate), weight(up));
         let n = cg.out_dim;
         let out = self.alloc_f32(n);
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let kernel = match cg.dtype {
-            DType::F32 => "matmul_f32w_il1_glu",
-            DType::F16 => "matmul_f16w_il1_glu",
-            _ => "matmul_bf16w_il1_glu",
+        let kernel = match (cg.dtype, norm.is_some()) {
+            (DType::F32, false) => "matmul_f32w_il1_glu",
+            (DType::F16, false) => "matmul_f16w_il1_glu",
+            (_, false) => "matmul_bf16w_il1_glu",
+            (DType::F32, true) => "matmul_f32w_il1_glu_norm",
+            (DType::F16, true) => "matmul_f16w_il1_glu_norm",
+            (_, true) => "matmul_bf16w_il1_glu_norm",
         };
         let cols = il_cols(n);
-        self.gpu
+        let l = self
+            .gpu
             .launch(kernel)
             .pdl()
             .ptr(xb)
@@ -297,8 +438,18 @@ impl CudaBackend {
             .ptr(&cu.buf)
             .i32(n)
             .int(act_code(act))
-            .ptr(&out)
-            .go((n.div_ceil(cols as usize) as u32, 1, 1), (32 * cols, 1, 1));
+            .ptr(&out);
+        let blocks = n.div_ceil(cols as usize) as u32;
+        match norm {
+            Some((nw, eps)) => {
+                // Each block norms the row once, then loops over the column groups (all of it resident at once).
+                let cn = weight(nw);
+                assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_glu: norm weight length");
+                let grid = blocks.min(self.gpu.resident_blocks(kernel, 32 * cols));
+                l.ptr(&cn.buf).int(cn.tag()).f32(eps).go((grid, 1, 1), (32 * cols, 1, 1));
+            }
+            None => l.go((blocks, 1, 1), (32 * cols, 1, 1)),
+        }
         self.tensor(1, n, out)
     }
 }
