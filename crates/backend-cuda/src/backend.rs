@@ -245,7 +245,7 @@ impl CudaBackend {
                 no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
                 no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
                 norm_fuse: AtomicU8::new(
-                    std::env::var("TF_CUDA_NORM_FUSE").ok().and_then(|v| v.parse().ok()).unwrap_or(3),
+                    std::env::var("TF_CUDA_NORM_FUSE").ok().and_then(|v| v.parse().ok()).unwrap_or(2),
                 ),
                 ..FloatTuning::default()
             },
