@@ -12,15 +12,17 @@ use crate::graph::Mode;
 // The matmul paths (one weight, several, gate/up with the GLU): backend/matmul.rs.
 mod half;
 mod matmul;
+mod tuning;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RopeStyle,
     Storage, Tensor, TensorInfo, Weight,
 };
 use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
+use tuning::FloatTuning;
 
 /// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
 pub struct CudaTensor {
@@ -99,21 +101,6 @@ pub struct CudaBackend {
     attn_heads_cap: AtomicUsize,
     /// The half type of the tensor arithmetic's matrices, for window activations' half copies (backend/half.rs).
     half_kind: AtomicU8,
-}
-
-/// Choices of the float matmuls that change no output's bits: the weight layout and the interleaved block width.
-#[derive(Default)]
-struct FloatTuning {
-    /// Upload float matrices unpermuted even in the portable arithmetic.
-    no_interleave: AtomicBool,
-    /// Columns per block of the interleaved kernels (0: [`il_cols`]).
-    cols: AtomicU32,
-    /// Make no half copies of window activations (`TF_CUDA_HALF_X=0`, for measurements; backend/half.rs).
-    no_half_x: AtomicBool,
-    /// Which one-row projections norm their input themselves (bit 0 q/k/v, bit 1 gate/up; the others take
-    /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
-    /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
-    norm_fuse: AtomicU8,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -226,6 +213,7 @@ impl CudaBackend {
         defines: &[String],
     ) -> Result<CudaBackend, BackendError> {
         let gpu = Gpu::open(ordinal, defines)?;
+        let cc8 = gpu.cc.0 >= 8;
         if arithmetic == Arithmetic::Tensor && gpu.cc.0 < 8 {
             return Err(BackendError(format!(
                 "the tensor arithmetic needs compute capability 8.0 or later; {} is sm_{}{}",
@@ -239,16 +227,7 @@ impl CudaBackend {
             uploads: Mutex::new(Uploads::default()),
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
-            tune: FloatTuning {
-                // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
-                // read them at matmul_float's speed (docs/perf-notes-cuda.md, issue 8).
-                no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
-                no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
-                norm_fuse: AtomicU8::new(
-                    std::env::var("TF_CUDA_NORM_FUSE").ok().and_then(|v| v.parse().ok()).unwrap_or(2),
-                ),
-                ..FloatTuning::default()
-            },
+            tune: FloatTuning::from_env(cc8),
             attn_heads_cap: AtomicUsize::new(
                 std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
             ),
@@ -280,6 +259,16 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn set_norm_fuse(&self, bits: u8) {
         self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
+    }
+
+    /// Weight vectors per thread the one-row kernels stage in shared memory before their wait (`il`: q/k/v, o,
+    /// down and any single one-row matmul; `glu`: gate/up), for tests and measurements; no output's bits change.
+    /// At most [`tuning::MAX_STAGE`]; ignored below compute capability 8.0.
+    #[doc(hidden)]
+    pub fn set_stage(&self, il: u32, glu: u32) {
+        let cap = if self.gpu.cc.0 >= 8 { tuning::MAX_STAGE } else { 0 };
+        self.tune.il_stage.store(il.min(cap), Ordering::Relaxed);
+        self.tune.glu_stage.store(glu.min(cap), Ordering::Relaxed);
     }
 
     /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
