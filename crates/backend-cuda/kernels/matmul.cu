@@ -299,45 +299,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// Weight staging (sm_80+): a one-row kernel launched with dynamic shared memory of S·16·blockDim.x bytes copies
-// the first S weight vectors of each thread's row (S blocks of 256 bytes per half-warp) into it with cp.async
-// before griddep_wait, so the whole GPU streams weights while the previous kernel (a norm, RoPE, attention) still
-// runs, without holding registers; after the wait those blocks come from shared memory and the rest streams as
-// before. Each thread reads back only what it copied itself (il_stage[b · blockDim.x + thread]), so cp.async's own
-// wait is all the synchronization. Launched without dynamic shared memory (the default): nothing staged. The
-// same fmas in the same order either way (host knob TF_CUDA_IL_STAGE, src/backend/tuning.rs).
-extern __shared__ __align__(16) uint4 il_stage[];
-// Staged blocks read back per batch (shared memory is close: a short batch keeps registers below the streamed
-// loop's).
-#ifndef STAGE_BATCH
-#define STAGE_BATCH 2
-#endif
-
-__device__ __forceinline__ int il_stage_blocks() {
-#if __CUDA_ARCH__ >= 800
-    u32 bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    return (int)(bytes / (16u * blockDim.x));
-#else
-    return 0;
-#endif
-}
-
-// Copies 16 bytes global -> shared, not through L1 (sm_80+; never called below, il_stage_blocks is 0 there).
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
-#if __CUDA_ARCH__ >= 800
-    u32 d = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#endif
-}
-
-// Waits for every cp.async this thread issued.
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // The D weight vectors of batch b0 (zero past the row's nb blocks; never used there).
 template <int D>
 __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0, int nb) {
@@ -457,13 +418,9 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     int nb = K / BLK;
     const float* xr = x + j;
     float acc = 0.0f;
-    // Blocks 0..ns-1 staged in shared memory (see il_stage), ns..nb-1 streamed through registers.
-    int ns = min(il_stage_blocks(), nb);
-    uint4* st = il_stage + threadIdx.x;
     griddep_launch();
-    for (int b = 0; b < ns; b++) cp_async16(st + b * blockDim.x, wq + 16 * b);
     uint4 v[D];
-    il1_batch(v, wq, ns, nb);
+    il1_batch(v, wq, 0, nb);
 #if BULK_PF
     // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
     // instruction, no registers) while the previous kernel still runs.
@@ -478,27 +435,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         if (!nm.ready) il1_norm_prologue(x, K, nm);
         xr = nm.xs + j;
     }
-    if (ns > 0) {
-        cp_async_wait_all();
-        for (int b0 = 0; b0 < ns; b0 += STAGE_BATCH) {
-            float xv[STAGE_BATCH][EPV];
-            uint4 sv[STAGE_BATCH];
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; u++) {
-#pragma unroll
-                for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < ns ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
-                sv[u] = b0 + u < ns ? st[(b0 + u) * blockDim.x] : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; u++) {
-                if (b0 + u < ns) {
-#pragma unroll
-                    for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(sv[u], e), acc);
-                }
-            }
-        }
-    }
-    for (int b0 = ns; b0 < nb; b0 += D) {
+    for (int b0 = 0; b0 < nb; b0 += D) {
         float xv[D][EPV];
 #pragma unroll
         for (int u = 0; u < D; u++) {

@@ -1,15 +1,10 @@
-//! Choices of the float matmuls that change no output's bits: the weight layout, the interleaved block width,
-//! which projections norm their own input, and how many weight vectors the one-row kernels stage in shared memory
-//! before their wait. Defaults from measurements on the H200 (docs/perf-notes-cuda.md); the environment variables
-//! are for measurements.
+//! Choices of the float matmuls that change no output's bits: the weight layout, the interleaved block width and
+//! which projections norm their own input. Defaults from measurements on the H200 (docs/perf-notes-cuda.md); the
+//! environment variables are for measurements.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 
-/// Most weight vectors (16 bytes) per thread a one-row kernel stages: 48 KB of dynamic shared memory for a block
-/// of 64 threads, the most a launch gets without opting in.
-pub(super) const MAX_STAGE: u32 = 48;
-
-#[derive(Default)]
+/// The float matmuls' tuning (module docs).
 pub(super) struct FloatTuning {
     /// Upload float matrices unpermuted even in the portable arithmetic.
     pub no_interleave: AtomicBool,
@@ -21,11 +16,6 @@ pub(super) struct FloatTuning {
     /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
     /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
     pub norm_fuse: AtomicU8,
-    /// Weight vectors per thread the one-row `_il1`, `_il1_add` and `_il1_many` kernels copy into shared memory
-    /// before their wait (kernels/matmul.cu, `il_stage`; 0: none), `TF_CUDA_IL_STAGE`.
-    pub il_stage: AtomicU32,
-    /// The same for the gate/up kernels (`_il1_glu`, `_il1_glu_norm`), `TF_CUDA_GLU_STAGE`.
-    pub glu_stage: AtomicU32,
 }
 
 fn env_u32(name: &str, default: u32) -> u32 {
@@ -33,18 +23,14 @@ fn env_u32(name: &str, default: u32) -> u32 {
 }
 
 impl FloatTuning {
-    /// The defaults, overridden by the environment's measurement knobs. `stage`: whether the GPU has cp.async
-    /// (compute capability 8.0 or later); without it nothing is staged whatever the environment says.
-    pub fn from_env(stage: bool) -> FloatTuning {
-        let staged = |name| if stage { env_u32(name, 0).min(MAX_STAGE) } else { 0 };
+    /// The defaults, overridden by the environment's measurement knobs.
+    pub fn from_env() -> FloatTuning {
         FloatTuning {
             // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
             // read them at matmul_float's speed (docs/perf-notes-cuda.md, issue 8).
             no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
             no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
-            il_stage: AtomicU32::new(staged("TF_CUDA_IL_STAGE")),
-            glu_stage: AtomicU32::new(staged("TF_CUDA_GLU_STAGE")),
             cols: AtomicU32::new(0),
         }
     }
