@@ -189,7 +189,8 @@ __device__ void mma_matmul(const float* x, int R, int K, const u16* w, int N, co
         int row = 16 * (tm0 + mt) + (ln >> 2) + 8 * (j >> 1);
         int col = 8 * ((blockIdx.x * NB + b) * NT + nt) + 2 * (ln & 3) + (j & 1);
         if (row < R && col < N) {
-            if (bias) v = v + deq_elem(bias_dt, bias, col);
+            if (bias) v = v + deq_elem(bias_dt & ~EPI_ADD, bias, col);
+            if (bias_dt & EPI_ADD) v = y[(i64)row * N + col] + v;
             y[(i64)row * N + col] = v;
         }
     }
@@ -334,7 +335,8 @@ __device__ __forceinline__ void mma_small(const float* x, int R, int K, const u1
                 y[(i64)row * N + col] = o;
                 if (yh) yh[(i64)row * N + col] = round_half(o, F16);
             } else {
-                if (bias) v = v + deq_elem(bias_dt, bias, col);
+                if (bias) v = v + deq_elem(bias_dt & ~EPI_ADD, bias, col);
+                if (bias_dt & EPI_ADD) v = y[(i64)row * N + col] + v;
                 y[(i64)row * N + col] = v;
             }
         }

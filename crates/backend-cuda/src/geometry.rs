@@ -123,6 +123,9 @@ pub fn dtype_code(dtype: DType) -> Option<i32> {
 /// Added to a float weight's tag when its rows are interleaved (`DT_INTERLEAVED` in kernels/common.cu).
 pub const DT_INTERLEAVED: i32 = 256;
 
+/// Or-ed into a bias tag: the tensor-core matmul adds its outputs into y (`EPI_ADD` in kernels/common.cu).
+pub const EPI_ADD: i32 = 512;
+
 /// Elements per interleaved block of a float weight type (16 lanes × one 16-byte vector each: 128 for F16 and
 /// BF16, 64 for F32), or `None` for types that are never interleaved.
 pub fn interleave_block(dtype: DType) -> Option<usize> {
@@ -421,6 +424,8 @@ mod tests {
         assert_eq!(dtype_code(DType::I32), None);
         assert!(common.contains(&format!("#define DT_INTERLEAVED {DT_INTERLEAVED}\n")));
         assert!(DT_INTERLEAVED > 14 && DT_INTERLEAVED.count_ones() == 1);
+        assert!(common.contains(&format!("#define EPI_ADD {EPI_ADD}\n")));
+        assert!(EPI_ADD > DT_INTERLEAVED && EPI_ADD.count_ones() == 1);
     }
 
     #[test]

@@ -255,3 +255,44 @@ fn half_copies_of_window_activations_change_no_bits() {
         }
     }
 }
+
+/// `matmul_add` in the tensor arithmetic (the tensor-core kernels adding into the residual in their epilogue) gives
+/// exactly `matmul` then `add`: every small-row kernel (1, 5, 8 and 16 rows; windows of 8..=16 with the half copy of
+/// x the GLU writes) and the large-row one (17, 40), BF16 and F16, with and without a bias; the residual's shared
+/// storage is left untouched and the result carries no stale half copy.
+#[test]
+fn tensor_matmul_add_equals_matmul_then_add() {
+    let (mut rng, _g) = rng();
+    let t = gpu(Arithmetic::Tensor);
+    for dtype in [DType::BF16, DType::F16] {
+        let (n, k, f) = (160, 96, 224);
+        let (gate, upw) = (
+            up(&t, dtype, f, k, &weight_bits(dtype, f, k, &mut rng).0),
+            up(&t, dtype, f, k, &weight_bits(dtype, f, k, &mut rng).0),
+        );
+        let down = up(&t, dtype, n, f, &weight_bits(dtype, n, f, &mut rng).0);
+        let o = up(&t, dtype, n, k, &weight_bits(dtype, n, k, &mut rng).0);
+        let bias = t.upload_f32("b", &[n], values(&mut rng, n, 1.0)).unwrap();
+        for rows in [1, 5, 8, 16, 17, 40] {
+            let dev =
+                |v: Vec<f32>, cols: usize| t.select_rows(&Tensor::host(rows, cols, v), &(0..rows).collect::<Vec<_>>());
+            let resid = dev(values(&mut rng, rows * n, 30.0), n);
+            let before = t.to_host(&resid);
+            let h = dev(values(&mut rng, rows * k, 2.0), k);
+            // The GLU's output: a window's carries a half copy the down-projection reads.
+            let g = t.matmul_glu(&h, &gate, &upw, tf_core::GluAct::Silu);
+            for (what, x, w) in [("o", &h, &o), ("down", &g, &down)] {
+                for b in [None, Some(&bias)] {
+                    let what = format!("{dtype} {rows} rows, {what}, bias {}", b.is_some());
+                    let mut acc = resid.clone();
+                    t.matmul_add(x, w, b, &mut acc);
+                    let mut split = resid.clone();
+                    t.add(&mut split, &t.matmul(x, w, b));
+                    same(&t.to_host(&acc), &t.to_host(&split), &format!("{what}: matmul_add vs matmul + add"));
+                    assert!(!has_half(&acc), "{what}: no half copy on the sum");
+                    same(&t.to_host(&resid), &before, &format!("{what}: the shared residual untouched"));
+                }
+            }
+        }
+    }
+}

@@ -3,9 +3,10 @@
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu and kernels/mma.cu.
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
+use crate::device::Buf;
 use crate::geometry::{
     half_rows, il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
-    mma_many_launch, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    mma_many_launch, EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -21,11 +22,26 @@ impl CudaBackend {
             "matmul: x is [{rows}, {}] but the weight {:?} ({}) expects {k}",
             x.cols, w.shape, w.dtype
         );
-        let (bias_ptr, bias_code) = bias_arg(bias, n);
         let out = self.alloc_f32(rows * n);
-        if rows == 0 || n == 0 {
-            return self.tensor(rows, n, out);
+        if rows > 0 && n > 0 {
+            self.matmul_launch(x, cw, bias, &out, false);
         }
+        self.tensor(rows, n, out)
+    }
+
+    /// Whether `x · wᵀ` runs on the tensor cores (kernels/mma.cu): the tensor arithmetic, BF16 or F16 weights, K
+    /// a multiple of the chunk. Those kernels can add their outputs into the destination (`EPI_ADD`).
+    fn mma_path(&self, cw: &CudaWeight) -> bool {
+        self.arithmetic == Arithmetic::Tensor
+            && matches!(cw.dtype, DType::F16 | DType::BF16)
+            && cw.in_dim.is_multiple_of(MMA_CHUNK)
+    }
+
+    /// `out [rows, N] = x · wᵀ + bias`, or with `add` (only where [`Self::mma_path`]) `out += x · wᵀ + bias` in
+    /// the same launch; at least one row and one column.
+    fn matmul_launch(&self, x: &Tensor, cw: &CudaWeight, bias: Option<&Weight>, out: &Buf, add: bool) {
+        let (rows, k, n) = (x.rows, cw.in_dim, cw.out_dim);
+        let (bias_ptr, bias_code) = bias_arg(bias, n);
         let xs = self.input(x);
         let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
         let xb = &xt.buf;
@@ -60,14 +76,11 @@ impl CudaBackend {
                         .i32(n)
                         .addr(bias_ptr)
                         .int(bias_code)
-                        .ptr(&out)
+                        .ptr(out)
                         .go(grid, blk);
-                    return self.tensor(rows, n, out);
+                    return;
                 }
-                None if self.arithmetic == Arithmetic::Tensor
-                    && matches!(cw.dtype, DType::F16 | DType::BF16)
-                    && k.is_multiple_of(MMA_CHUNK) =>
-                {
+                None if self.mma_path(cw) => {
                     // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
                     // their arithmetic. The small kernels request their first weights before waiting on the previous
                     // kernel.
@@ -112,7 +125,10 @@ impl CudaBackend {
                     ("matmul_full", grid, blk, false, Some(cw.code))
                 }
             };
-        // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y).
+        // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y); the mma kernels read EPI_ADD in
+        // the bias type as "add into y".
+        assert!(!add || kernel.starts_with("mma_"), "matmul_launch: {kernel} cannot add into its output");
+        let bias_code = if add { bias_code | EPI_ADD } else { bias_code };
         let launch = self.gpu.launch(kernel);
         let launch = if pdl { launch.pdl() } else { launch };
         let launch = launch.ptr(xb).i32(rows).i32(k).ptr(&cw.buf);
@@ -120,12 +136,11 @@ impl CudaBackend {
             Some(c) => launch.int(c),
             None => launch,
         };
-        let launch = launch.i32(n).addr(bias_ptr).int(bias_code).ptr(&out);
+        let launch = launch.i32(n).addr(bias_ptr).int(bias_code).ptr(out);
         match xh {
             Some(h) => launch.addr(h).go(grid, blk),
             None => launch.go(grid, blk),
         }
-        self.tensor(rows, n, out)
     }
 
     /// Whether `x` against weights `ws` runs on the small tensor-core kernels: the tensor arithmetic, up to
@@ -148,6 +163,12 @@ impl CudaBackend {
         let cw = weight(w);
         let n = cw.out_dim;
         assert!(acc.rows == x.rows && acc.cols == n, "matmul_add: {acc:?} += {x:?} · {:?}ᵀ", w.shape);
+        if x.rows > 0 && n > 0 && self.mma_path(cw) && !self.tune.no_epi_add.load(Ordering::Relaxed) {
+            // The tensor-core kernels add into acc in their epilogue (one launch, add's arithmetic).
+            assert_eq!(x.cols, cw.in_dim, "matmul_add: {x:?} · {:?}ᵀ", w.shape);
+            let at = self.make_unique(acc);
+            return self.matmul_launch(x, cw, bias, &at.buf, true);
+        }
         if !(x.rows == 1 && self.one_row_il(x, cw) && n > 0) {
             let y = self.matmul_impl(x, w, bias);
             return self.add(acc, &y);

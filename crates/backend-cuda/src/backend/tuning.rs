@@ -16,6 +16,9 @@ pub(super) struct FloatTuning {
     /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
     /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
     pub norm_fuse: AtomicU8,
+    /// `matmul_add` on the tensor cores as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for measurements) instead of
+    /// the kernels adding into the residual themselves.
+    pub no_epi_add: AtomicBool,
 }
 
 fn env_u32(name: &str, default: u32) -> u32 {
@@ -31,6 +34,7 @@ impl FloatTuning {
             no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
             no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
+            no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
             cols: AtomicU32::new(0),
         }
     }
