@@ -299,45 +299,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// Staging (sm_80+): a one-row kernel launched with dynamic shared memory of S·16·blockDim.x bytes requests, right
-// after griddep_wait, the S weight vectors of its row that follow the first batch into shared memory with cp.async
-// (no registers held), so every thread has its first D + S vectors in flight at once instead of one batch ahead:
-// a short row (q/k/v and o: 28 vectors per thread at 7B) is then one round trip instead of nb / D dependent ones.
-// Each thread reads back only what it copied itself (il_stage[b · blockDim.x + thread]), so cp.async's own wait is
-// all the synchronization. Requested before the wait instead (tried), the copies slowed the previous kernel more
-// than they gained. No dynamic shared memory (the default): nothing staged. The same fmas in the same order either
-// way (host knob TF_CUDA_IL_STAGE, src/backend/tuning.rs).
-extern __shared__ __align__(16) uint4 il_stage[];
-// Staged vectors read back per batch.
-#ifndef STAGE_BATCH
-#define STAGE_BATCH 2
-#endif
-
-__device__ __forceinline__ int il_stage_blocks() {
-#if __CUDA_ARCH__ >= 800
-    u32 bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-    return (int)(bytes / (16u * blockDim.x));
-#else
-    return 0;
-#endif
-}
-
-// Copies 16 bytes global -> shared, not through L1 (sm_80+; never called below, il_stage_blocks is 0 there).
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
-#if __CUDA_ARCH__ >= 800
-    u32 d = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#endif
-}
-
-// Waits for every cp.async this thread issued.
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // The D weight vectors of batch b0 (zero past the row's nb blocks; never used there).
 template <int D>
 __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0, int nb) {
@@ -442,12 +403,39 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
     __syncthreads();
 }
 
-// The register-streamed part of il1_dot: blocks b_start..nb-1, v holding the batch at b_start, one batch ahead
-// (IL_PIPE).
-template <int DT, int D, int EPV, int BLK>
-__device__ __forceinline__ void il1_stream(float& acc, uint4 (&v)[D], const uint4* wq, const float* xr, int b_start,
-                                           int nb) {
-    for (int b0 = b_start; b0 < nb; b0 += D) {
+// dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
+// D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
+// valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
+// batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
+// the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
+// so every thread of the block must call this), and the activations are read from there.
+template <int DT, int D, bool PF = false, bool NORM = false>
+__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {}) {
+    const int EPV = DT == DT_F32 ? 4 : 8;
+    const int BLK = 16 * EPV;
+    // Lane j's vector of block b: wq[16 b].
+    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
+    int nb = K / BLK;
+    const float* xr = x + j;
+    float acc = 0.0f;
+    griddep_launch();
+    uint4 v[D];
+    il1_batch(v, wq, 0, nb);
+#if BULK_PF
+    // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
+    // instruction, no registers) while the previous kernel still runs.
+    if (PF && j == 0 && nb > D) {
+        const u8* rest = (const u8*)(wq - j + 16 * D);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rest), "r"((u32)((nb - D) * 256)) : "memory");
+    }
+#endif
+    // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
+    griddep_wait();
+    if (NORM) {
+        if (!nm.ready) il1_norm_prologue(x, K, nm);
+        xr = nm.xs + j;
+    }
+    for (int b0 = 0; b0 < nb; b0 += D) {
         float xv[D][EPV];
 #pragma unroll
         for (int u = 0; u < D; u++) {
@@ -472,82 +460,6 @@ __device__ __forceinline__ void il1_stream(float& acc, uint4 (&v)[D], const uint
         if (b0 + D < nb) il1_batch(v, wq, b0 + D, nb);
 #endif
     }
-}
-
-// dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
-// D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
-// valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
-// batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
-// the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
-// so every thread of the block must call this), and the activations are read from there.
-template <int DT, int D, bool PF = false, bool NORM = false, bool STAGE = false>
-__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {}) {
-    const int EPV = DT == DT_F32 ? 4 : 8;
-    const int BLK = 16 * EPV;
-    // Lane j's vector of block b: wq[16 b].
-    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
-    int nb = K / BLK;
-    const float* xr = x + j;
-    float acc = 0.0f;
-    // Blocks D..D+ns-1 staged in shared memory after the wait (see il_stage); the others through registers.
-    int ns = STAGE ? max(min(il_stage_blocks(), nb - D), 0) : 0;
-    uint4* st = il_stage + threadIdx.x;
-    griddep_launch();
-    uint4 v[D];
-    il1_batch(v, wq, 0, nb);
-#if BULK_PF
-    // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
-    // instruction, no registers) while the previous kernel still runs.
-    if (PF && j == 0 && nb > D) {
-        const u8* rest = (const u8*)(wq - j + 16 * D);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rest), "r"((u32)((nb - D) * 256)) : "memory");
-    }
-#endif
-    // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
-    griddep_wait();
-    if (NORM) {
-        if (!nm.ready) il1_norm_prologue(x, K, nm);
-        xr = nm.xs + j;
-    }
-    int b_stream = 0;  // first block of the register-streamed loop below
-    if (ns > 0) {
-        for (int b = 0; b < ns; b++) cp_async16(st + b * blockDim.x, wq + 16 * (D + b));
-        // Blocks 0..D-1 (the batch requested before the wait), the staged ones, then the streamed part's first
-        // batch (requested only now: held through the staged loop, its registers cost a block per SM).
-#pragma unroll
-        for (int u = 0; u < D; u++) {
-            float xv[EPV];
-#pragma unroll
-            for (int e = 0; e < EPV; e++) xv[e] = xr[u * BLK + 16 * e];
-#pragma unroll
-            for (int e = 0; e < EPV; e++) acc = fmaf(xv[e], vec_elem<DT>(v[u], e), acc);
-        }
-        b_stream = D + ns;
-        cp_async_wait_all();
-        for (int s0 = 0; s0 < ns; s0 += STAGE_BATCH) {
-            float sx[STAGE_BATCH][EPV];
-            uint4 sv[STAGE_BATCH];
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; u++) {
-#pragma unroll
-                for (int e = 0; e < EPV; e++) sx[u][e] = s0 + u < ns ? xr[(D + s0 + u) * BLK + 16 * e] : 0.0f;
-                sv[u] = s0 + u < ns ? st[(s0 + u) * blockDim.x] : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; u++) {
-                if (s0 + u < ns) {
-#pragma unroll
-                    for (int e = 0; e < EPV; e++) acc = fmaf(sx[u][e], vec_elem<DT>(sv[u], e), acc);
-                }
-            }
-        }
-        if (b_stream < nb) {
-            il1_batch(v, wq, b_stream, nb);
-            il1_stream<DT, D, EPV, BLK>(acc, v, wq, xr, b_stream, nb);
-        }
-    } else {
-        il1_stream<DT, D, EPV, BLK>(acc, v, wq, xr, 0, nb);
-    }
     return tree16(acc);
 }
 
@@ -561,7 +473,7 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM, !NORM>(x, K, w, live ? n : N - 1, j, nm);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;

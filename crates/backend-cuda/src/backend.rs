@@ -213,7 +213,6 @@ impl CudaBackend {
         defines: &[String],
     ) -> Result<CudaBackend, BackendError> {
         let gpu = Gpu::open(ordinal, defines)?;
-        let cp_async = gpu.cc.0 >= 8;
         if arithmetic == Arithmetic::Tensor && gpu.cc.0 < 8 {
             return Err(BackendError(format!(
                 "the tensor arithmetic needs compute capability 8.0 or later; {} is sm_{}{}",
@@ -227,7 +226,7 @@ impl CudaBackend {
             uploads: Mutex::new(Uploads::default()),
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
-            tune: FloatTuning::from_env(cp_async),
+            tune: FloatTuning::from_env(),
             attn_heads_cap: AtomicUsize::new(
                 std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
             ),
@@ -259,15 +258,6 @@ impl CudaBackend {
     #[doc(hidden)]
     pub fn set_norm_fuse(&self, bits: u8) {
         self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
-    }
-
-    /// Weight vectors per thread the one-row `_il1`, `_il1_add` and `_il1_many` kernels (q/k/v, o, down) stage in
-    /// shared memory after their wait, for tests and measurements; no output's bits change. At most
-    /// [`tuning::MAX_STAGE`]; ignored below compute capability 8.0.
-    #[doc(hidden)]
-    pub fn set_stage(&self, vectors: u32) {
-        let cap = if self.gpu.cc.0 >= 8 { tuning::MAX_STAGE } else { 0 };
-        self.tune.il_stage.store(vectors.min(cap), Ordering::Relaxed);
     }
 
     /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.

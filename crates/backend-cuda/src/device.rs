@@ -214,9 +214,8 @@ pub struct Gpu {
     pub norm_per: usize,
     /// Streaming multiprocessors.
     sms: u32,
-    /// (kernel, threads per block, dynamic shared memory) → blocks resident on the whole GPU at once
-    /// ([`Gpu::resident_blocks`]).
-    resident: Mutex<HashMap<(&'static str, u32, u32), u32>>,
+    /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
+    resident: Mutex<HashMap<(&'static str, u32), u32>>,
 }
 
 impl Drop for Gpu {
@@ -294,15 +293,14 @@ impl Gpu {
     }
 
     /// How many blocks of `threads` threads of kernel `name` the GPU holds at once (the occupancy calculator's
-    /// blocks per multiprocessor, with the kernel's registers, static and `smem` bytes of dynamic shared memory,
-    /// times the multiprocessors;
+    /// blocks per multiprocessor, with the kernel's registers and static shared memory, times the multiprocessors;
     /// at least 1): the grid of kernels whose blocks loop over their work.
-    pub fn resident_blocks(&self, name: &'static str, threads: u32, smem: u32) -> u32 {
+    pub fn resident_blocks(&self, name: &'static str, threads: u32) -> u32 {
         let mut m = self.resident.lock().unwrap_or_else(|e| e.into_inner());
-        *m.entry((name, threads, smem)).or_insert_with(|| {
+        *m.entry((name, threads)).or_insert_with(|| {
             let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
             let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
+                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
                 .unwrap_or_else(|e| panic!("CUDA occupancy of {name}: {e:?}"));
             (per_sm * self.sms).max(1)
         })
@@ -614,7 +612,7 @@ impl Gpu {
     /// [`Launch::go`].
     pub fn launch(&self, name: &'static str) -> Launch<'_> {
         let f = self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} not loaded"));
-        Launch { gpu: self, name, func: f, args: Vec::new(), pdl: false, smem: 0 }
+        Launch { gpu: self, name, func: f, args: Vec::new(), pdl: false }
     }
 }
 
@@ -634,8 +632,6 @@ pub struct Launch<'a> {
     args: Vec<Arg>,
     /// Launch with programmatic dependence on the previous kernel ([`Launch::pdl`]).
     pdl: bool,
-    /// Dynamic shared memory per block, bytes ([`Launch::smem`]).
-    smem: u32,
 }
 
 impl Launch<'_> {
@@ -685,13 +681,6 @@ impl Launch<'_> {
         self
     }
 
-    /// Gives each block `bytes` of dynamic shared memory (at most 48 KB: no kernel opts in to more).
-    pub fn smem(mut self, bytes: u32) -> Self {
-        assert!(bytes <= 48 << 10, "{}: {bytes} bytes of dynamic shared memory", self.name);
-        self.smem = bytes;
-        self
-    }
-
     /// Launches on the stream with `grid` blocks of `block` threads; panics on a launch error.
     pub fn go(self, grid: (u32, u32, u32), block: (u32, u32, u32)) {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
@@ -710,7 +699,7 @@ impl Launch<'_> {
                         Arg::F32(v) => (3, v.to_bits() as u64),
                     })
                     .collect();
-                a.record((self.name, grid, block, self.smem, args));
+                a.record((self.name, grid, block, args));
                 if a.mode == Mode::Replay {
                     return;
                 }
@@ -729,7 +718,7 @@ impl Launch<'_> {
                 Arg::F32(v) => b.arg(v),
             };
         }
-        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: self.smem };
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: 0 };
         // SAFETY: the argument list matches the kernel's signature (each call site mirrors the .cu declaration)
         // and every pointer is a live buffer sized for the launch's grid (checked by the caller's shape asserts).
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("CUDA launch of {}: {e:?}", self.name));
@@ -762,7 +751,7 @@ impl Launch<'_> {
             blockDimX: block.0,
             blockDimY: block.1,
             blockDimZ: block.2,
-            sharedMemBytes: self.smem,
+            sharedMemBytes: 0,
             hStream: self.gpu.stream.cu_stream(),
             attrs: &mut attr,
             numAttrs: 1,

@@ -47,7 +47,6 @@ impl CudaBackend {
         let xb = &xt.buf;
         // The `_h` tensor-core kernels take x's half copy last.
         let mut xh = None;
-        let mut smem = 0; // dynamic shared memory: a one-row kernel's staged weights
         let (kernel, grid, blk, pdl, code) =
             match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
                 Some(block) => {
@@ -109,9 +108,6 @@ impl CudaBackend {
                         0 => matmul_il_grid(rows, n, il_cols(n)),
                         c => matmul_il_grid(rows, n, c),
                     };
-                    if rows == 1 {
-                        smem = self.stage_bytes(blk.0, cw);
-                    }
                     (kernel, grid, blk, rows == 1, None)
                 }
                 None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
@@ -140,7 +136,7 @@ impl CudaBackend {
             Some(c) => launch.int(c),
             None => launch,
         };
-        let launch = launch.i32(n).addr(bias_ptr).int(bias_code).ptr(out).smem(smem);
+        let launch = launch.i32(n).addr(bias_ptr).int(bias_code).ptr(out);
         match xh {
             Some(h) => launch.addr(h).go(grid, blk),
             None => launch.go(grid, blk),
@@ -191,7 +187,6 @@ impl CudaBackend {
         self.gpu
             .launch(kernel)
             .pdl()
-            .smem(self.stage_bytes(blk.0, cw))
             .ptr(xb)
             .i32(1)
             .i32(x.cols)
@@ -207,16 +202,6 @@ impl CudaBackend {
     /// portable arithmetic) of x's width, with no column count forced by tuning.
     fn one_row_il(&self, x: &Tensor, cw: &CudaWeight) -> bool {
         cw.interleaved && cw.in_dim == x.cols && self.tune.cols.load(Ordering::Relaxed) == 0
-    }
-
-    /// Dynamic shared memory for a one-row kernel of `threads` threads per block to stage the tuned number of weight
-    /// vectors of each thread's row (no more than the row has: one vector per 256-byte block of the interleaved
-    /// row per thread of its half-warp; at most 48 KB); kernels/matmul.cu, `il_stage`.
-    fn stage_bytes(&self, threads: u32, cw: &CudaWeight) -> u32 {
-        let per_vector = if cw.dtype == DType::F32 { 4 } else { 8 };
-        let blocks = (cw.in_dim / (16 * per_vector)) as u32;
-        let most = (48 << 10) / (16 * threads); // the launch's dynamic shared memory limit
-        self.tune.il_stage.load(Ordering::Relaxed).min(blocks).min(most) * 16 * threads
     }
 
     /// [`Self::matmul_many_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): one row with the weights on the
@@ -351,9 +336,6 @@ impl CudaBackend {
         if kernel.ends_with("_h") {
             l = l.addr(Self::half_arg(xt, weight(ws[0].0).dtype));
         }
-        if norm.is_none() && kernel.contains("_il1_many") {
-            l = l.smem(self.stage_bytes(threads, weight(ws[0].0)));
-        }
         let total: u32 = blocks.iter().sum();
         let mut grid = total;
         if let Some((nw, eps)) = norm {
@@ -361,7 +343,7 @@ impl CudaBackend {
             let cn = weight(nw);
             assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_many: norm weight length");
             l = l.ptr(&cn.buf).int(cn.tag()).f32(eps).int(total as i32);
-            grid = total.min(self.gpu.resident_blocks(kernel, threads, 0));
+            grid = total.min(self.gpu.resident_blocks(kernel, threads));
         }
         l.go((grid, 1, 1), (threads, 1, 1));
         outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
@@ -484,7 +466,7 @@ impl CudaBackend {
                 // Each block norms the row once, then loops over the column groups (all of it resident at once).
                 let cn = weight(nw);
                 assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_glu: norm weight length");
-                let grid = blocks.min(self.gpu.resident_blocks(kernel, 32 * cols, 0));
+                let grid = blocks.min(self.gpu.resident_blocks(kernel, 32 * cols));
                 l.ptr(&cn.buf).int(cn.tag()).f32(eps).go((grid, 1, 1), (32 * cols, 1, 1));
             }
             None => l.go((blocks, 1, 1), (32 * cols, 1, 1)),

@@ -1,13 +1,8 @@
 //! Choices of the float matmuls that change no output's bits: the weight layout, the interleaved block width and
-//! which projections norm their own input, and how many weight vectors the one-row kernels request into shared
-//! memory right after their wait. Defaults from measurements on the H200 (docs/perf-notes-cuda.md); the
+//! which projections norm their own input. Defaults from measurements on the H200 (docs/perf-notes-cuda.md); the
 //! environment variables are for measurements.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
-
-/// Most weight vectors (16 bytes) per thread a one-row kernel stages: 48 KB of dynamic shared memory for a block
-/// of 64 threads, the most a launch gets without opting in.
-pub(super) const MAX_STAGE: u32 = 48;
 
 /// The float matmuls' tuning (module docs).
 pub(super) struct FloatTuning {
@@ -24,9 +19,6 @@ pub(super) struct FloatTuning {
     /// `matmul_add` on the tensor cores as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for measurements) instead of
     /// the kernels adding into the residual themselves.
     pub no_epi_add: AtomicBool,
-    /// Weight vectors per thread the one-row `_il1`, `_il1_add` and `_il1_many` kernels request into shared
-    /// memory right after their wait (kernels/matmul.cu, `il_stage`; 0: none), `TF_CUDA_IL_STAGE`.
-    pub il_stage: AtomicU32,
 }
 
 fn env_u32(name: &str, default: u32) -> u32 {
@@ -34,10 +26,8 @@ fn env_u32(name: &str, default: u32) -> u32 {
 }
 
 impl FloatTuning {
-    /// The defaults, overridden by the environment's measurement knobs. `stage`: whether the GPU has cp.async
-    /// (compute capability 8.0 or later); without it nothing is staged whatever the environment says.
-    pub fn from_env(stage: bool) -> FloatTuning {
-        let staged = |name, default| if stage { env_u32(name, default).min(MAX_STAGE) } else { 0 };
+    /// The defaults, overridden by the environment's measurement knobs.
+    pub fn from_env() -> FloatTuning {
         FloatTuning {
             // On unless TF_CUDA_INTERLEAVE=0: interleaved rows make one-row steps ~25% faster, and row groups
             // read them at matmul_float's speed (docs/perf-notes-cuda.md, issue 8).
@@ -45,7 +35,6 @@ impl FloatTuning {
             no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
-            il_stage: AtomicU32::new(staged("TF_CUDA_IL_STAGE", 0)),
             cols: AtomicU32::new(0),
         }
     }
