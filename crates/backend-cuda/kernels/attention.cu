@@ -12,12 +12,6 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
-// ATTN_EARLY (on by default; 0 is an NVRTC define for measurements): with one head per block (decode) each thread
-// scores two visits at once (their K loads in one round trip instead of two in a row) and the first V stage is
-// loaded right after the wait, under the scores, instead of after the softmax. The same fmas in the same order.
-#ifndef ATTN_EARLY
-#define ATTN_EARLY 1
-#endif
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -112,70 +106,36 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     griddep_wait();
 #endif
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
-    // The V stages (used after the softmax below): thread ft < vstep · per_row loads float4 column vcol of stage
-    // rows vrow + k · vstep, k < PF (the rest load nothing); a stage is as many visits as fit in vs and in those PF
-    // rounds, a multiple of 8 (so that e is read as aligned float4s).
-    int per_row = hd / 4;
-    int vstep = T / per_row;
-    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep) & ~7;
-    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
-    float4 pf[PF];
     __syncthreads();
-    // The first stage's loads: with one head per block (ATTN_EARLY) now, under the scores; else after the softmax.
-    const bool v_early = ATTN_EARLY && S == 1;
-    if (v_early) {
-        int lim = min(stage, n);
-#pragma unroll
-        for (int k = 0; k < PF; k++) {
-            int row_k = vrow + k * vstep;
-            if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
-        }
-    }
     // Scores (the same bits either way).
     if (S == 1) {
         // One query head per block (decode): one thread per visit, acc[j] dot16's lane j (elements i ≡ j mod 16,
         // increasing). With few blocks this is faster than the half-warp form below (fewer steps per thread).
-        // ATTN_EARLY: visits vi and vi + ATTN_THREADS together (the second a copy of the first past n, dropped).
-        const int PAIR = ATTN_EARLY ? 2 : 1;
-        for (int vi = tid; vi < n; vi += PAIR * ATTN_THREADS) {
-            int vis[PAIR];
-            const float* kr[PAIR];
-            float acc[PAIR][16];
+        for (int vi = tid; vi < n; vi += ATTN_THREADS) {
+            const float* kr = kh + (i64)slots[vi] * stride_slot;
+            float acc[16];
 #pragma unroll
-            for (int u = 0; u < PAIR; u++) {
-                vis[u] = vi + u * ATTN_THREADS;
-                kr[u] = kh + (i64)slots[vis[u] < n ? vis[u] : vi] * stride_slot;
-#pragma unroll
-                for (int j = 0; j < 16; j++) acc[u][j] = 0.0f;
-            }
+            for (int j = 0; j < 16; j++) acc[j] = 0.0f;
 #pragma unroll 4
             for (int i = 0; i < hd; i += 16) {
 #pragma unroll
                 for (int j = 0; j < 16; j += 4) {
-                    float4 kk[PAIR];
-#pragma unroll
-                    for (int u = 0; u < PAIR; u++) kk[u] = *(const float4*)(kr[u] + i + j);
-#pragma unroll
-                    for (int u = 0; u < PAIR; u++) {
-                        acc[u][j] = fmaf(qs[i + j], kk[u].x, acc[u][j]);
-                        acc[u][j + 1] = fmaf(qs[i + j + 1], kk[u].y, acc[u][j + 1]);
-                        acc[u][j + 2] = fmaf(qs[i + j + 2], kk[u].z, acc[u][j + 2]);
-                        acc[u][j + 3] = fmaf(qs[i + j + 3], kk[u].w, acc[u][j + 3]);
-                    }
+                    float4 kk = *(const float4*)(kr + i + j);
+                    acc[j] = fmaf(qs[i + j], kk.x, acc[j]);
+                    acc[j + 1] = fmaf(qs[i + j + 1], kk.y, acc[j + 1]);
+                    acc[j + 2] = fmaf(qs[i + j + 2], kk.z, acc[j + 2]);
+                    acc[j + 3] = fmaf(qs[i + j + 3], kk.w, acc[j + 3]);
                 }
             }
 #pragma unroll
-            for (int u = 0; u < PAIR; u++) {
+            for (int j = 0; j < 8; j++) acc[j] = acc[j] + acc[j + 8];
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[u][j] = acc[u][j] + acc[u][j + 8];
+            for (int j = 0; j < 4; j++) acc[j] = acc[j] + acc[j + 4];
 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[u][j] = acc[u][j] + acc[u][j + 4];
-#pragma unroll
-                for (int j = 0; j < 2; j++) acc[u][j] = acc[u][j] + acc[u][j + 2];
-                float sv = (acc[u][0] + acc[u][1]) * scale_;
-                if (has_cap) sv = softcap * tf_tanh(sv / softcap);
-                if (vis[u] < n) sc[vis[u]] = sv;
-            }
+            for (int j = 0; j < 2; j++) acc[j] = acc[j] + acc[j + 2];
+            float sv = (acc[0] + acc[1]) * scale_;
+            if (has_cap) sv = softcap * tf_tanh(sv / softcap);
+            sc[vi] = sv;
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
@@ -254,7 +214,15 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     bool owns = d0 < hd;
     float oc0 = 0.0f, oc1 = 0.0f;  // dimensions d0 and d0 + 1
     float lc = 0.0f;
-    if (!v_early) {
+    // Thread ft < vstep · per_row loads float4 column vcol of stage rows vrow + k · vstep, k < PF (the rest load
+    // nothing); a stage is as many visits as fit in vs and in those PF rounds, a multiple of 8 (so that e is read
+    // as aligned float4s).
+    int per_row = hd / 4;
+    int vstep = T / per_row;
+    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep) & ~7;
+    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
+    float4 pf[PF];
+    {
         int lim = min(stage, n);
 #pragma unroll
         for (int k = 0; k < PF; k++) {

@@ -23,7 +23,7 @@ fn the_tuning_defines_compile_and_bad_ones_are_refused() {
     for defines in [
         vec!["IL_PIPE=1"],
         vec!["IL_PIPE=1", "IL_DEPTH=4"],
-        vec!["IL_PIPE=0", "PRE_WAIT=0", "ATTN_EARLY=0"],
+        vec!["IL_PIPE=0", "PRE_WAIT=0"],
         vec!["IL_PIPE=0", "IL_DEPTH=12"],
         vec!["IL1_DEPTH=8", "GLU_DEPTH=6"],
         vec!["BULK_PF=2"],
