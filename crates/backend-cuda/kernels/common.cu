@@ -59,7 +59,8 @@ __device__ __forceinline__ void griddep_launch() {
 #define DT_Q8K 14
 // Added to a float tag (`CudaWeight::tag`) when the weight's rows are interleaved (il_index below).
 #define DT_INTERLEAVED 256
-// Or-ed into a matmul's bias tag (the tensor-core kernels, kernels/mma.cu): add the outputs into y, y = y +
+// Or-ed into a matmul's bias tag (the tensor-core kernels, kernels/mma.cu, and matmul_float's row groups, kernels/
+// matmul.cu): add the outputs into y, y = y +
 // (x·wᵀ + bias) with `add`'s arithmetic, instead of writing them (Backend::matmul_add in one launch).
 #define EPI_ADD 512
 

@@ -191,7 +191,8 @@ __device__ void matmul_float(const float* x, int R, int K, const u8* w, int N, c
         for (int t = 0; t < FLOAT_GROUP; t++) {
             float s = tree16(acc[t]);
             if (live && j == 0 && t < nr) {
-                if (bias) s = s + deq_elem(bias_dt, bias, n);
+                if (bias) s = s + deq_elem(bias_dt & ~EPI_ADD, bias, n);
+                if (bias_dt & EPI_ADD) s = y[(i64)(r0 + t) * N + n] + s;
                 y[(i64)(r0 + t) * N + n] = s;
             }
         }

@@ -659,7 +659,20 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
 fn fused_norm_and_residual_projections_match_the_unfused_ops() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    g.set_float_tuning(true, 0);
+    fused_cases(&g, &c, &mut rng, true);
+}
+
+/// The same ops on weights uploaded unpermuted (`matmul_float`'s row groups, which add into the residual in their
+/// epilogue for `matmul_add`, for one row as for several) equal the CPU too.
+#[test]
+fn fused_ops_on_unpermuted_weights_match_the_cpu() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    fused_cases(&g, &c, &mut rng, false);
+}
+
+fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bool) {
+    g.set_float_tuning(interleave, 0);
     g.set_norm_fuse(3); // both fused kernels, whatever the default
     let eps = 1e-6;
     // The last two have more column groups than the GPU holds blocks (an H200 holds ~1,200 of `_il1_many_norm`'s
@@ -674,18 +687,18 @@ fn fused_norm_and_residual_projections_match_the_unfused_ops() {
         (DType::F16, 512, &[8960, 8960], DType::BF16),
     ];
     for (dtype, k, ns, ndt) in cases {
-        let nw = random_weight(ndt, 1, k, &mut rng);
-        let (ng, nc) = (up(&g, "norm", ndt, &[k], &nw), up(&c, "norm", ndt, &[k], &nw));
+        let nw = random_weight(ndt, 1, k, rng);
+        let (ng, nc) = (up(g, "norm", ndt, &[k], &nw), up(c, "norm", ndt, &[k], &nw));
         let mut wg = Vec::new();
         let mut wc = Vec::new();
         let mut bg = Vec::new();
         let mut bc = Vec::new();
         for &n in ns {
-            let w = random_weight(dtype, n, k, &mut rng);
-            wg.push(up(&g, "w", dtype, &[n, k], &w));
-            wc.push(up(&c, "w", dtype, &[n, k], &w));
-            assert!(interleaved(wg.last().unwrap()), "{dtype} [{n}, {k}] layout");
-            let b = values(&mut rng, n, 1.0);
+            let w = random_weight(dtype, n, k, rng);
+            wg.push(up(g, "w", dtype, &[n, k], &w));
+            wc.push(up(c, "w", dtype, &[n, k], &w));
+            assert_eq!(interleaved(wg.last().unwrap()), interleave, "{dtype} [{n}, {k}] layout");
+            let b = values(rng, n, 1.0);
             bg.push(g.upload_f32("b", &[n], b.clone()).unwrap());
             bc.push(c.upload_f32("b", &[n], b).unwrap());
         }
@@ -696,7 +709,7 @@ fn fused_norm_and_residual_projections_match_the_unfused_ops() {
         let (lg, lc) = (list(&wg, &bg), list(&wc, &bc));
         for rows in [1usize, 1, 3] {
             let what = format!("{dtype} {ns:?} K {k}, norm {ndt}, {rows} rows");
-            let x = Tensor::host(rows, k, values(&mut rng, rows * k, 30.0));
+            let x = Tensor::host(rows, k, values(rng, rows * k, 30.0));
             // The residual on the device, as the model holds it.
             let xd = g.select_rows(&x, &(0..rows).collect::<Vec<_>>());
             let fused = g.norm_matmul_many(&xd, &ng, eps, &lg);
@@ -718,14 +731,14 @@ fn fused_norm_and_residual_projections_match_the_unfused_ops() {
                 let cpu = c.norm_matmul_glu(&x, &nc, eps, &wc[0], &wc[j], act);
                 same(&fused, &c.to_host(&cpu), &format!("{what}: norm_matmul_glu {act:?} cuda vs cpu"));
             }
-            // matmul_add: a [K, K] weight (interleaved: K is whole blocks) takes a [rows, K] input to the residual.
+            // matmul_add: a [K, K] weight (interleaved when asked: K is whole blocks) takes a [rows, K] input to the residual.
             let n0 = k;
-            let w = random_weight(dtype, k, n0, &mut rng);
-            let (og, oc) = (up(&g, "o", dtype, &[k, n0], &w), up(&c, "o", dtype, &[k, n0], &w));
-            assert!(interleaved(&og), "{dtype} [{k}, {n0}] layout");
-            let b = values(&mut rng, k, 1.0);
+            let w = random_weight(dtype, k, n0, rng);
+            let (og, oc) = (up(g, "o", dtype, &[k, n0], &w), up(c, "o", dtype, &[k, n0], &w));
+            assert_eq!(interleaved(&og), interleave, "{dtype} [{k}, {n0}] layout");
+            let b = values(rng, k, 1.0);
             let (obg, obc) = (g.upload_f32("ob", &[k], b.clone()).unwrap(), c.upload_f32("ob", &[k], b).unwrap());
-            let h = Tensor::host(rows, n0, values(&mut rng, rows * n0, 2.0));
+            let h = Tensor::host(rows, n0, values(rng, rows * n0, 2.0));
             for bias in [false, true] {
                 let what = format!("{what}: matmul_add [{k}, {n0}], bias {bias}");
                 let mut acc = xd.clone();

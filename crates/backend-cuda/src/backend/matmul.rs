@@ -30,14 +30,14 @@ impl CudaBackend {
     }
 
     /// Whether `x · wᵀ` runs on the tensor cores (kernels/mma.cu): the tensor arithmetic, BF16 or F16 weights, K
-    /// a multiple of the chunk. Those kernels can add their outputs into the destination (`EPI_ADD`).
+    /// a multiple of the chunk.
     fn mma_path(&self, cw: &CudaWeight) -> bool {
         self.arithmetic == Arithmetic::Tensor
             && matches!(cw.dtype, DType::F16 | DType::BF16)
             && cw.in_dim.is_multiple_of(MMA_CHUNK)
     }
 
-    /// `out [rows, N] = x · wᵀ + bias`, or with `add` (only where [`Self::mma_path`]) `out += x · wᵀ + bias` in
+    /// `out [rows, N] = x · wᵀ + bias`, or with `add` (only where [`Self::epi_add`]) `out += x · wᵀ + bias` in
     /// the same launch; at least one row and one column.
     fn matmul_launch(&self, x: &Tensor, cw: &CudaWeight, bias: Option<&Weight>, out: &Buf, add: bool) {
         let (rows, k, n) = (x.rows, cw.in_dim, cw.out_dim);
@@ -125,9 +125,10 @@ impl CudaBackend {
                     ("matmul_full", grid, blk, false, Some(cw.code))
                 }
             };
-        // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y); the mma kernels read EPI_ADD in
-        // the bias type as "add into y".
-        assert!(!add || kernel.starts_with("mma_"), "matmul_launch: {kernel} cannot add into its output");
+        // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y); the mma and matmul_float kernels
+        // read EPI_ADD in the bias type as "add into y".
+        let epi = kernel.starts_with("mma_") || kernel.ends_with('w') || kernel.ends_with("_ilg");
+        assert!(!add || epi, "matmul_launch: {kernel} cannot add into its output");
         let bias_code = if add { bias_code | EPI_ADD } else { bias_code };
         let launch = self.gpu.launch(kernel);
         let launch = if pdl { launch.pdl() } else { launch };
@@ -163,13 +164,15 @@ impl CudaBackend {
         let cw = weight(w);
         let n = cw.out_dim;
         assert!(acc.rows == x.rows && acc.cols == n, "matmul_add: {acc:?} += {x:?} · {:?}ᵀ", w.shape);
-        if x.rows > 0 && n > 0 && self.mma_path(cw) && !self.tune.no_epi_add.load(Ordering::Relaxed) {
-            // The tensor-core kernels add into acc in their epilogue (one launch, add's arithmetic).
+        let one_row_il = x.rows == 1 && self.one_row_il(x, cw) && n > 0;
+        if !one_row_il && x.rows > 0 && n > 0 && self.epi_add(x, cw) {
+            // The tensor-core kernels and matmul_float's row groups add into acc in their epilogue (one launch,
+            // add's arithmetic).
             assert_eq!(x.cols, cw.in_dim, "matmul_add: {x:?} · {:?}ᵀ", w.shape);
             let at = self.make_unique(acc);
             return self.matmul_launch(x, cw, bias, &at.buf, true);
         }
-        if !(x.rows == 1 && self.one_row_il(x, cw) && n > 0) {
+        if !one_row_il {
             let y = self.matmul_impl(x, w, bias);
             return self.add(acc, &y);
         }
@@ -196,6 +199,15 @@ impl CudaBackend {
             .int(bias_code)
             .ptr(&at.buf)
             .go(grid, blk);
+    }
+
+    /// Whether [`Self::matmul_launch`] of `x` against `cw` picks a kernel that can add into its output (`EPI_ADD`):
+    /// a tensor-core kernel, or `matmul_float`'s row groups (float weights, unless one row of an interleaved weight:
+    /// `_il1`); not the quantized kernels. Off with `TF_CUDA_EPI_ADD=0`.
+    fn epi_add(&self, x: &Tensor, cw: &CudaWeight) -> bool {
+        let quant = self.precision == Precision::Checkpoint && checkpoint_block(cw.dtype).is_some();
+        let float = matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) && !(x.rows == 1 && cw.interleaved);
+        !quant && (self.mma_path(cw) || float) && !self.tune.no_epi_add.load(Ordering::Relaxed)
     }
 
     /// Whether `x`'s rows against `cw` can run on the interleaved one-row kernels: an interleaved weight (the
