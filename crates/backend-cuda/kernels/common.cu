@@ -59,9 +59,9 @@ __device__ __forceinline__ void griddep_launch() {
 #define DT_Q8K 14
 // Added to a float tag (`CudaWeight::tag`) when the weight's rows are interleaved (il_index below).
 #define DT_INTERLEAVED 256
-// Or-ed into a matmul's bias tag (the tensor-core kernels, kernels/mma.cu, and matmul_float's row groups, kernels/
-// matmul.cu): add the outputs into y, y = y +
-// (x·wᵀ + bias) with `add`'s arithmetic, instead of writing them (Backend::matmul_add in one launch).
+// Or-ed into a matmul's bias tag (the tensor-core kernels in kernels/mma.cu, matmul_float's row groups in
+// kernels/matmul.cu): add the outputs into y, y = y + (x·wᵀ + bias) with `add`'s arithmetic, instead of writing
+// them (Backend::matmul_add in one launch).
 #define EPI_ADD 512
 
 __device__ __forceinline__ u32 ld_u16(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8); }

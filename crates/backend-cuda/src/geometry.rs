@@ -123,7 +123,8 @@ pub fn dtype_code(dtype: DType) -> Option<i32> {
 /// Added to a float weight's tag when its rows are interleaved (`DT_INTERLEAVED` in kernels/common.cu).
 pub const DT_INTERLEAVED: i32 = 256;
 
-/// Or-ed into a bias tag: the tensor-core matmul adds its outputs into y (`EPI_ADD` in kernels/common.cu).
+/// Or-ed into a bias tag: the tensor-core and `matmul_float` kernels add their outputs into y (`EPI_ADD` in
+/// kernels/common.cu).
 pub const EPI_ADD: i32 = 512;
 
 /// Elements per interleaved block of a float weight type (16 lanes × one 16-byte vector each: 128 for F16 and

@@ -731,7 +731,8 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                 let cpu = c.norm_matmul_glu(&x, &nc, eps, &wc[0], &wc[j], act);
                 same(&fused, &c.to_host(&cpu), &format!("{what}: norm_matmul_glu {act:?} cuda vs cpu"));
             }
-            // matmul_add: a [K, K] weight (interleaved when asked: K is whole blocks) takes a [rows, K] input to the residual.
+            // matmul_add: a [K, K] weight (interleaved when asked: K is whole blocks) takes a [rows, K] input to
+            // the residual.
             let n0 = k;
             let w = random_weight(dtype, k, n0, rng);
             let (og, oc) = (up(g, "o", dtype, &[k, n0], &w), up(c, "o", dtype, &[k, n0], &w));

@@ -16,8 +16,8 @@ pub(super) struct FloatTuning {
     /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
     /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
     pub norm_fuse: AtomicU8,
-    /// `matmul_add` on the tensor cores as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for measurements) instead of
-    /// the kernels adding into the residual themselves.
+    /// `matmul_add` on the tensor-core and `matmul_float` kernels as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for
+    /// measurements) instead of the kernels adding into the residual themselves.
     pub no_epi_add: AtomicBool,
 }
 
