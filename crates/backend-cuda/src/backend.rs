@@ -528,7 +528,7 @@ impl Backend for CudaBackend {
         }
         let buf = self.gpu.upload(bytes)?;
         // Float matrices of the portable arithmetic, when interleaving is on: permuted in place on the device
-        // (kernels/matmul.cu, interleave_rows). The tensor arithmetic's kernels read the checkpoint order, so
+        // (kernels/matmul_il.cu, interleave_rows). The tensor arithmetic's kernels read the checkpoint order, so
         // nothing is permuted there.
         let interleaved = self.arithmetic == Arithmetic::Portable
             && !self.tune.no_interleave.load(Ordering::Relaxed)

@@ -5,9 +5,10 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 5] = [
+pub const SOURCES: [(&str, &str); 6] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
+    ("matmul_il.cu", include_str!("../kernels/matmul_il.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
@@ -153,7 +154,7 @@ pub fn il_cols(_n: usize) -> u32 {
 }
 
 /// Widest row the one-row kernels norm in front of a projection (`IL_NORM_MAX_K` floats of shared memory in
-/// kernels/matmul.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
+/// kernels/matmul_il.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
 pub const IL_NORM_MAX_K: usize = 4096;
 
 /// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
@@ -400,7 +401,7 @@ mod tests {
 
     #[test]
     fn dtype_codes_match_the_kernel_tags() {
-        let common = SOURCES[0].1;
+        let common = source("common.cu");
         for (d, tag) in [
             (DType::F32, "DT_F32"),
             (DType::F16, "DT_F16"),
@@ -459,18 +460,23 @@ mod tests {
         assert_eq!(interleave_block(DType::Q8_0), None);
     }
 
+    /// The kernel file `name` of [`SOURCES`].
+    fn source(name: &str) -> &'static str {
+        SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).expect("a kernel file")
+    }
+
     #[test]
     fn row_group_sizes_match_the_kernels() {
-        let m = SOURCES[1].1;
+        let m = source("matmul.cu");
         assert!(m.contains(&format!("#define FULL_ROWS {FULL_ROWS}\n")));
         assert!(m.contains(&format!("#define QUANT_ROWS {QUANT_ROWS}\n")));
         assert!(m.contains(&format!("#define FLOAT_ROWS {FLOAT_ROWS}\n")));
-        assert!(SOURCES[3].1.contains(&format!("#define MAX_HEAD_DIM {MAX_HEAD_DIM}\n")));
-        assert!(SOURCES[3].1.contains(&format!("#define ATTN_THREADS {ATTN_THREADS}\n")));
-        assert!(SOURCES[4].1.contains(&format!("#define MMA_CHUNK {MMA_CHUNK}\n")));
-        assert!(SOURCES[4].1.contains(&format!("#define MMA_SPLIT {MMA_SPLIT}\n")));
+        assert!(source("attention.cu").contains(&format!("#define MAX_HEAD_DIM {MAX_HEAD_DIM}\n")));
+        assert!(source("attention.cu").contains(&format!("#define ATTN_THREADS {ATTN_THREADS}\n")));
+        assert!(source("mma.cu").contains(&format!("#define MMA_CHUNK {MMA_CHUNK}\n")));
+        assert!(source("mma.cu").contains(&format!("#define MMA_SPLIT {MMA_SPLIT}\n")));
         // The launches' blocks and grids match the template parameters of the entry points.
-        let mma = SOURCES[4].1;
+        let mma = source("mma.cu");
         assert!(mma.contains("mma_matmul<false, 4, 4, 1, 2>"));
         // `_s`: MMA_S_COLS = 8 · NT · NB columns on MMA_S_THREADS = 32 · NB · MMA_SPLIT threads; `_sn` and
         // `_s_many`: one tile (NT = NB = 1); `_s_glu`: NT = 2 (gate and up), NB tiles of columns.
@@ -487,7 +493,7 @@ mod tests {
     #[test]
     fn attention_chunks_are_the_chunks_of_the_visited_positions() {
         use tf_quant::reference::ops::visited_positions;
-        assert!(SOURCES[3].1.contains(&format!("#define ATTN_CHUNK {ATTN_CHUNK}\n")));
+        assert!(source("attention.cu").contains(&format!("#define ATTN_CHUNK {ATTN_CHUNK}\n")));
         assert_eq!(ATTN_CHUNK, tf_quant::reference::ops::ATTN_CHUNK);
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = |m: u32| {

@@ -1,6 +1,6 @@
 //! The CUDA backend's matmul paths: one weight (`matmul_impl`: checkpoint, tensor-core, interleaved, float and
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
-//! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu and kernels/mma.cu.
+//! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu, kernels/matmul_il.cu and kernels/mma.cu.
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::Buf;
@@ -94,7 +94,7 @@ impl CudaBackend {
                 None if cw.interleaved => {
                     // One row: the one-row kernel (which requests its first weights before waiting on the previous
                     // kernel); else matmul_float's row groups reading the interleaved places. The same fma sequence
-                    // per output either way (kernels/matmul.cu).
+                    // per output either way (kernels/matmul_il.cu).
                     let kernel = match (cw.dtype, rows) {
                         (DType::F32, 1) => "matmul_f32w_il1",
                         (DType::F32, _) => "matmul_f32w_ilg",
@@ -287,7 +287,8 @@ impl CudaBackend {
             return self.mma_many(x, ws);
         }
         // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
-        // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul.cu). Anything else: one call each.
+        // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul_il.cu). Anything else: one call
+        // each.
         if self.many_il1(x, ws) {
             return self.many_il1_launch(x, ws, None);
         }
@@ -429,7 +430,7 @@ impl CudaBackend {
             return self.tensor_half(x.rows, n, out, half);
         }
         // One row against interleaved gate and up of one type: one launch computing both and the GLU
-        // (kernels/matmul.cu, `_il1_glu`); anything else: matmul_many, then glu.
+        // (kernels/matmul_il.cu, `_il1_glu`); anything else: matmul_many, then glu.
         if !self.glu_il1(x, gate, up) {
             let [g, u]: [Tensor; 2] =
                 self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
