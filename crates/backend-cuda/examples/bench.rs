@@ -113,8 +113,8 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
 /// Times every op: waits for the queue before and after each, so each op's time is its launch plus its kernel;
 /// or, with `gpu`, records events around each op without waiting (GPU time from the end of the previous op to the
 /// end of this one, read after the step). Without `timing` it only passes the ops on; without `fuse` it runs
-/// `add_rms_norm`, `matmul_glu`, `rope_kv_write`, `matmul_add`, `norm_matmul_many` and `norm_matmul_glu` as the
-/// trait's defaults (separate ops), for an A/B of the fused kernels.
+/// `add_rms_norm`, `matmul_glu`, `rope_kv_write`, `matmul_add`, `norm_matmul_many`, `norm_qkv_rope_kv_write` and
+/// `norm_matmul_glu` as the trait's defaults (separate ops), for an A/B of the fused kernels.
 struct Timed<'a> {
     be: &'a CudaBackend,
     timing: bool,
@@ -253,6 +253,26 @@ impl Backend for Timed<'_> {
             return self.matmul_many(&self.rms_norm(x, norm, x.cols, eps), ws);
         }
         self.time("rms_norm + matmul layers", || self.be.norm_matmul_many(x, norm, eps, ws))
+    }
+    fn norm_qkv_rope_kv_write(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        ws: &[(&Weight, Option<&Weight>); 3],
+        kv: &mut KvCache,
+        layer: usize,
+        at: &RopeKv,
+    ) -> [Tensor; 3] {
+        if !self.fuse {
+            let [mut q, mut k, v]: [Tensor; 3] =
+                self.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
+            self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
+            return [q, k, v];
+        }
+        self.time("rms_norm + matmul layers + rope + kv_write", || {
+            self.be.norm_qkv_rope_kv_write(x, norm, eps, ws, kv, layer, at)
+        })
     }
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         if !self.fuse {

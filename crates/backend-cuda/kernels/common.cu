@@ -41,6 +41,20 @@ __device__ __forceinline__ void griddep_launch() {
 #define PRE_WAIT 1
 #endif
 
+// ELIDE (0 by default): a timing-only NVRTC define that makes kernels return right after griddep_wait without
+// writing anything — bit 0 the attention chunk kernel, bit 1 `rms_norm` / `add_rms_norm`, bit 2 `rope_kv_write` —
+// so the engine's decode rate with one of them elided shows what it costs in the programmatic-launch chain. Outputs
+// are then wrong: never for anything but `tensorfold bench` timings (the bench example's variant check refuses it).
+#ifndef ELIDE
+#define ELIDE 0
+#endif
+#define ELIDED(bit)                 \
+    if (ELIDE & (bit)) {            \
+        griddep_launch();           \
+        griddep_wait();             \
+        return;                     \
+    }
+
 // The GGML dtype tags the host passes (`dtype_code` in src/geometry.rs).
 #define DT_F32 0
 #define DT_F16 1

@@ -399,6 +399,84 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 }
 
 
+// `_il1_many` of q, k and v (weights 0, 1, 2) with `rope_kv_write` in its epilogue (Backend::norm_qkv_rope_kv_write
+// for one row, after its norm): the same outputs, the same bits, one launch fewer per layer. The blocks of q and k
+// compute rotation pairs instead of consecutive columns: the two half-warps of warp p compute the columns (i0, i1)
+// of pair p (neox: (h·hd + i, h·hd + i + half), else (2p, 2p + 1)), each as `_il1` with its bias; the half-warps
+// swap their sums and each writes its own element of the rotation with exactly `rope`'s arithmetic (two products
+// and one sum or difference), k's also into the cache. v's blocks are `_il1` writing the cache too. Needs the whole
+// head rotated (rot == head_dim) and an even number of columns per block; cos_t / sin_t [half] are the row's table
+// rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2). The arguments of `_il1_many`, then head_dim,
+// half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's).
+template <int DT>
+__device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+                                             const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
+                                             int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
+                                             float* y2, int hd, int half, const float* cos_t, const float* sin_t,
+                                             int neox, float* k_layer, float* v_layer, const u32* slots) {
+    int bx = blockIdx.x;
+    int hw = threadIdx.x / 16, j = threadIdx.x % 16;
+    // The slot is a host upload (ordered after every earlier kernel): read before the wait inside il1_dot.
+    i64 slot = (i64)slots[0];
+    if (bx >= nb0 + nb1) {
+        int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
+        bool live = n < n2;
+        float s = il1_dot<DT, MANY_DEPTH>(x, K, w2, live ? n : n2 - 1, j);
+        if (live && j == 0) {
+            if (b2) s = s + deq_elem(bdt2, b2, n);
+            y2[n] = s;
+            v_layer[slot * n2 + n] = s;
+        }
+        return;
+    }
+    bool is_q = bx < nb0;
+    int N = is_q ? n0 : n1;
+    const u8* bias = is_q ? b0 : b1;
+    int p = (is_q ? bx : bx - nb0) * (blockDim.x / 32) + threadIdx.x / 32;  // the warp's pair
+    bool live = p < N / 2;
+    int pc = live ? p : N / 2 - 1;
+    int second = hw & 1;  // 0: the pair's first element (x0), 1: its second (x1)
+    int i = pc % half;
+    int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
+    float c = cos_t[i], sn = sin_t[i];
+    float s = il1_dot<DT, MANY_DEPTH>(x, K, is_q ? w0 : w1, n, j);
+    if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
+    float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
+    float x0 = second ? o : s, x1 = second ? s : o;
+    float r = second ? x0 * sn + x1 * c : x0 * c - x1 * sn;
+    if (live && j == 0) {
+        (is_q ? y0 : y1)[n] = r;
+        if (!is_q) k_layer[slot * n1 + n] = r;
+    }
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_f32w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    il1_qkv_rope<DT_F32>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_f16w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    il1_qkv_rope<DT_F16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+}
+
+extern "C" __global__ void __maxnreg__(112)
+    matmul_bf16w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    il1_qkv_rope<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+}
+
 // glu(x · gateᵀ, x · upᵀ) for one row and interleaved gate and up [N, K] of one type, in one launch: half-warps
 // 0..cols-1 of a block compute gate columns n0..n0+cols-1 and half-warps cols..2·cols-1 the up columns of the same
 // n (each as `_il1`), then thread t < cols writes act(g) * u for column n0 + t with exactly `glu`'s arithmetic.

@@ -23,6 +23,7 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
                                            u16* __restrict__ yh, int yh_f16) {
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
+    ELIDED(2)
     griddep_launch();
     int tid = threadIdx.x;
     float acc = 0.0f;
@@ -216,6 +217,7 @@ extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float*
 extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, int R, int qcols, int kcols, int head_dim,
                                          int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
                                          float* v_layer, const u32* slots) {
+    ELIDED(4)
     griddep_launch();
 #if !PRE_WAIT
     griddep_wait();

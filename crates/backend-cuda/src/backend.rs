@@ -260,6 +260,12 @@ impl CudaBackend {
         self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
     }
 
+    /// Whether one row's `norm_qkv_rope_kv_write` may rotate and write the cache in the projections' epilogue
+    /// (default on; off: the projections, then `rope_kv_write`). Changes no bits; for tests and measurements.
+    pub fn set_qkv_rope(&self, on: bool) {
+        self.tune.no_qkv_rope.store(!on, Ordering::Relaxed);
+    }
+
     /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
     ///
     /// The first call, and any call whose launches differ from the captured graph's (other row count, other
@@ -858,6 +864,19 @@ impl Backend for CudaBackend {
 
     fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
         self.norm_matmul_many_impl(x, norm, eps, ws)
+    }
+
+    fn norm_qkv_rope_kv_write(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        ws: &[(&Weight, Option<&Weight>); 3],
+        kv: &mut KvCache,
+        layer: usize,
+        at: &RopeKv,
+    ) -> [Tensor; 3] {
+        self.norm_qkv_rope_impl(x, norm, eps, ws, kv, layer, at)
     }
 
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {

@@ -597,6 +597,87 @@ fn rope_kv_write_equals_rope_then_kv_write() {
     }
 }
 
+/// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, `rms_norm` then
+/// one launch whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into the
+/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`) and the CPU's default,
+/// bitwise: q, k, v and the cache as attention reads it. Both rotation styles with the whole head rotated (fused),
+/// a partial rotation (not fused), every float weight type, biases on some projections, 1 and 3 rows.
+#[test]
+fn norm_qkv_rope_kv_write_equals_its_two_calls() {
+    let (mut rng, _g) = rng();
+    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
+    g.set_float_tuning(true, 0);
+    g.set_norm_fuse(0);
+    let eps = 1e-6;
+    let cases = [
+        (DType::BF16, 128, Rope { theta: 1e6, rot_dims: 128, style: RopeStyle::Neox, scaling: RopeScaling::None }),
+        (DType::F16, 64, Rope { theta: 1e4, rot_dims: 64, style: RopeStyle::Normal, scaling: RopeScaling::None }),
+        (DType::F32, 64, Rope { theta: 5e5, rot_dims: 64, style: RopeStyle::Neox, scaling: RopeScaling::None }),
+        (DType::BF16, 128, Rope { theta: 1e4, rot_dims: 64, style: RopeStyle::Neox, scaling: RopeScaling::None }),
+    ];
+    let (hq, hk, k) = (6, 2, 512);
+    for (dtype, hd, rope) in cases {
+        let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
+        let nslots = spec.blocks * spec.block_size;
+        let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
+        let ns = [hq * hd, hk * hd, hk * hd];
+        let nw = random_weight(DType::F32, 1, k, &mut rng);
+        let (ng, nc) = (up(&g, "norm", DType::F32, &[k], &nw), up(&c, "norm", DType::F32, &[k], &nw));
+        let (mut wg, mut wc, mut bg, mut bc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for n in ns {
+            let w = random_weight(dtype, n, k, &mut rng);
+            wg.push(up(&g, "w", dtype, &[n, k], &w));
+            wc.push(up(&c, "w", dtype, &[n, k], &w));
+            assert!(interleaved(wg.last().unwrap()), "{dtype} [{n}, {k}] layout");
+            let b = values(&mut rng, n, 1.0);
+            bg.push(g.upload_f32("b", &[n], b.clone()).unwrap());
+            bc.push(c.upload_f32("b", &[n], b).unwrap());
+        }
+        for (rows, biased) in [(1usize, [true, true, true]), (1, [false, true, false]), (3, [true, false, true])] {
+            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}");
+            let list = |ws: &[Weight], bs: &[Weight]| -> Vec<(Weight, Option<Weight>)> {
+                (0..3).map(|i| (ws[i].clone(), biased[i].then(|| bs[i].clone()))).collect()
+            };
+            let mut slots: Vec<u32> = (0..nslots as u32).collect();
+            slots.shuffle(&mut rng);
+            slots.truncate(rows);
+            let positions: Vec<u32> = (0..rows).map(|_| rng.gen_range(0..100_000)).collect();
+            let at = RopeKv { positions: &positions, slots: &slots, head_dim: hd, rope: &rope };
+            let x = Tensor::host(rows, k, values(&mut rng, rows * k, 30.0));
+            let probe = Tensor::host(3, hq * hd, values(&mut rng, 3 * hq * hd, 1.0));
+            let run = |be: &dyn Backend, owned: Vec<(Weight, Option<Weight>)>, norm: &Weight| {
+                let ws: Vec<(&Weight, Option<&Weight>)> = owned.iter().map(|(w, b)| (w, b.as_ref())).collect();
+                let ws: [(&Weight, Option<&Weight>); 3] = ws.try_into().unwrap();
+                let mut kv = be.alloc_kv(spec).unwrap();
+                let out = be.norm_qkv_rope_kv_write(&x, norm, eps, &ws, &mut kv, 1, &at);
+                let table: Vec<u32> = (0..spec.blocks as u32).collect();
+                let row = RowAttn { pos: nslots as u32 - 1, seq: 0, ctx: nslots as u32, tree: vec![] };
+                let meta = AttnMeta { block_tables: vec![table], rows: vec![row; 3] };
+                let seen: Vec<Vec<f32>> =
+                    (0..2).map(|l| be.to_host(&be.attention(&probe, &kv, l, &meta, &p))).collect();
+                (out.iter().map(|t| be.to_host(t)).collect::<Vec<_>>(), seen)
+            };
+            let fused = run(&g, list(&wg, &bg), &ng);
+            g.set_qkv_rope(false);
+            let split = run(&g, list(&wg, &bg), &ng);
+            g.set_qkv_rope(true);
+            let cpu = run(&c, list(&wc, &bc), &nc);
+            for (name, other) in [("split", &split), ("cpu", &cpu)] {
+                for (i, t) in ["q", "k", "v"].iter().enumerate() {
+                    same(&fused.0[i], &other.0[i], &format!("{what}: {t}, fused vs {name}"));
+                }
+                for l in 0..2 {
+                    same(
+                        &fused.1[l],
+                        &other.1[l],
+                        &format!("{what}: layer {l} as attention reads it, fused vs {name}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// q/k/v- and gate/up-like sets of interleaved weights against one row through `matmul_many` (one launch of
 /// `_il1_many`) equal the same weights one `matmul` at a time and the CPU, bitwise; with several rows, mixed types or
 /// four weights (separate calls) too.

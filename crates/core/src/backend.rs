@@ -303,6 +303,26 @@ pub trait Backend: Send + Sync {
         self.rope(k, at.positions, at.head_dim, at.rope);
         self.kv_write(kv, layer, k, v, at.slots);
     }
+    /// The attention block from its input to the cache write, for blocks without q/k norms:
+    /// `[q, k, v] = norm_matmul_many(x, norm, eps, ws)` (`ws` = q, k, v with their biases), then
+    /// [`Backend::rope_kv_write`] of them → `[q, k, v]`, q and k rotated. By default those two calls; a backend that
+    /// fuses them (the projections rotating their own outputs and writing the cache) must give exactly those bits.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_qkv_rope_kv_write(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        ws: &[(&Weight, Option<&Weight>); 3],
+        kv: &mut KvCache,
+        layer: usize,
+        at: &RopeKv,
+    ) -> [Tensor; 3] {
+        let [mut q, mut k, v]: [Tensor; 3] =
+            self.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
+        self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
+        [q, k, v]
+    }
     /// `a += b`, elementwise.
     fn add(&self, a: &mut Tensor, b: &Tensor);
     /// The residual add and the RMSNorm after it in one call: `a += b`, then the norm of the new `a` over whole

@@ -153,8 +153,9 @@ pub fn attention(
 
 /// The pre-norm attention block with its residual connection: `x += o(attention(rms_norm(x, norm)))` for
 /// `x [R, H]`, `norm [H]`. The same bits as [`rms_norm`], [`attention`] and [`residual`] in turn, through the
-/// backend's fused ops ([`Backend::norm_matmul_many`], [`Backend::matmul_add`]); with the `trace` feature, those
-/// three in turn, so every intermediate can be traced.
+/// backend's fused ops ([`Backend::norm_qkv_rope_kv_write`] without q/k norms, else
+/// [`Backend::norm_matmul_many`]; [`Backend::matmul_add`]); with the `trace` feature, those three in turn, so every
+/// intermediate can be traced.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_residual(
     be: &dyn Backend,
@@ -174,8 +175,20 @@ pub fn attention_residual(
         trace("attn_out", layer, &out);
         return residual(be, x, &out);
     }
-    let qkv = be.norm_matmul_many(x, norm, eps, &qkv_weights(w));
-    let attn = attend(be, qkv, w, spec, layer, batch, kv); // [R, Nq·Dh]
+    let attn = if w.q_norm.is_none() && w.k_norm.is_none() {
+        // No q/k norms between the projections and RoPE: up to the cache write in one call.
+        let at = RopeKv {
+            positions: &batch.positions,
+            slots: &batch.slots,
+            head_dim: spec.params.head_dim,
+            rope: &spec.rope,
+        };
+        let [q, _k, _v] = be.norm_qkv_rope_kv_write(x, norm, eps, &qkv_weights(w), kv, layer, &at);
+        be.attention(&q, kv, layer, &batch.attn, &spec.params) // [R, Nq·Dh]
+    } else {
+        let qkv = be.norm_matmul_many(x, norm, eps, &qkv_weights(w));
+        attend(be, qkv, w, spec, layer, batch, kv) // [R, Nq·Dh]
+    };
     be.matmul_add(&attn, &w.o.w, w.o.b.as_ref(), x);
 }
 

@@ -2,15 +2,15 @@
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu, kernels/matmul_il.cu and kernels/mma.cu.
 
-use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
-use crate::device::Buf;
+use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
+use crate::device::{Buf, Launch};
 use crate::geometry::{
     half_rows, il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
     mma_many_launch, EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
-use tf_core::{Backend, DType, GluAct, Precision, Tensor, Weight};
+use tf_core::{Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight};
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
 impl CudaBackend {
@@ -236,6 +236,66 @@ impl CudaBackend {
         self.matmul_many_impl(&h, ws)
     }
 
+    /// [`Backend::norm_qkv_rope_kv_write`]: one row with q/k/v on the one-row kernels and the whole head rotated:
+    /// `rms_norm`, then one launch of `_il1_qkv_rope` (the projections rotate q and k and write k and v into the
+    /// cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, q/k/v norming their own row
+    /// (`TF_CUDA_NORM_FUSE` bit 0) or `TF_CUDA_QKV_ROPE=0`: the projections, then `rope_kv_write`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn norm_qkv_rope_impl(
+        &self,
+        x: &Tensor,
+        norm: &Weight,
+        eps: f32,
+        ws: &[(&Weight, Option<&Weight>); 3],
+        kv: &mut KvCache,
+        layer: usize,
+        at: &RopeKv,
+    ) -> [Tensor; 3] {
+        let (hd, rope) = (at.head_dim, at.rope);
+        let cols = il_cols(weight(ws[0].0).out_dim);
+        let (nq, nk, nv) = (weight(ws[0].0).out_dim, weight(ws[1].0).out_dim, weight(ws[2].0).out_dim);
+        let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
+            && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0
+            && self.many_il1(x, ws)
+            && hd > 0
+            && hd.is_multiple_of(2)
+            && rope.rot_dims == hd
+            && nq.is_multiple_of(hd)
+            && nk.is_multiple_of(hd)
+            && nk == nv
+            && cols.is_multiple_of(2)
+            && at.positions.len() == 1
+            && at.slots.len() == 1;
+        if !fused {
+            let [mut q, mut k, v]: [Tensor; 3] =
+                self.norm_matmul_many_impl(x, norm, eps, ws).try_into().expect("one result per weight");
+            self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
+            return [q, k, v];
+        }
+        let store = cuda_kv(kv);
+        assert!(layer < store.spec.layers, "norm_qkv_rope_kv_write: layer {layer} of {}", store.spec.layers);
+        assert_eq!(nk, store.width(), "norm_qkv_rope_kv_write: k/v width vs the cache's");
+        let slot = at.slots[0] as usize;
+        assert!(slot < store.slots(), "norm_qkv_rope_kv_write: slot {slot} outside the pool of {}", store.slots());
+        let off = (layer * store.layer_len() * 4) as u64;
+        let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
+        let tables = self.rope_tables(at.positions, rope);
+        let sb = self.slots_buf(at.slots);
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        let kernel = match weight(ws[0].0).dtype {
+            DType::F32 => "matmul_f32w_il1_qkv_rope",
+            DType::F16 => "matmul_f16w_il1_qkv_rope",
+            _ => "matmul_bf16w_il1_qkv_rope",
+        };
+        let neox = i32::from(rope.style == RopeStyle::Neox);
+        // The arguments of `_il1_many`, then head_dim, half, cos, sin, neox, the layer's K and V, slots.
+        let blocks = |n| matmul_il_grid(1, n, cols).0 .0;
+        let outs = self.launch_many(kernel, &h, false, ws, blocks, 16 * cols, None, |l| {
+            l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
+        });
+        outs.try_into().expect("one result per weight")
+    }
+
     /// Whether the one-row kernels can norm `x` themselves: at most [`IL_NORM_MAX_K`] wide and a multiple of 4,
     /// the norm weight a plain F32, F16 or BF16 vector of that length (read four elements at a time).
     fn norm_in_prologue(x: &Tensor, norm: &Weight) -> bool {
@@ -279,7 +339,7 @@ impl CudaBackend {
             (_, true) => "matmul_bf16w_il1_many_norm",
         };
         let cols = il_cols(first.out_dim); // one block width for every weight of the launch
-        self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols, norm)
+        self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols, norm, |l| l)
     }
 
     pub(super) fn matmul_many_impl(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
@@ -302,7 +362,7 @@ impl CudaBackend {
         let dtype = weight(ws[0].0).dtype;
         let h = x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).map_or(0, |t| Self::half_arg(t, dtype));
         let (kernel, cols, threads) = mma_many_launch(x.rows, dtype == DType::F16, h != 0);
-        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads, None)
+        self.launch_many(kernel, x, true, ws, |n| n.div_ceil(cols) as u32, threads, None, |l| l)
     }
 
     /// One launch of a `_many` kernel (launched with programmatic dependence) for two or three weights against
@@ -319,6 +379,7 @@ impl CudaBackend {
         blocks_of: impl Fn(usize) -> u32,
         threads: u32,
         norm: Option<(&Weight, f32)>,
+        tail: impl for<'l> FnOnce(Launch<'l>) -> Launch<'l>,
     ) -> Vec<Tensor> {
         let xs = self.input(x);
         let xt = xs.downcast_ref::<CudaTensor>().expect("cuda tensor");
@@ -358,7 +419,7 @@ impl CudaBackend {
             l = l.ptr(&cn.buf).int(cn.tag()).f32(eps).int(total as i32);
             grid = total.min(self.gpu.resident_blocks(kernel, threads));
         }
-        l.go((grid, 1, 1), (threads, 1, 1));
+        tail(l).go((grid, 1, 1), (threads, 1, 1));
         outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
     }
 

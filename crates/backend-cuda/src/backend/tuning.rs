@@ -19,6 +19,9 @@ pub(super) struct FloatTuning {
     /// `matmul_add` on the tensor-core and `matmul_float` kernels as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for
     /// measurements) instead of the kernels adding into the residual themselves.
     pub no_epi_add: AtomicBool,
+    /// `norm_qkv_rope_kv_write` of one row as the projections, then `rope_kv_write` (`TF_CUDA_QKV_ROPE=0`, for
+    /// measurements) instead of the projections' kernel rotating and writing the cache in its epilogue.
+    pub no_qkv_rope: AtomicBool,
 }
 
 fn env_u32(name: &str, default: u32) -> u32 {
@@ -35,6 +38,7 @@ impl FloatTuning {
             no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
+            no_qkv_rope: AtomicBool::new(std::env::var("TF_CUDA_QKV_ROPE").is_ok_and(|v| v == "0")),
             cols: AtomicU32::new(0),
         }
     }
