@@ -265,10 +265,7 @@ impl Backend for Timed<'_> {
         at: &RopeKv,
     ) -> [Tensor; 3] {
         if !self.fuse {
-            let [mut q, mut k, v]: [Tensor; 3] =
-                self.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
-            self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
-            return [q, k, v];
+            return tf_core::norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at);
         }
         self.time("rms_norm + matmul layers + rope + kv_write", || {
             self.be.norm_qkv_rope_kv_write(x, norm, eps, ws, kv, layer, at)

@@ -318,10 +318,7 @@ pub trait Backend: Send + Sync {
         layer: usize,
         at: &RopeKv,
     ) -> [Tensor; 3] {
-        let [mut q, mut k, v]: [Tensor; 3] =
-            self.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
-        self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
-        [q, k, v]
+        norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at)
     }
     /// `a += b`, elementwise.
     fn add(&self, a: &mut Tensor, b: &Tensor);
@@ -365,6 +362,25 @@ pub trait Backend: Send + Sync {
         let host = self.to_host(x);
         argmax_rows_of(&host, x.rows, x.cols)
     }
+}
+
+/// [`Backend::norm_qkv_rope_kv_write`]'s default, on `be`: [`Backend::norm_matmul_many`], then
+/// [`Backend::rope_kv_write`] (for backends that fuse the call only sometimes).
+#[allow(clippy::too_many_arguments)]
+pub fn norm_qkv_then_rope_kv_write<B: Backend + ?Sized>(
+    be: &B,
+    x: &Tensor,
+    norm: &Weight,
+    eps: f32,
+    ws: &[(&Weight, Option<&Weight>); 3],
+    kv: &mut KvCache,
+    layer: usize,
+    at: &RopeKv,
+) -> [Tensor; 3] {
+    let [mut q, mut k, v]: [Tensor; 3] =
+        be.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
+    be.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
+    [q, k, v]
 }
 
 /// The greedy rule of the engine's sampler (`tf_engine::sampler`: `penalized` without penalties, then its

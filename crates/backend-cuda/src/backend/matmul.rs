@@ -10,7 +10,9 @@ use crate::geometry::{
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
-use tf_core::{Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight};
+use tf_core::{
+    norm_qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight,
+};
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
 impl CudaBackend {
@@ -267,10 +269,7 @@ impl CudaBackend {
             && at.positions.len() == 1
             && at.slots.len() == 1;
         if !fused {
-            let [mut q, mut k, v]: [Tensor; 3] =
-                self.norm_matmul_many_impl(x, norm, eps, ws).try_into().expect("one result per weight");
-            self.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
-            return [q, k, v];
+            return norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at);
         }
         let store = cuda_kv(kv);
         assert!(layer < store.spec.layers, "norm_qkv_rope_kv_write: layer {layer} of {}", store.spec.layers);
