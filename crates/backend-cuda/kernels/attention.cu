@@ -109,7 +109,10 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
     // Scores (the same bits either way).
-    if (S == 1) {
+    if (ELIDE & 8) {
+        // Timing only: no scoring (every score 0).
+        for (int i = ft; i < n * S; i += T) sc_all[i / n][i % n] = 0.0f;
+    } else if (S == 1) {
         // One query head per block (decode): one thread per visit, acc[j] dot16's lane j (elements i ≡ j mod 16,
         // increasing). With few blocks this is faster than the half-warp form below (fewer steps per thread).
         for (int vi = tid; vi < n; vi += ATTN_THREADS) {
@@ -231,7 +234,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
-    for (int base = 0; base < n; base += stage) {
+    for (int base = 0; base < ((ELIDE & 16) ? 0 : n); base += stage) {  // ELIDE bit 4 (timing only): no V pass
         int cnt = min(stage, n - base);
 #pragma unroll
         for (int k = 0; k < PF; k++) {

@@ -42,7 +42,8 @@ __device__ __forceinline__ void griddep_launch() {
 #endif
 
 // ELIDE (0 by default): a timing-only NVRTC define that makes kernels return right after griddep_wait without
-// writing anything — bit 0 the attention chunk kernel, bit 1 `rms_norm` / `add_rms_norm`, bit 2 `rope_kv_write` —
+// writing anything — bit 0 the attention chunk kernel, bit 1 `rms_norm` / `add_rms_norm`, bit 2 `rope_kv_write`;
+// bits 3 and 4 leave out only attention's scoring (scores 0) or only its V pass (o and l stay 0) —
 // so the engine's decode rate with one of them elided shows what it costs in the programmatic-launch chain. Outputs
 // are then wrong: never for anything but `tensorfold bench` timings (the bench example's variant check refuses it).
 #ifndef ELIDE
