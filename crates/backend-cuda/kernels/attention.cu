@@ -12,6 +12,12 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
+// ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
+// NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
+// order per dimension are the same at any stage size.
+#ifndef ATTN_VPF
+#define ATTN_VPF 0
+#endif
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -28,7 +34,11 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                                   int kv_heads, int hd, int block_size, float scale_, int window, int has_cap,
                                   float softcap, float* part, float* out) {
     // float4 loads per thread for one V stage.
-    constexpr int PF = (ATTN_VSTAGE * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
+    constexpr int PF_ALL = (ATTN_VSTAGE * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
+    // A stage must hold at least 8 visits at the widest head (vstep · PF ≥ 8).
+    constexpr int PF_MIN = (8 * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
+    constexpr int PF_SET = ATTN_VPF > PF_MIN ? ATTN_VPF : PF_MIN;
+    constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
     constexpr int T = ATTN_THREADS * S;
     __shared__ float qs_all[S][MAX_HEAD_DIM];
     __shared__ u32 slots[ATTN_CHUNK];
