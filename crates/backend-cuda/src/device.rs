@@ -24,7 +24,8 @@ pub fn compile(arch: &str) -> Result<String, BackendError> {
 }
 
 /// [`compile`] with preprocessor defines `NAME=INTEGER` (tuning knobs of the kernels, such as `IL_PIPE=1` in
-/// kernels/matmul_il.cu, for measurements; none changes an output's bits).
+/// kernels/matmul_il.cu, for measurements; none changes an output's bits but the timing-only `ELIDE`, in
+/// kernels/common.cu).
 pub fn compile_with(arch: &str, defines: &[String]) -> Result<String, BackendError> {
     for d in defines {
         let ok = d.split_once('=').is_some_and(|(n, v)| {
