@@ -257,8 +257,21 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let cc = ctx.compute_capability().map_err(err("compute capability"))?;
         let name = ctx.name().map_err(err("device name"))?;
-        let ptx = compile_with(&nvrtc_arch(cc.0, cc.1), defines)?;
-        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?;
+        let module = match std::env::var_os("TF_CUDA_MODULE") {
+            // Measurements: a module image built elsewhere from these sources (scripts/cubin.sh: NVRTC, then
+            // ptxas for this GPU), so a variant costs no JIT on the device. The defines it was built with must
+            // be the ones in `defines` (the host reads some of them).
+            Some(path) => {
+                let image = std::fs::read(&path)
+                    .map_err(|e| BackendError(format!("TF_CUDA_MODULE {}: {e}", path.to_string_lossy())))?;
+                eprintln!("tensorfold: CUDA kernels from TF_CUDA_MODULE={}", path.to_string_lossy());
+                ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image)).map_err(err("module load"))?
+            }
+            None => {
+                let ptx = compile_with(&nvrtc_arch(cc.0, cc.1), defines)?;
+                ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?
+            }
+        };
         let mut funcs = HashMap::new();
         for k in KERNELS {
             funcs.insert(k, module.load_function(k).map_err(err(k))?);
