@@ -497,6 +497,72 @@ fn variants(list: &str, shape: &str, cfg: &HfConfig, src: &DummyWeights, precisi
     }
 }
 
+/// The one-row decode chain's timeline per layer from `TRACE=1` kernels (kernels/common.cu): each event's offset
+/// from the layer's q/k/v kernel entry, median and mean over the steps and the layers but the first and last.
+fn trace_report(traces: &[Vec<u64>], layers: usize) {
+    const INST: usize = 64;
+    const EVENTS: usize = 8;
+    // (name, kind, instance of layer l: l, 2l or 2l + 1, 0 = l + 1, event, first)
+    let list: [(&str, usize, u8, usize, bool); 24] = [
+        ("norm entry (first)", 3, 0, 0, true),
+        ("norm exit (last)", 3, 0, 3, false),
+        ("qkv entry (first)", 0, 0, 0, true),
+        ("qkv after wait (first)", 0, 0, 1, true),
+        ("qkv after wait (last)", 0, 0, 2, false),
+        ("qkv exit (last)", 0, 0, 3, false),
+        ("attn entry (first)", 1, 0, 0, true),
+        ("attn after wait (first)", 1, 0, 1, true),
+        ("attn after wait (last)", 1, 0, 2, false),
+        ("attn q loaded (last)", 1, 0, 4, false),
+        ("attn scores (last)", 1, 0, 5, false),
+        ("attn softmax (last)", 1, 0, 6, false),
+        ("attn exit (last)", 1, 0, 3, false),
+        ("o entry (first)", 2, 1, 0, true),
+        ("o after wait (first)", 2, 1, 1, true),
+        ("o after wait (last)", 2, 1, 2, false),
+        ("o exit (last)", 2, 1, 3, false),
+        ("glu entry (first)", 4, 0, 0, true),
+        ("glu exit (last)", 4, 0, 3, false),
+        ("down entry (first)", 2, 2, 0, true),
+        ("down after wait (first)", 2, 2, 1, true),
+        ("down exit (last)", 2, 2, 3, false),
+        ("next norm entry (first)", 3, 3, 0, true),
+        ("next qkv entry (first)", 0, 3, 0, true),
+    ];
+    let at = |t: &[u64], kind: usize, inst: usize, ev: usize, first: bool| -> Option<u64> {
+        let v = *t.get((kind * INST + inst) * EVENTS + ev)?;
+        (v != 0).then_some(if first { !v } else { v })
+    };
+    println!(
+        "trace: {} steps, layers 1..{} (µs from the layer's q/k/v kernel entry: median, mean, samples)",
+        traces.len(),
+        layers - 1
+    );
+    for (name, kind, which, ev, first) in list {
+        let mut v = Vec::new();
+        for t in traces {
+            for l in 1..layers.saturating_sub(1) {
+                let inst = match which {
+                    0 => l,
+                    1 => 2 * l,
+                    2 => 2 * l + 1,
+                    _ => l + 1,
+                };
+                if let (Some(base), Some(x)) = (at(t, 0, l, 0, true), at(t, kind, inst, ev, first)) {
+                    v.push((x as i64 - base as i64) as f64 / 1e3);
+                }
+            }
+        }
+        if v.is_empty() {
+            println!("  {name:<26} -");
+            continue;
+        }
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let n = v.len();
+        println!("  {name:<26} {:>8.2} {:>8.2} {n:>6}", median(v), mean);
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -555,6 +621,12 @@ fn main() {
         // TF_BENCH_GRAPH=1: every step through a CUDA graph (the first of each shape captures it).
         let graph = std::env::var_os("TF_BENCH_GRAPH").is_some();
         let (mut times, mut host) = (vec![Vec::new(); rows.len()], vec![Vec::new(); rows.len()]);
+        // TF_BENCH_TRACE=1 with kernels built with TRACE=1: each step's kernel timestamps (trace_report).
+        let trace = std::env::var_os("TF_BENCH_TRACE").is_some();
+        let mut traces = Vec::new();
+        if trace {
+            be.trace_take().expect("TF_BENCH_TRACE needs kernels built with TRACE=1");
+        }
         let mut pos = 64;
         for _ in 0..steps {
             for (i, &r) in rows.iter().enumerate() {
@@ -568,8 +640,14 @@ fn main() {
                 };
                 times[i].push(s);
                 host[i].push(last_host());
+                if trace {
+                    traces.push(be.trace_take().expect("trace"));
+                }
                 pos += r;
             }
+        }
+        if trace {
+            trace_report(&traces, cfg.num_hidden_layers as usize);
         }
         let what = if ids { "argmax ids" } else { "logits" };
         let how = if graph { format!("graph {:?}", be.graph_counts()) } else { "eager".to_string() };

@@ -116,8 +116,12 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #if PRE_WAIT
     griddep_wait();
 #endif
+    const int trk = S == 1 ? 1 : -1;
+    TR_FIRST(trk, 1);
+    TR_LAST(trk, 2);
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
+    TR_LAST(trk, 4);
     // Scores (the same bits either way).
     if (ELIDE & 8) {
         // Timing only: no scoring (every score 0).
@@ -206,6 +210,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
     }
     __syncthreads();
+    TR_LAST(trk, 5);
     // m_c: max over the chunk (exact in any order; NaN never wins).
     float mc = __uint_as_float(0xff800000u);
     for (int i = tid; i < n; i += ATTN_THREADS) mc = fmaxf(mc, sc[i]);
@@ -218,6 +223,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     for (int w = 1; w < ATTN_THREADS / 32; w++) mc = fmaxf(mc, red[w]);
     for (int i = tid; i < n; i += ATTN_THREADS) sc[i] = tf_exp(sc[i] - mc);
     __syncthreads();
+    TR_LAST(trk, 6);
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
     // threads loading with float4). The next stage's loads are issued into registers before the current stage is
     // consumed, so they cross memory while the chains run. Thread tid < hd / 2 owns dimensions 2·tid and 2·tid + 1
@@ -311,8 +317,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
 attention_chunk_s1(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
                     const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
                     float scale_, int window, int has_cap, float softcap, float* part, float* out) {
+    TR_ENTRY(1);
     attention_chunk_s<1>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
                           window, has_cap, softcap, part, out);
+    TR_EXIT(1);
 }
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 2)
 attention_chunk_s2(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,

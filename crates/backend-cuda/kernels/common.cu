@@ -56,6 +56,59 @@ __device__ __forceinline__ void griddep_launch() {
         return;                     \
     }
 
+// TRACE (0 by default): a measurement define that timestamps (%globaltimer, ns) the one-row decode chain's
+// kernels: `rms_norm`, `_il1_qkv_rope`, `attention_chunk_s1`, `_il1_add` (o, then down) and `_il1_glu_norm`, bf16
+// only. tf_trace [TR_KINDS][TR_INST][TR_EVENTS]: per kernel kind and instance (the kind's launches completed since
+// the host last zeroed it: the layer, or 2 · layer + 1 for down) the first entry, first and last return from
+// griddep_wait, attention's phases, and the last exit; "first" events are stored as ~t so every slot is an
+// atomicMax over zeros (Gpu::trace_take reads and zeroes them). Outputs unchanged; timing perturbed a little.
+#ifndef TRACE
+#define TRACE 0
+#endif
+#define TR_KINDS 5
+#define TR_INST 64
+#define TR_EVENTS 8
+// Kinds: 0 `_il1_qkv_rope`, 1 `attention_chunk_s1`, 2 `_il1_add`, 3 `rms_norm`, 4 `_il1_glu_norm`. Events: 0 first
+// entry, 1 first after the wait, 2 last after the wait, 3 last exit; attention: 4 q loaded, 5 scores, 6 softmax.
+#if TRACE
+__device__ unsigned long long tf_trace[TR_KINDS * TR_INST * TR_EVENTS];
+__device__ unsigned int tf_trace_done[TR_KINDS];
+__device__ unsigned int tf_trace_blocks[TR_KINDS];
+__device__ __forceinline__ void tr_mark(int kind, int ev, bool first) {
+    if (kind < 0) return;
+    unsigned int inst = *(volatile unsigned int*)&tf_trace_done[kind];
+    if (inst >= TR_INST) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    atomicMax(&tf_trace[(kind * TR_INST + inst) * TR_EVENTS + ev], first ? ~t : t);
+}
+// By thread 0 of the block (first events) or lane 0 of every warp (last events).
+#define TR_FIRST(kind, ev) \
+    if (threadIdx.x == 0 && threadIdx.y == 0) tr_mark(kind, ev, true)
+#define TR_LAST(kind, ev) \
+    if ((threadIdx.x & 31) == 0) tr_mark(kind, ev, false)
+// At the very end of a kernel, by every thread: the last exit, and the block count that closes the instance.
+__device__ __forceinline__ void tr_exit(int kind) {
+    TR_LAST(kind, 3);
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        unsigned int nb = gridDim.x * gridDim.y * gridDim.z;
+        if (atomicAdd(&tf_trace_blocks[kind], 1u) == nb - 1) {
+            tf_trace_blocks[kind] = 0;
+            __threadfence();
+            atomicAdd(&tf_trace_done[kind], 1u);
+        }
+    }
+}
+#define TR_ENTRY(kind) TR_FIRST(kind, 0)
+#define TR_EXIT(kind) tr_exit(kind)
+#else
+#define TR_FIRST(kind, ev)
+#define TR_LAST(kind, ev)
+#define TR_ENTRY(kind)
+#define TR_EXIT(kind)
+#endif
+
 // The GGML dtype tags the host passes (`dtype_code` in src/geometry.rs).
 #define DT_F32 0
 #define DT_F16 1

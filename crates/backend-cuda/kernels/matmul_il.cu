@@ -64,6 +64,16 @@
 #define BULK_PF 0
 #endif
 
+// IL_EARLY (1 by default; 0 for measurements): the first weight batch really is in flight before
+// griddepcontrol.wait. ptxas treats the wait (SASS ACQBULK) as independent of the weight loads (read-only, .nc)
+// and scheduled all but one of them after it (cuobjdump: `_il1_add` 1 of 6 loads before ACQBULK, `_il1_glu` 0 of
+// 4), so the early launch streamed almost nothing under the previous kernel. With IL_EARLY the wait is predicated
+// on a value computed from every vector of the batch (il1_wait_after: taken either way, so it always executes), so
+// the loads must be issued, and have returned, before it.
+#ifndef IL_EARLY
+#define IL_EARLY 1
+#endif
+
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
 __device__ __forceinline__ float vec_elem(const uint4& v, int e) {
@@ -85,6 +95,19 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
+}
+
+// griddepcontrol.wait after the batch v has arrived (IL_EARLY above): both predicated copies depend on a fold of
+// every vector, and one of them runs.
+template <int D>
+__device__ __forceinline__ void il1_wait_after(const uint4 (&v)[D]) {
+    u32 f = 0;
+#pragma unroll
+    for (int u = 0; u < D; u++) f ^= v[u].x ^ v[u].w;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x5bd1e995;\n\t@p griddepcontrol.wait;\n\t"
+        "@!p griddepcontrol.wait;\n\t}" ::"r"(f)
+        : "memory");
 }
 
 // The D weight vectors of batch b0 (zero past the row's nb blocks; never used there).
@@ -196,9 +219,11 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
-// so every thread of the block must call this), and the activations are read from there.
+// so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
+// for the TRACE define (kernels/common.cu), -1 for none.
 template <int DT, int D, bool PF = false, bool NORM = false>
-__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {}) {
+__device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
+                                         int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     // Lane j's vector of block b: wq[16 b].
@@ -218,7 +243,13 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     }
 #endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
-    griddep_wait();
+    if (IL_EARLY && __CUDA_ARCH__ >= 900) {
+        il1_wait_after(v);
+    } else {
+        griddep_wait();
+    }
+    TR_FIRST(trk, 1);
+    TR_LAST(trk, 2);
     if (NORM) {
         if (!nm.ready) il1_norm_prologue(x, K, nm);
         xr = nm.xs + j;
@@ -261,7 +292,7 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
@@ -312,7 +343,9 @@ extern "C" __global__ void matmul_f16w_il1_add(const float* x, int R, int K, con
 
 extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y) {
+    TR_ENTRY(2);
     matmul_float_il1<DT_BF16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+    TR_EXIT(2);
 }
 
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
@@ -421,7 +454,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
-        float s = il1_dot<DT, MANY_DEPTH>(x, K, w2, live ? n : n2 - 1, j);
+        float s = il1_dot<DT, MANY_DEPTH>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
             y2[n] = s;
@@ -439,7 +472,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
-    float s = il1_dot<DT, MANY_DEPTH>(x, K, is_q ? w0 : w1, n, j);
+    float s = il1_dot<DT, MANY_DEPTH>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
@@ -473,8 +506,10 @@ extern "C" __global__ void __maxnreg__(112)
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
+    TR_ENTRY(0);
     il1_qkv_rope<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
                          half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+    TR_EXIT(0);
 }
 
 // glu(x · gateᵀ, x · upᵀ) for one row and interleaved gate and up [N, K] of one type, in one launch: half-warps
@@ -547,7 +582,9 @@ extern "C" __global__ void __maxnreg__(80) matmul_f16w_il1_glu_norm(const float*
 extern "C" __global__ void __maxnreg__(80) matmul_bf16w_il1_glu_norm(const float* x, int K, const u8* gate,
                                                                      const u8* up, int N, int act, float* out,
                                                                      const u8* nw, int nw_dt, float eps) {
+    TR_ENTRY(4);
     il1_glu_norm<DT_BF16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
+    TR_EXIT(4);
 }
 
 // Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv

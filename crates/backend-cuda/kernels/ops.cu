@@ -126,9 +126,11 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
 // [R, cols] for the half copy.
 extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u8* w, int w_dt, float eps,
                                     float* y, u16* yh, int yh_f16) {
+    TR_ENTRY(3);
     i64 off = (i64)blockIdx.y * cols + (i64)blockIdx.x * group;
     // Not written: without ADD norm_block only reads x.
     norm_block<false>((float*)(x + off), nullptr, group, w, w_dt, eps, y + off, yh ? yh + off : nullptr, yh_f16);
+    TR_EXIT(3);
 }
 
 // The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =

@@ -8,7 +8,9 @@
 use crate::geometry::{nvrtc_arch, program, KERNELS};
 use crate::graph::{Arena, Mode, ACT_ARENA, META_ARENA};
 use crate::kernel_cache::KernelCache;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -200,6 +202,8 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     funcs: HashMap<&'static str, CudaFunction>,
+    /// The loaded kernels (for [`Gpu::trace_take`]'s device globals).
+    module: Arc<CudaModule>,
     pub name: String,
     pub cc: (i32, i32),
     /// Graph mode, arenas and launch signature (`src/graph.rs`).
@@ -294,6 +298,7 @@ impl Gpu {
             ctx,
             stream,
             funcs,
+            module,
             name,
             cc,
             arena: Mutex::new(Arena::new()),
@@ -304,6 +309,25 @@ impl Gpu {
             sms,
             resident,
         })
+    }
+
+    /// With the kernels built with the measurement define `TRACE=1` (kernels/common.cu): the decode chain's
+    /// timestamps recorded since the last call, `tf_trace` as `[kind][instance][event]` u64 (0: not recorded;
+    /// first-events stored as `!t`), after which they and the instance counters are zeroed. `None` without it.
+    pub fn trace_take(&self) -> Option<Vec<u64>> {
+        self.bind();
+        self.sync();
+        let mut out = None;
+        for name in ["tf_trace", "tf_trace_done", "tf_trace_blocks"] {
+            let mut g = self.module.get_global(name, &self.stream).ok()?;
+            if name == "tf_trace" {
+                let bytes = self.stream.clone_dtoh(&g).unwrap_or_else(|e| panic!("CUDA trace read: {e:?}"));
+                out = Some(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect());
+            }
+            self.stream.memset_zeros(&mut g).unwrap_or_else(|e| panic!("CUDA trace reset: {e:?}"));
+        }
+        self.sync();
+        out
     }
 
     /// How many blocks of `threads` threads of kernel `name` the GPU holds at once (the occupancy calculator's

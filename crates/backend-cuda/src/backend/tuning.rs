@@ -43,3 +43,12 @@ impl FloatTuning {
         }
     }
 }
+
+impl super::CudaBackend {
+    /// The decode chain's kernel timestamps since the last call, with kernels built with `TRACE=1`
+    /// ([`crate::device::Gpu::trace_take`]; for the bench example's `TF_BENCH_TRACE`).
+    #[doc(hidden)]
+    pub fn trace_take(&self) -> Option<Vec<u64>> {
+        self.gpu.trace_take()
+    }
+}
