@@ -4,6 +4,8 @@
 # before it takes device time. Needs libnvrtc and ptxas: NVRTC_LIB (the folder of libnvrtc.so.12) and PTXAS
 # (default: the ones the pip wheels nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 unpack under /work/nvrtc).
 #
+# With CUBIN_OUT=FILE it also keeps the machine code there (scripts/cubin.sh).
+#
 # Usage: scripts/ptxas-check.sh [NAME=INTEGER ...] [| grep il1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +22,7 @@ LD_LIBRARY_PATH="$NVRTC_LIB" "$CARGO_TARGET_DIR/release/examples/ptx" sm_90 "$@"
              match($0, /Used [0-9]+ registers/); print k, substr($0, RSTART + 5, RLENGTH - 15), "registers" }
          /spill/ && !/0 bytes spill stores, 0 bytes spill loads/ { print k, $0 }
          /error/ { print }'
+if [ -n "${CUBIN_OUT:-}" ]; then
+    cp "$tmp/k.cubin" "$CUBIN_OUT"
+    ls -la "$CUBIN_OUT"
+fi
