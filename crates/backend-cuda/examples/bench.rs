@@ -502,8 +502,9 @@ fn variants(list: &str, shape: &str, cfg: &HfConfig, src: &DummyWeights, precisi
 fn trace_report(traces: &[Vec<u64>], layers: usize) {
     const INST: usize = 64;
     const EVENTS: usize = 8;
+    const STRIPES: usize = 16;
     // (name, kind, instance of layer l: l, 2l or 2l + 1, 0 = l + 1, event, first)
-    let list: [(&str, usize, u8, usize, bool); 24] = [
+    let list: [(&str, usize, u8, usize, bool); 25] = [
         ("norm entry (first)", 3, 0, 0, true),
         ("norm exit (last)", 3, 0, 3, false),
         ("qkv entry (first)", 0, 0, 0, true),
@@ -514,6 +515,7 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
         ("attn after wait (first)", 1, 0, 1, true),
         ("attn after wait (last)", 1, 0, 2, false),
         ("attn q loaded (last)", 1, 0, 4, false),
+        ("attn first visits (last)", 1, 0, 7, false),
         ("attn scores (last)", 1, 0, 5, false),
         ("attn softmax (last)", 1, 0, 6, false),
         ("attn exit (last)", 1, 0, 3, false),
@@ -530,7 +532,8 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
         ("next qkv entry (first)", 0, 3, 0, true),
     ];
     let at = |t: &[u64], kind: usize, inst: usize, ev: usize, first: bool| -> Option<u64> {
-        let v = *t.get((kind * INST + inst) * EVENTS + ev)?;
+        let base = ((kind * INST + inst) * EVENTS + ev) * STRIPES;
+        let v = *t.get(base..base + STRIPES)?.iter().max()?;
         (v != 0).then_some(if first { !v } else { v })
     };
     println!(

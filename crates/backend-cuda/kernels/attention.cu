@@ -154,6 +154,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             float sv = (acc[0] + acc[1]) * scale_;
             if (has_cap) sv = softcap * tf_tanh(sv / softcap);
             sc[vi] = sv;
+            if (vi == tid) TR_LAST(trk, 7);
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j

@@ -61,17 +61,21 @@ __device__ __forceinline__ void griddep_launch() {
 // only. tf_trace [TR_KINDS][TR_INST][TR_EVENTS]: per kernel kind and instance (the kind's launches completed since
 // the host last zeroed it: the layer, or 2 · layer + 1 for down) the first entry, first and last return from
 // griddep_wait, attention's phases, and the last exit; "first" events are stored as ~t so every slot is an
-// atomicMax over zeros (Gpu::trace_take reads and zeroes them). Outputs unchanged; timing perturbed a little.
+// atomicMax over zeros (Gpu::trace_take reads and zeroes them), each in TR_STRIPES copies (a block's or a warp's
+// index picks one; the host takes the maximum) so that thousands of warps do not queue on one address. Outputs
+// unchanged; timing perturbed a little.
 #ifndef TRACE
 #define TRACE 0
 #endif
 #define TR_KINDS 5
 #define TR_INST 64
 #define TR_EVENTS 8
+#define TR_STRIPES 16
 // Kinds: 0 `_il1_qkv_rope`, 1 `attention_chunk_s1`, 2 `_il1_add`, 3 `rms_norm`, 4 `_il1_glu_norm`. Events: 0 first
-// entry, 1 first after the wait, 2 last after the wait, 3 last exit; attention: 4 q loaded, 5 scores, 6 softmax.
+// entry, 1 first after the wait, 2 last after the wait, 3 last exit; attention: 4 q loaded, 5 scores, 6 softmax,
+// 7 every thread's first visit scored.
 #if TRACE
-__device__ unsigned long long tf_trace[TR_KINDS * TR_INST * TR_EVENTS];
+__device__ unsigned long long tf_trace[TR_KINDS * TR_INST * TR_EVENTS * TR_STRIPES];
 __device__ unsigned int tf_trace_done[TR_KINDS];
 __device__ unsigned int tf_trace_blocks[TR_KINDS];
 __device__ __forceinline__ void tr_mark(int kind, int ev, bool first) {
@@ -80,7 +84,9 @@ __device__ __forceinline__ void tr_mark(int kind, int ev, bool first) {
     if (inst >= TR_INST) return;
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    atomicMax(&tf_trace[(kind * TR_INST + inst) * TR_EVENTS + ev], first ? ~t : t);
+    unsigned int blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    unsigned int stripe = (first ? blk : blk * 32u + (threadIdx.y * blockDim.x + threadIdx.x) / 32u) % TR_STRIPES;
+    atomicMax(&tf_trace[((kind * TR_INST + inst) * TR_EVENTS + ev) * TR_STRIPES + stripe], first ? ~t : t);
 }
 // By thread 0 of the block (first events) or lane 0 of every warp (last events).
 #define TR_FIRST(kind, ev) \

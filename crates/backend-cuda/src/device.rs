@@ -312,8 +312,9 @@ impl Gpu {
     }
 
     /// With the kernels built with the measurement define `TRACE=1` (kernels/common.cu): the decode chain's
-    /// timestamps recorded since the last call, `tf_trace` as `[kind][instance][event]` u64 (0: not recorded;
-    /// first-events stored as `!t`), after which they and the instance counters are zeroed. `None` without it.
+    /// timestamps recorded since the last call, `tf_trace` as `[kind][instance][event][stripe]` u64 (0: not
+    /// recorded; first-events stored as `!t`), after which they and the instance counters are zeroed. `None`
+    /// without it.
     pub fn trace_take(&self) -> Option<Vec<u64>> {
         self.bind();
         self.sync();
