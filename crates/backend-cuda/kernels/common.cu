@@ -32,6 +32,18 @@ __device__ __forceinline__ void griddep_launch() {
 #endif
 }
 
+// griddepcontrol.wait, placed after the loads that produced f: two predicated copies on f, one of which runs. ptxas
+// schedules a plain wait independently of earlier loads and may sink them below it (IL_EARLY, matmul_il.cu); a
+// wait that depends on their values cannot pass them.
+__device__ __forceinline__ void griddep_wait_on(u32 f) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x5bd1e995;\n\t@p griddepcontrol.wait;\n\t"
+        "@!p griddepcontrol.wait;\n\t}" ::"r"(f)
+        : "memory");
+#endif
+}
+
 // PRE_WAIT (on by default; PRE_WAIT=0 is an NVRTC define for measurements, src/device.rs): kernels launched early
 // (PDL) load what cannot change under them before griddep_wait: norm weights (written once at upload), and what
 // the host uploaded for the step (RoPE tables, slots, block tables, the rows' metadata; an upload is ordered after

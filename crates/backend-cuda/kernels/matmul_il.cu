@@ -97,17 +97,13 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// griddepcontrol.wait after the batch v has arrived (IL_EARLY above): both predicated copies depend on a fold of
-// every vector, and one of them runs.
+// griddepcontrol.wait after the batch v has arrived (IL_EARLY above): the wait depends on a fold of every vector.
 template <int D>
 __device__ __forceinline__ void il1_wait_after(const uint4 (&v)[D]) {
     u32 f = 0;
 #pragma unroll
     for (int u = 0; u < D; u++) f ^= v[u].x ^ v[u].w;
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x5bd1e995;\n\t@p griddepcontrol.wait;\n\t"
-        "@!p griddepcontrol.wait;\n\t}" ::"r"(f)
-        : "memory");
+    griddep_wait_on(f);
 }
 
 // The D weight vectors of batch b0 (zero past the row's nb blocks; never used there).
