@@ -539,7 +539,7 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
     println!(
         "trace: {} steps, layers 1..{} (µs from the layer's q/k/v kernel entry: median, mean, samples)",
         traces.len(),
-        layers - 1
+        layers.saturating_sub(1)
     );
     for (name, kind, which, ev, first) in list {
         let mut v = Vec::new();
