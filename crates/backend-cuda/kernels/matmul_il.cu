@@ -53,8 +53,9 @@
 #define GLU_DEPTH IL_DEPTH
 #endif
 // MANY_DEPTH (measurement): the depth of `_il1_many` (q/k/v) alone; by default IL1_DEPTH. Registers bound how
-// many threads of these kernels fit on the GPU at once (110 registers: 18 warps per SM; 142: 14, fewer than the
-// 7B's q/k/v needs in one wave), so its best depth can differ from o's and down's.
+// many threads of these kernels fit on the GPU at once: each of an SM's four sub-partitions has 16,384 registers
+// and holds whole warps (110 registers, allocated as 112: 4 warps, 16 per SM; 142: 3, 12 per SM), fewer than the
+// 7B's q/k/v needs in one wave (see `_il1_qkv_rope_w`), so its best depth can differ from o's and down's.
 #ifndef MANY_DEPTH
 #define MANY_DEPTH IL1_DEPTH
 #endif
@@ -437,7 +438,7 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 // head rotated (rot == head_dim) and an even number of columns per block; cos_t / sin_t [half] are the row's table
 // rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2). The arguments of `_il1_many`, then head_dim,
 // half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's).
-template <int DT>
+template <int DT, int D = MANY_DEPTH>
 __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                              const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
                                              int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
@@ -450,7 +451,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
-        float s = il1_dot<DT, MANY_DEPTH>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
             y2[n] = s;
@@ -468,7 +469,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
-    float s = il1_dot<DT, MANY_DEPTH>(x, K, is_q ? w0 : w1, n, j, {}, 0);
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
@@ -505,6 +506,44 @@ extern "C" __global__ void __maxnreg__(112)
     TR_ENTRY(0);
     il1_qkv_rope<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
                          half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+    TR_EXIT(0);
+}
+
+// `_il1_qkv_rope` for grids the default does not hold at once (Backend::norm_qkv_rope_kv_write picks it by
+// occupancy): its 112 registers leave 4 warps per SM sub-partition (16 384 registers each), 16 per SM, so q/k/v of
+// the 7B and 8B shapes (2,304 and 3,072 warps) ran in 1.1 and 1.5 waves, and the last blocks started their
+// dependent chain of weight batches only as the first ones left (session 16 trace: 10 µs between the first and the
+// last block past the wait). Depth QKV_W_DEPTH in at most 80 registers gives 6 warps per sub-partition (3,168 on an
+// H200): one wave for both. The same outputs and bits (the depth only groups the loads).
+#ifndef QKV_W_DEPTH
+#define QKV_W_DEPTH 4
+#endif
+extern "C" __global__ void __maxnreg__(80)
+    matmul_f32w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    il1_qkv_rope<DT_F32, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+}
+
+extern "C" __global__ void __maxnreg__(80)
+    matmul_f16w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    il1_qkv_rope<DT_F16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+}
+
+extern "C" __global__ void __maxnreg__(80)
+    matmul_bf16w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
+        float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
+        int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
+        float* v_layer, const u32* slots) {
+    TR_ENTRY(0);
+    il1_qkv_rope<DT_BF16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
 

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 73] = [
+pub const KERNELS: [&str; 76] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -42,6 +42,9 @@ pub const KERNELS: [&str; 73] = [
     "matmul_f32w_il1_qkv_rope",
     "matmul_f16w_il1_qkv_rope",
     "matmul_bf16w_il1_qkv_rope",
+    "matmul_f32w_il1_qkv_rope_w",
+    "matmul_f16w_il1_qkv_rope_w",
+    "matmul_bf16w_il1_qkv_rope_w",
     "matmul_f32w_il1_glu_norm",
     "matmul_f16w_il1_glu_norm",
     "matmul_bf16w_il1_glu_norm",

@@ -599,8 +599,8 @@ fn rope_kv_write_equals_rope_then_kv_write() {
 
 /// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, `rms_norm` then
 /// one launch whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into the
-/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`) and the CPU's default,
-/// bitwise: q, k, v and the cache as attention reads it. Both rotation styles with the whole head rotated (fused),
+/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`), the shallower kernel
+/// for large grids (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both rotation styles with the whole head rotated (fused),
 /// a partial rotation (not fused), every float weight type, biases on some projections, 1 and 3 rows.
 #[test]
 fn norm_qkv_rope_kv_write_equals_its_two_calls() {
@@ -658,11 +658,15 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
                 (out.iter().map(|t| be.to_host(t)).collect::<Vec<_>>(), seen)
             };
             let fused = run(&g, list(&wg, &bg), &ng);
+            // The shallower kernel for grids the default's occupancy does not hold (chosen by occupancy): forced.
+            g.set_qkv_wide(Some(true));
+            let wide = run(&g, list(&wg, &bg), &ng);
+            g.set_qkv_wide(None);
             g.set_qkv_rope(false);
             let split = run(&g, list(&wg, &bg), &ng);
             g.set_qkv_rope(true);
             let cpu = run(&c, list(&wc, &bc), &nc);
-            for (name, other) in [("split", &split), ("cpu", &cpu)] {
+            for (name, other) in [("wide", &wide), ("split", &split), ("cpu", &cpu)] {
                 for (i, t) in ["q", "k", "v"].iter().enumerate() {
                     same(&fused.0[i], &other.0[i], &format!("{what}: {t}, fused vs {name}"));
                 }

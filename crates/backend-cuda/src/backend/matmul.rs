@@ -2,6 +2,7 @@
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu, kernels/matmul_il.cu and kernels/mma.cu.
 
+use super::tuning::{QKV_WIDE_ALWAYS, QKV_WIDE_NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
@@ -281,14 +282,22 @@ impl CudaBackend {
         let tables = self.rope_tables(at.positions, rope);
         let sb = self.slots_buf(at.slots);
         let h = self.rms_norm(x, norm, x.cols, eps);
-        let kernel = match weight(ws[0].0).dtype {
-            DType::F32 => "matmul_f32w_il1_qkv_rope",
-            DType::F16 => "matmul_f16w_il1_qkv_rope",
-            _ => "matmul_bf16w_il1_qkv_rope",
+        let (kernel, wide) = match weight(ws[0].0).dtype {
+            DType::F32 => ("matmul_f32w_il1_qkv_rope", "matmul_f32w_il1_qkv_rope_w"),
+            DType::F16 => ("matmul_f16w_il1_qkv_rope", "matmul_f16w_il1_qkv_rope_w"),
+            _ => ("matmul_bf16w_il1_qkv_rope", "matmul_bf16w_il1_qkv_rope_w"),
         };
         let neox = i32::from(rope.style == RopeStyle::Neox);
         // The arguments of `_il1_many`, then head_dim, half, cos, sin, neox, the layer's K and V, slots.
         let blocks = |n| matmul_il_grid(1, n, cols).0 .0;
+        // The default's blocks are each one dependent chain of weight batches: a grid the GPU cannot hold at once
+        // ends a whole chain after the first blocks do. The shallower kernel holds more of them.
+        let kernel = match self.tune.qkv_wide.load(Ordering::Relaxed) {
+            QKV_WIDE_NEVER => kernel,
+            QKV_WIDE_ALWAYS => wide,
+            _ if blocks(nq) + blocks(nk) + blocks(nv) > self.gpu.resident_blocks(kernel, 16 * cols) => wide,
+            _ => kernel,
+        };
         let outs = self.launch_many(kernel, &h, false, ws, blocks, 16 * cols, None, |l| {
             l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
         });

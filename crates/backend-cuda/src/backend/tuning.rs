@@ -22,7 +22,15 @@ pub(super) struct FloatTuning {
     /// `norm_qkv_rope_kv_write` of one row as the projections, then `rope_kv_write` (`TF_CUDA_QKV_ROPE=0`, for
     /// measurements) instead of the projections' kernel rotating and writing the cache in its epilogue.
     pub no_qkv_rope: AtomicBool,
+    /// Which `_il1_qkv_rope` a one-row q/k/v runs: [`QKV_WIDE_AUTO`] the shallower `_il1_qkv_rope_w` when the
+    /// default's grid is more than the GPU holds at once, [`QKV_WIDE_NEVER`] / [`QKV_WIDE_ALWAYS`] forced
+    /// (`TF_CUDA_QKV_WIDE=0` / `1`, for measurements and tests). Same bits either way.
+    pub qkv_wide: AtomicU8,
 }
+
+pub(super) const QKV_WIDE_AUTO: u8 = 0;
+pub(super) const QKV_WIDE_NEVER: u8 = 1;
+pub(super) const QKV_WIDE_ALWAYS: u8 = 2;
 
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -39,12 +47,28 @@ impl FloatTuning {
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
             no_qkv_rope: AtomicBool::new(std::env::var("TF_CUDA_QKV_ROPE").is_ok_and(|v| v == "0")),
+            qkv_wide: AtomicU8::new(match std::env::var("TF_CUDA_QKV_WIDE").as_deref() {
+                Ok("0") => QKV_WIDE_NEVER,
+                Ok("1") => QKV_WIDE_ALWAYS,
+                _ => QKV_WIDE_AUTO,
+            }),
             cols: AtomicU32::new(0),
         }
     }
 }
 
 impl super::CudaBackend {
+    /// Which kernel one row's fused q/k/v runs (`TF_CUDA_QKV_WIDE`): `None` by occupancy (the default), `Some(true)`
+    /// always the shallower `_il1_qkv_rope_w`, `Some(false)` never. For tests and measurements: no bits change.
+    pub fn set_qkv_wide(&self, wide: Option<bool>) {
+        let v = match wide {
+            None => QKV_WIDE_AUTO,
+            Some(false) => QKV_WIDE_NEVER,
+            Some(true) => QKV_WIDE_ALWAYS,
+        };
+        self.tune.qkv_wide.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The decode chain's kernel timestamps since the last call, with kernels built with `TRACE=1`
     /// ([`crate::device::Gpu::trace_take`]; for the bench example's `TF_BENCH_TRACE`).
     #[doc(hidden)]
