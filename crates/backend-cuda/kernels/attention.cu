@@ -18,15 +18,6 @@
 #ifndef ATTN_VPF
 #define ATTN_VPF 0
 #endif
-// ATTN_TOUCH (0 by default; a measurement define, not yet run on the device): before the wait each visit's K and V
-// rows are read for real (one float each, values discarded), its L2 prefetches are issued only once those loads
-// have returned, and the wait only after all of them. Session 15's timeline has the scoring's first visit at
-// 4.5 µs against 0.6 µs for the second, unchanged by earlier L2 prefetches or one coalesced copy: if the first
-// access pays a TLB miss that a prefetch does not resolve, a real load does. Reads of a slot the previous kernel may
-// be writing are discarded, so nothing changes but timing.
-#ifndef ATTN_TOUCH
-#define ATTN_TOUCH 0
-#endif
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -101,26 +92,12 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     i64 stride_slot = (i64)kv_heads * hd;
     const float* kh = k + (i64)kvh * hd;
     const float* vh = v + (i64)kvh * hd;
-#if ATTN_TOUCH
-    u32 touched = 0;  // a fold of the values read
-#endif
     for (int i = ft; i < np; i += T) {
         i64 p = pbeg + i;
         u32 pu = (u32)p, bs = (u32)block_size;  // positions are u32: 32-bit division
         u32 slot = table[pu / bs] * bs + pu % bs;
         slots[i] = slot;
-#if PRE_WAIT && ATTN_TOUCH
-        const float* kr = kh + (i64)slot * stride_slot;
-        const float* vr = vh + (i64)slot * stride_slot;
-        touched ^= __float_as_uint(kr[0]) ^ __float_as_uint(vr[0]);
-        // The prefetches after those loads (predicated on their values, both ways).
-        for (int l = 0; l < hd; l += 32) {
-            asm volatile(
-                "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %2, 0x5bd1e995;\n\t@p prefetch.global.L2 [%0];\n\t"
-                "@!p prefetch.global.L2 [%0];\n\t@p prefetch.global.L2 [%1];\n\t@!p prefetch.global.L2 [%1];\n\t}"
-                ::"l"(kr + l), "l"(vr + l), "r"(touched));
-        }
-#elif PRE_WAIT
+#if PRE_WAIT
         // Ask L2 for the visit's K and V rows (prefetches read nothing into registers: safe before the wait).
         for (int l = 0; l < hd; l += 32) {
             asm volatile("prefetch.global.L2 [%0];" ::"l"(kh + (i64)slot * stride_slot + l));
@@ -136,9 +113,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             n++;
         }
     }
-#if PRE_WAIT && ATTN_TOUCH
-    griddep_wait_on(touched);
-#elif PRE_WAIT
+#if PRE_WAIT
     griddep_wait();
 #endif
     const int trk = S == 1 ? 1 : -1;
