@@ -524,7 +524,7 @@ extern "C" __global__ void __maxnreg__(80)
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F32, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(80)
@@ -533,7 +533,7 @@ extern "C" __global__ void __maxnreg__(80)
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(80)
@@ -543,7 +543,7 @@ extern "C" __global__ void __maxnreg__(80)
         float* v_layer, const u32* slots) {
     TR_ENTRY(0);
     il1_qkv_rope<DT_BF16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                    y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
+                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
 
