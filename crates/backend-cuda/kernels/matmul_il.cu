@@ -510,7 +510,7 @@ extern "C" __global__ void __maxnreg__(112)
 }
 
 // `_il1_qkv_rope` for grids the default does not hold at once (Backend::norm_qkv_rope_kv_write picks it by
-// occupancy): its 112 registers leave 4 warps per SM sub-partition (16 384 registers each), 16 per SM, so q/k/v of
+// occupancy): its 112 registers leave 4 warps per SM sub-partition (16,384 registers each), 16 per SM, so q/k/v of
 // the 7B and 8B shapes (2,304 and 3,072 warps) ran in 1.1 and 1.5 waves, and the last blocks started their
 // dependent chain of weight batches only as the first ones left (session 16 trace: 10 µs between the first and the
 // last block past the wait). Depth QKV_W_DEPTH in at most 80 registers gives 6 warps per sub-partition (3,168 on an

@@ -599,9 +599,10 @@ fn rope_kv_write_equals_rope_then_kv_write() {
 
 /// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, `rms_norm` then
 /// one launch whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into the
-/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`), the shallower kernel
-/// for large grids (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both rotation styles with the whole head rotated (fused),
-/// a partial rotation (not fused), every float weight type, biases on some projections, 1 and 3 rows.
+/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`), the shallower kernel for
+/// large grids (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both
+/// rotation styles with the whole head rotated (fused), a partial rotation (not fused), every float weight type, biases
+/// on some projections, 1 and 3 rows.
 #[test]
 fn norm_qkv_rope_kv_write_equals_its_two_calls() {
     let (mut rng, _g) = rng();
@@ -658,7 +659,7 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
                 (out.iter().map(|t| be.to_host(t)).collect::<Vec<_>>(), seen)
             };
             let fused = run(&g, list(&wg, &bg), &ng);
-            // The shallower kernel for grids the default's occupancy does not hold (chosen by occupancy): forced.
+            // The shallower kernel (picked by occupancy for grids the default does not hold), forced here.
             g.set_qkv_wide(Some(true));
             let wide = run(&g, list(&wg, &bg), &ng);
             g.set_qkv_wide(None);
