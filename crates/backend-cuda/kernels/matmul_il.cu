@@ -345,6 +345,34 @@ extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, co
     TR_EXIT(2);
 }
 
+// `_il1_add` at depth ADD_DEEP_DEPTH within ADD_DEEP_REGS registers (Backend::matmul_add for one row when the grid
+// is small against the GPU: `TF_CUDA_ADD_DEEP`, backend/tuning.rs). Few columns (the 1.5B's down: 768 warps, ~6
+// per SM) leave each lane a long chain of dependent batches (70 vectors, 12 batches at depth 6, ~1.1 µs each): a
+// deeper batch shortens the chain where registers are not what bounds the warps resident. Same arguments, same
+// fmas in the same order (the batch size only moves loads).
+#ifndef ADD_DEEP_DEPTH
+#define ADD_DEEP_DEPTH 12
+#endif
+#ifndef ADD_DEEP_REGS
+#define ADD_DEEP_REGS 255
+#endif
+extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
+    matmul_f32w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+}
+
+extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
+    matmul_f16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    matmul_float_il1<DT_F16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+}
+
+extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
+    matmul_bf16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    TR_ENTRY(2);
+    matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+    TR_EXIT(2);
+}
+
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
 // Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for
 // weight 1, then the rest for weight 2; each block runs `_il1`'s code for its weight. Same outputs, same bits, one

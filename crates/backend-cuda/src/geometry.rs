@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 76] = [
+pub const KERNELS: [&str; 79] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -36,6 +36,9 @@ pub const KERNELS: [&str; 76] = [
     "matmul_f32w_il1_add",
     "matmul_f16w_il1_add",
     "matmul_bf16w_il1_add",
+    "matmul_f32w_il1_add_d",
+    "matmul_f16w_il1_add_d",
+    "matmul_bf16w_il1_add_d",
     "matmul_f32w_il1_many_norm",
     "matmul_f16w_il1_many_norm",
     "matmul_bf16w_il1_many_norm",

@@ -834,6 +834,14 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                 g.add(&mut split, &g.matmul(&h, &og, bias.then_some(&obg)));
                 let got = g.to_host(&acc);
                 same(&got, &g.to_host(&split), &format!("{what}: vs matmul + add"));
+                // The other one-row kernel (`_il1_add_d` or `_il1_add`, whichever occupancy did not pick), forced.
+                for forced in [true, false] {
+                    g.set_add_deep(Some(forced));
+                    let mut other = xd.clone();
+                    g.matmul_add(&h, &og, bias.then_some(&obg), &mut other);
+                    same(&got, &g.to_host(&other), &format!("{what}: vs the deeper kernel {forced}"));
+                }
+                g.set_add_deep(None);
                 let mut accc = x.clone();
                 c.matmul_add(&h, &oc, bias.then_some(&obc), &mut accc);
                 same(&got, &c.to_host(&accc), &format!("{what}: cuda vs cpu"));

@@ -2,7 +2,7 @@
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu, kernels/matmul_il.cu and kernels/mma.cu.
 
-use super::tuning::{QKV_WIDE_ALWAYS, QKV_WIDE_NEVER};
+use super::tuning::{ADD_DEEP_ALWAYS, ADD_DEEP_NEVER, QKV_WIDE_ALWAYS, QKV_WIDE_NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
@@ -179,16 +179,24 @@ impl CudaBackend {
             let y = self.matmul_impl(x, w, bias);
             return self.add(acc, &y);
         }
-        let kernel = match cw.dtype {
-            DType::F32 => "matmul_f32w_il1_add",
-            DType::F16 => "matmul_f16w_il1_add",
-            _ => "matmul_bf16w_il1_add",
+        let (kernel, deep) = match cw.dtype {
+            DType::F32 => ("matmul_f32w_il1_add", "matmul_f32w_il1_add_d"),
+            DType::F16 => ("matmul_f16w_il1_add", "matmul_f16w_il1_add_d"),
+            _ => ("matmul_bf16w_il1_add", "matmul_bf16w_il1_add_d"),
         };
         let (bias_ptr, bias_code) = bias_arg(bias, n);
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let at = self.make_unique(acc);
         let (grid, blk) = matmul_il_grid(1, n, il_cols(n));
+        // Few columns leave each lane a long chain of dependent batches: the deeper kernel where its grid still fits
+        // the GPU at once (its 212 registers hold 8 warps per SM).
+        let kernel = match self.tune.add_deep.load(Ordering::Relaxed) {
+            ADD_DEEP_NEVER => kernel,
+            ADD_DEEP_ALWAYS => deep,
+            _ if grid.0 <= self.gpu.resident_blocks(deep, blk.0) => deep,
+            _ => kernel,
+        };
         // (x, R, K, w, N, bias, bias type, y) as `_il1`; y is the residual row, read then written.
         self.gpu
             .launch(kernel)

@@ -26,7 +26,16 @@ pub(super) struct FloatTuning {
     /// default's grid is more than the GPU holds at once, [`QKV_WIDE_NEVER`] / [`QKV_WIDE_ALWAYS`] forced
     /// (`TF_CUDA_QKV_WIDE=0` / `1`, for measurements and tests). Same bits either way.
     pub qkv_wide: AtomicU8,
+    /// Which `_il1_add` a one-row `matmul_add` runs: [`ADD_DEEP_AUTO`] the deeper `_il1_add_d` when its grid fits
+    /// the GPU at once (few columns: the 1.5B's o and down, +2–3% on the H200 in session 17), else `_il1_add`;
+    /// [`ADD_DEEP_NEVER`] / [`ADD_DEEP_ALWAYS`] forced (`TF_CUDA_ADD_DEEP=0` / `1`, for measurements and tests).
+    /// Same bits either way.
+    pub add_deep: AtomicU8,
 }
+
+pub(super) const ADD_DEEP_AUTO: u8 = 0;
+pub(super) const ADD_DEEP_NEVER: u8 = 1;
+pub(super) const ADD_DEEP_ALWAYS: u8 = 2;
 
 pub(super) const QKV_WIDE_AUTO: u8 = 0;
 pub(super) const QKV_WIDE_NEVER: u8 = 1;
@@ -53,11 +62,27 @@ impl FloatTuning {
                 _ => QKV_WIDE_AUTO,
             }),
             cols: AtomicU32::new(0),
+            add_deep: AtomicU8::new(match std::env::var("TF_CUDA_ADD_DEEP").as_deref() {
+                Ok("0") => ADD_DEEP_NEVER,
+                Ok("1") => ADD_DEEP_ALWAYS,
+                _ => ADD_DEEP_AUTO,
+            }),
         }
     }
 }
 
 impl super::CudaBackend {
+    /// Which kernel one row's `matmul_add` runs (`TF_CUDA_ADD_DEEP`): `None` by occupancy (the default), `Some(true)`
+    /// always the deeper `_il1_add_d`, `Some(false)` never. For tests and measurements: no bits change.
+    pub fn set_add_deep(&self, deep: Option<bool>) {
+        let v = match deep {
+            None => ADD_DEEP_AUTO,
+            Some(false) => ADD_DEEP_NEVER,
+            Some(true) => ADD_DEEP_ALWAYS,
+        };
+        self.tune.add_deep.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Which kernel one row's fused q/k/v runs (`TF_CUDA_QKV_WIDE`): `None` by occupancy (the default), `Some(true)`
     /// always the shallower `_il1_qkv_rope_w`, `Some(false)` never. For tests and measurements: no bits change.
     pub fn set_qkv_wide(&self, wide: Option<bool>) {
