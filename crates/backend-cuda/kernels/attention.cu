@@ -18,15 +18,6 @@
 #ifndef ATTN_VPF
 #define ATTN_VPF 0
 #endif
-// ATTN_PF_EL (0 by default; a measurement define, not yet run on the device): attention's pre-wait L2 prefetches
-// of its K and V rows with the evict-last priority. The prefetches are issued as its blocks become resident,
-// during q/k/v, and ~30 MB of weights stream through the 50 MB L2 before the rows are read: if they are evicted
-// by then, the scoring's first visit (4.4 µs against 0.6 for the next, sessions 15–16) waits on DRAM.
-#if ATTN_PF_EL
-#define ATTN_PF_INSN "prefetch.global.L2::evict_last [%0];"
-#else
-#define ATTN_PF_INSN "prefetch.global.L2 [%0];"
-#endif
 
 // Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
@@ -109,8 +100,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #if PRE_WAIT
         // Ask L2 for the visit's K and V rows (prefetches read nothing into registers: safe before the wait).
         for (int l = 0; l < hd; l += 32) {
-            asm volatile(ATTN_PF_INSN ::"l"(kh + (i64)slot * stride_slot + l));
-            asm volatile(ATTN_PF_INSN ::"l"(vh + (i64)slot * stride_slot + l));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kh + (i64)slot * stride_slot + l));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + (i64)slot * stride_slot + l));
         }
 #endif
     }
