@@ -571,6 +571,26 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `TF_BENCH_BOUNDARY=1`: what one programmatic launch boundary costs alone ([`CudaBackend::boundary_probe`]): for
+/// grids of 1 block to 8 per SM (H200) and spins of 2 and 5 µs, GPU µs per launch with and without programmatic
+/// dependence, medians of 5 chains of 200; the boundary is the time over the spin.
+fn boundary(arithmetic: Arithmetic) {
+    let be = CudaBackend::with_arithmetic(0, Precision::Full, arithmetic).unwrap_or_else(|e| panic!("{e}"));
+    be.boundary_probe(50, 132, 2000, true); // warm-up
+    println!("boundary: blocks, spin µs; µs per launch with programmatic dependence (over the spin), plain (over)");
+    for blocks in [1u32, 132, 528, 1056] {
+        for spin in [2000, 5000] {
+            let med = |pdl: bool| {
+                let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, spin, pdl)).collect();
+                v.sort_by(f64::total_cmp);
+                v[2]
+            };
+            let (p, q, s) = (med(true), med(false), spin as f64 / 1e3);
+            println!("  {blocks:5} {s:4.1}  {p:6.2} ({:+.2})  {q:6.2} ({:+.2})", p - s, q - s);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let shape_name = args.get(1).map_or("qwen2.5-1.5b", String::as_str);
@@ -585,6 +605,10 @@ fn main() {
     };
     let precision = Precision::parse(args.get(3).map_or("checkpoint", String::as_str)).expect("precision");
     let arithmetic = Arithmetic::parse(args.get(4).map_or("portable", String::as_str)).expect("arithmetic");
+    if std::env::var_os("TF_BENCH_BOUNDARY").is_some() {
+        boundary(arithmetic);
+        return;
+    }
     let shape = SHAPES.iter().find(|s| s.0 == shape_name).unwrap_or_else(|| panic!("unknown shape {shape_name}"));
     let t = Instant::now();
     let cfg = config(shape);

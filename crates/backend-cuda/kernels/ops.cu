@@ -357,3 +357,17 @@ extern "C" __global__ void argmax_rows(const float* x, int cols, int per, unsign
         }
     }
 }
+
+// One programmatic launch boundary measured alone (CudaBackend::boundary_probe, the bench example's
+// TF_BENCH_BOUNDARY): each block lets the next launch be scheduled, waits on the previous kernel, then spins until
+// ns nanoseconds of %globaltimer have passed since its wait returned. A chain of n launches then takes about
+// n · (ns + one boundary) of GPU time while the host enqueues faster than that. Reads and writes nothing.
+extern "C" __global__ void pdl_probe(int ns) {
+    griddep_launch();
+    griddep_wait();
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < (u64)ns);
+}

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 79] = [
+pub const KERNELS: [&str; 80] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -65,6 +65,7 @@ pub const KERNELS: [&str; 79] = [
     "rope_kv_write",
     "kv_copy",
     "argmax_rows",
+    "pdl_probe",
     "attention_chunk_s1",
     "attention_chunk_s2",
     "attention_chunk_s3",

@@ -834,7 +834,7 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                 g.add(&mut split, &g.matmul(&h, &og, bias.then_some(&obg)));
                 let got = g.to_host(&acc);
                 same(&got, &g.to_host(&split), &format!("{what}: vs matmul + add"));
-                // The other one-row kernel (`_il1_add_d` or `_il1_add`, whichever occupancy did not pick), forced.
+                // Both one-row kernels forced in turn (`_il1_add_d`, `_il1_add`): occupancy picked one of them above.
                 for forced in [true, false] {
                     g.set_add_deep(Some(forced));
                     let mut other = xd.clone();

@@ -94,6 +94,28 @@ impl super::CudaBackend {
         self.tune.qkv_wide.store(v, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// One programmatic launch boundary measured alone (the bench example's `TF_BENCH_BOUNDARY`): `launches`
+    /// launches of `pdl_probe` (`blocks` blocks of 128 threads, each spinning `spin_ns` after its wait), queued
+    /// behind a 2 ms spin so that the host is never what the GPU waits on; GPU microseconds per launch. With `pdl`
+    /// each launch may be scheduled once the previous one's blocks have all started, as in the decode chain, so the
+    /// time over the spin is one boundary's cost with nothing to overlap.
+    #[doc(hidden)]
+    pub fn boundary_probe(&self, launches: usize, blocks: u32, spin_ns: i32, pdl: bool) -> f64 {
+        let go = |ns: i32, blocks: u32, pdl: bool| {
+            let l = self.gpu.launch("pdl_probe");
+            let l = if pdl { l.pdl() } else { l };
+            l.int(ns).go((blocks, 1, 1), (128, 1, 1));
+        };
+        go(2_000_000, 1, false);
+        let a = self.gpu.mark();
+        for _ in 0..launches {
+            go(spin_ns, blocks, pdl);
+        }
+        let b = self.gpu.mark();
+        self.gpu.sync();
+        self.gpu.elapsed_ms(&a, &b) as f64 * 1e3 / launches.max(1) as f64
+    }
+
     /// The decode chain's kernel timestamps since the last call, with kernels built with `TRACE=1`
     /// ([`crate::device::Gpu::trace_take`]; for the bench example's `TF_BENCH_TRACE`).
     #[doc(hidden)]
