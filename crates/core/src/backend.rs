@@ -178,6 +178,22 @@ pub struct AttnParams {
     pub softcap: Option<f32>,
 }
 
+impl AttnParams {
+    /// Checks `q [R, heads·head_dim]` and `meta` (one row each) against these parameters, and the KV layout
+    /// (`kv_heads`, `head_dim`) a backend holds; panics with the op and the shapes on a mismatch.
+    pub fn check(&self, q: &Tensor, meta: &AttnMeta, kv_heads: usize, head_dim: usize) {
+        assert!(
+            self.kv_heads > 0 && self.heads.is_multiple_of(self.kv_heads),
+            "attention: heads {} vs kv_heads {}",
+            self.heads,
+            self.kv_heads
+        );
+        assert_eq!(q.cols, self.heads * self.head_dim, "attention: q cols vs heads·head_dim");
+        assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
+        assert!(kv_heads == self.kv_heads && head_dim == self.head_dim, "attention: kv layout vs params");
+    }
+}
+
 /// How RoPE rotates pairs within a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {

@@ -19,15 +19,7 @@ impl CudaBackend {
     ) -> Tensor {
         let store = cuda_kv(kv);
         let spec = store.spec;
-        assert!(
-            p.kv_heads > 0 && p.heads.is_multiple_of(p.kv_heads),
-            "attention: heads {} vs kv_heads {}",
-            p.heads,
-            p.kv_heads
-        );
-        assert_eq!(q.cols, p.heads * p.head_dim, "attention: q cols vs heads·head_dim");
-        assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
-        assert!(spec.kv_heads == p.kv_heads && spec.head_dim == p.head_dim, "attention: kv layout vs params");
+        p.check(q, meta, spec.kv_heads, spec.head_dim);
         assert!(
             p.head_dim <= MAX_HEAD_DIM && p.head_dim.is_multiple_of(16),
             "attention: head_dim {} is not a multiple of 16 up to {MAX_HEAD_DIM}",

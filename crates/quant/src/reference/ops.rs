@@ -267,15 +267,7 @@ pub fn attention_head(q: &[f32], kv: &KvLayer, kvh: usize, visits: &[(u32, u32)]
 
 /// Checks `q`, `kv` and `meta` against `p` (panics with the op and shapes on a mismatch).
 pub fn check_attention(q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams) {
-    assert!(
-        p.kv_heads > 0 && p.heads.is_multiple_of(p.kv_heads),
-        "attention: heads {} vs kv_heads {}",
-        p.heads,
-        p.kv_heads
-    );
-    assert_eq!(q.cols, p.heads * p.head_dim, "attention: q cols vs heads·head_dim");
-    assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
-    assert!(kv.kv_heads == p.kv_heads && kv.head_dim == p.head_dim, "attention: kv layout vs params");
+    p.check(q, meta, kv.kv_heads, kv.head_dim);
     assert_eq!(kv.k.len(), kv.v.len(), "attention: K and V sizes");
     for row in &meta.rows {
         assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
