@@ -2,7 +2,7 @@
 //! any-type kernels), several weights against one row in one launch (`matmul_many_impl`), and gate/up with the
 //! GLU in one launch (`matmul_glu_impl`). Kernels: kernels/matmul.cu, kernels/matmul_il.cu and kernels/mma.cu.
 
-use super::tuning::{ADD_DEEP_ALWAYS, ADD_DEEP_NEVER, QKV_WIDE_ALWAYS, QKV_WIDE_NEVER};
+use super::tuning::{ALWAYS, NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
@@ -192,8 +192,8 @@ impl CudaBackend {
         // Few columns leave each lane a long chain of dependent batches: the deeper kernel where its grid still fits
         // the GPU at once (its 212 registers hold 8 warps per SM).
         let kernel = match self.tune.add_deep.load(Ordering::Relaxed) {
-            ADD_DEEP_NEVER => kernel,
-            ADD_DEEP_ALWAYS => deep,
+            NEVER => kernel,
+            ALWAYS => deep,
             _ if grid.0 <= self.gpu.resident_blocks(deep, blk.0) => deep,
             _ => kernel,
         };
@@ -301,8 +301,8 @@ impl CudaBackend {
         // The default's blocks are each one dependent chain of weight batches: a grid the GPU cannot hold at once
         // ends a whole chain after the first blocks do. The shallower kernel holds more of them.
         let kernel = match self.tune.qkv_wide.load(Ordering::Relaxed) {
-            QKV_WIDE_NEVER => kernel,
-            QKV_WIDE_ALWAYS => wide,
+            NEVER => kernel,
+            ALWAYS => wide,
             _ if blocks(nq) + blocks(nk) + blocks(nv) > self.gpu.resident_blocks(kernel, 16 * cols) => wide,
             _ => kernel,
         };

@@ -22,24 +22,39 @@ pub(super) struct FloatTuning {
     /// `norm_qkv_rope_kv_write` of one row as the projections, then `rope_kv_write` (`TF_CUDA_QKV_ROPE=0`, for
     /// measurements) instead of the projections' kernel rotating and writing the cache in its epilogue.
     pub no_qkv_rope: AtomicBool,
-    /// Which `_il1_qkv_rope` a one-row q/k/v runs: [`QKV_WIDE_AUTO`] the shallower `_il1_qkv_rope_w` when the
-    /// default's grid is more than the GPU holds at once, [`QKV_WIDE_NEVER`] / [`QKV_WIDE_ALWAYS`] forced
-    /// (`TF_CUDA_QKV_WIDE=0` / `1`, for measurements and tests). Same bits either way.
+    /// Which `_il1_qkv_rope` a one-row q/k/v runs: [`BY_OCCUPANCY`] the shallower `_il1_qkv_rope_w` when the
+    /// default's grid is more than the GPU holds at once, [`NEVER`] / [`ALWAYS`] forced (`TF_CUDA_QKV_WIDE=0` /
+    /// `1`, for measurements and tests). Same bits either way.
     pub qkv_wide: AtomicU8,
-    /// Which `_il1_add` a one-row `matmul_add` runs: [`ADD_DEEP_AUTO`] the deeper `_il1_add_d` when its grid fits
+    /// Which `_il1_add` a one-row `matmul_add` runs: [`BY_OCCUPANCY`] the deeper `_il1_add_d` when its grid fits
     /// the GPU at once (few columns: the 1.5B's o and down, +2–3% on the H200 in session 17), else `_il1_add`;
-    /// [`ADD_DEEP_NEVER`] / [`ADD_DEEP_ALWAYS`] forced (`TF_CUDA_ADD_DEEP=0` / `1`, for measurements and tests).
-    /// Same bits either way.
+    /// [`NEVER`] / [`ALWAYS`] forced (`TF_CUDA_ADD_DEEP=0` / `1`, for measurements and tests). Same bits either
+    /// way.
     pub add_deep: AtomicU8,
 }
 
-pub(super) const ADD_DEEP_AUTO: u8 = 0;
-pub(super) const ADD_DEEP_NEVER: u8 = 1;
-pub(super) const ADD_DEEP_ALWAYS: u8 = 2;
+/// A kernel variant chosen by occupancy (the default), or forced off / on for measurements and tests.
+pub(super) const BY_OCCUPANCY: u8 = 0;
+pub(super) const NEVER: u8 = 1;
+pub(super) const ALWAYS: u8 = 2;
 
-pub(super) const QKV_WIDE_AUTO: u8 = 0;
-pub(super) const QKV_WIDE_NEVER: u8 = 1;
-pub(super) const QKV_WIDE_ALWAYS: u8 = 2;
+/// [`BY_OCCUPANCY`] / [`NEVER`] / [`ALWAYS`] for `None` / `Some(false)` / `Some(true)`.
+fn choice(forced: Option<bool>) -> u8 {
+    match forced {
+        None => BY_OCCUPANCY,
+        Some(false) => NEVER,
+        Some(true) => ALWAYS,
+    }
+}
+
+/// The environment's `0` (never) or `1` (always); anything else by occupancy.
+fn choice_from_env(name: &str) -> u8 {
+    choice(match std::env::var(name).as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    })
+}
 
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -56,17 +71,9 @@ impl FloatTuning {
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
             no_qkv_rope: AtomicBool::new(std::env::var("TF_CUDA_QKV_ROPE").is_ok_and(|v| v == "0")),
-            qkv_wide: AtomicU8::new(match std::env::var("TF_CUDA_QKV_WIDE").as_deref() {
-                Ok("0") => QKV_WIDE_NEVER,
-                Ok("1") => QKV_WIDE_ALWAYS,
-                _ => QKV_WIDE_AUTO,
-            }),
+            qkv_wide: AtomicU8::new(choice_from_env("TF_CUDA_QKV_WIDE")),
             cols: AtomicU32::new(0),
-            add_deep: AtomicU8::new(match std::env::var("TF_CUDA_ADD_DEEP").as_deref() {
-                Ok("0") => ADD_DEEP_NEVER,
-                Ok("1") => ADD_DEEP_ALWAYS,
-                _ => ADD_DEEP_AUTO,
-            }),
+            add_deep: AtomicU8::new(choice_from_env("TF_CUDA_ADD_DEEP")),
         }
     }
 }
@@ -75,23 +82,13 @@ impl super::CudaBackend {
     /// Which kernel one row's `matmul_add` runs (`TF_CUDA_ADD_DEEP`): `None` by occupancy (the default), `Some(true)`
     /// always the deeper `_il1_add_d`, `Some(false)` never. For tests and measurements: no bits change.
     pub fn set_add_deep(&self, deep: Option<bool>) {
-        let v = match deep {
-            None => ADD_DEEP_AUTO,
-            Some(false) => ADD_DEEP_NEVER,
-            Some(true) => ADD_DEEP_ALWAYS,
-        };
-        self.tune.add_deep.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.tune.add_deep.store(choice(deep), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Which kernel one row's fused q/k/v runs (`TF_CUDA_QKV_WIDE`): `None` by occupancy (the default), `Some(true)`
     /// always the shallower `_il1_qkv_rope_w`, `Some(false)` never. For tests and measurements: no bits change.
     pub fn set_qkv_wide(&self, wide: Option<bool>) {
-        let v = match wide {
-            None => QKV_WIDE_AUTO,
-            Some(false) => QKV_WIDE_NEVER,
-            Some(true) => QKV_WIDE_ALWAYS,
-        };
-        self.tune.qkv_wide.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.tune.qkv_wide.store(choice(wide), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// One programmatic launch boundary measured alone (the bench example's `TF_BENCH_BOUNDARY`): `launches`
