@@ -573,20 +573,42 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// `TF_BENCH_BOUNDARY=1`: what one programmatic launch boundary costs alone ([`CudaBackend::boundary_probe`]): for
 /// grids of 1 block to 8 per SM (H200) and spins of 2 and 5 µs, GPU µs per launch with and without programmatic
-/// dependence, medians of 5 chains of 200; the boundary is the time over the spin.
+/// dependence, medians of 5 chains of 200; the boundary is the time over the spin. Then the same grids and spins
+/// with a grid barrier in global memory instead of a launch (one launch of 200 rounds): what a persistent kernel
+/// would pay per phase.
 fn boundary(arithmetic: Arithmetic) {
     let be = CudaBackend::with_arithmetic(0, Precision::Full, arithmetic).unwrap_or_else(|e| panic!("{e}"));
-    be.boundary_probe(50, 132, 2000, true); // warm-up
+    be.boundary_probe(50, 132, 128, 2000, true); // warm-up
     println!("boundary: blocks, spin µs; µs per launch with programmatic dependence (over the spin), plain (over)");
     for blocks in [1u32, 132, 528, 1056] {
         for spin in [2000, 5000] {
             let med = |pdl: bool| {
-                let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, spin, pdl)).collect();
+                let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, 128, spin, pdl)).collect();
                 v.sort_by(f64::total_cmp);
                 v[2]
             };
             let (p, q, s) = (med(true), med(false), spin as f64 / 1e3);
             println!("  {blocks:5} {s:4.1}  {p:6.2} ({:+.2})  {q:6.2} ({:+.2})", p - s, q - s);
+        }
+    }
+    // The same warps in fewer, larger blocks: whether a boundary's cost follows the blocks or the warps.
+    println!("boundary by block size (2 µs spin, programmatic): blocks × threads, µs per launch (over the spin)");
+    for (blocks, threads) in [(2112, 64), (1056, 128), (528, 256), (264, 512), (132, 1024), (1152, 64), (288, 256)] {
+        let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, threads, 2000, true)).collect();
+        v.sort_by(f64::total_cmp);
+        println!("  {blocks:5} × {threads:4}  {:6.2} ({:+.2})", v[2], v[2] - 2.0);
+    }
+    println!("grid barrier in one launch: blocks, spin µs; µs per round (over the spin)");
+    for blocks in [1u32, 132, 528, 1056] {
+        for spin in [2000, 5000] {
+            let mut v: Vec<f64> = (0..5).filter_map(|_| be.barrier_probe(200, blocks, spin)).collect();
+            if v.is_empty() {
+                println!("  {blocks:5}: more blocks than the GPU holds at once");
+                continue;
+            }
+            v.sort_by(f64::total_cmp);
+            let (m, s) = (v[v.len() / 2], spin as f64 / 1e3);
+            println!("  {blocks:5} {s:4.1}  {m:6.2} ({:+.2})", m - s);
         }
     }
 }

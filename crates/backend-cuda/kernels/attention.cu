@@ -12,14 +12,6 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
-// ATTN_LAUNCH_LATE (0 by default; a measurement define prepared in session 17, not yet run on the device): where
-// attention lets the next kernel (o) be scheduled: 0 at its entry, 1 after its scores, 2 at its exit (no early
-// trigger). o's blocks call it at their entry too, so the GLU kernel follows, and both request their first weight
-// batch as soon as they are resident: ~12 MB of DRAM traffic issued on the 7B just as attention starts scoring.
-// If that is what attention's 4–5 µs first visit waits on (the second visit takes 0.6 µs), 1 and 2 move it.
-#ifndef ATTN_LAUNCH_LATE
-#define ATTN_LAUNCH_LATE 0
-#endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -54,7 +46,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     ELIDED(1)
-    if (ATTN_LAUNCH_LATE == 0) griddep_launch();
+    griddep_launch();
     // Launched early (PDL): the row metadata, block tables and chunk lists are host uploads (each ordered after
     // every earlier kernel), so with PRE_WAIT they are read before griddep_wait; q, and everything written, after.
 #if !PRE_WAIT
@@ -219,7 +211,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
     }
     __syncthreads();
-    if (ATTN_LAUNCH_LATE == 1) griddep_launch();
     TR_LAST(trk, 5);
     // m_c: max over the chunk (exact in any order; NaN never wins).
     float mc = __uint_as_float(0xff800000u);

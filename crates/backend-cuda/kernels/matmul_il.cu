@@ -75,23 +75,6 @@
 #define IL_EARLY 1
 #endif
 
-// GLU_CARRY (0 by default; a measurement define prepared in session 17, not yet run on the device): the GLU
-// kernel's blocks loop over column groups (`_il1_glu_norm`: ~6 per block on the 1.5B and 7B shapes), and each
-// group started its own chain of weight batches cold, after the previous group's last fmas, tree and epilogue.
-// With GLU_CARRY the last pipelined request of a group is the next group's first batch (IlCarry), so a group's
-// first round trip overlaps the previous group's end. The same loads and fmas in the same order: no bits move.
-#ifndef GLU_CARRY
-#define GLU_CARRY 0
-#endif
-// A batch requested for the next row a thread computes: v holds it when full; next is that row's lane pointer
-// (nullptr: none) for the current call to request.
-template <int D>
-struct IlCarry {
-    uint4 v[D];
-    bool full;
-    const uint4* next;
-};
-
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
 __device__ __forceinline__ float vec_elem(const uint4& v, int e) {
@@ -235,30 +218,19 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
 // for the TRACE define (kernels/common.cu), -1 for none.
-template <int DT>
-__device__ __forceinline__ const uint4* il1_lane_row(const u8* w, int nn, int K, int j) {
-    return (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
-}
-
-template <int DT, int D, bool PF = false, bool NORM = false, bool CARRY = false>
+template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
-                                         int trk = -1, IlCarry<D>* cr = nullptr) {
+                                         int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     // Lane j's vector of block b: wq[16 b].
-    const uint4* wq = il1_lane_row<DT>(w, nn, K, j);
+    const uint4* wq = (const uint4*)(w + (i64)nn * K * (DT == DT_F32 ? 4 : 2)) + j;
     int nb = K / BLK;
     const float* xr = x + j;
     float acc = 0.0f;
     griddep_launch();
     uint4 v[D];
-    bool carried = CARRY && IL_PIPE && cr->full;
-    if (carried) {
-#pragma unroll
-        for (int u = 0; u < D; u++) v[u] = cr->v[u];
-    } else {
-        il1_batch(v, wq, 0, nb);
-    }
+    il1_batch(v, wq, 0, nb);
 #if BULK_PF
     // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
     // instruction, no registers) while the previous kernel still runs.
@@ -267,14 +239,11 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rest), "r"((u32)((nb - D) * 256)) : "memory");
     }
 #endif
-    // Launched early (PDL): the first weights are on their way; x is the previous kernel's output. (A carried
-    // batch: an earlier call of this thread has waited.)
-    if (!carried) {
-        if (IL_EARLY && __CUDA_ARCH__ >= 900) {
-            il1_wait_after(v);
-        } else {
-            griddep_wait();
-        }
+    // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
+    if (IL_EARLY && __CUDA_ARCH__ >= 900) {
+        il1_wait_after(v);
+    } else {
+        griddep_wait();
     }
     TR_FIRST(trk, 1);
     TR_LAST(trk, 2);
@@ -291,9 +260,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         }
 #if IL_PIPE
         uint4 nv[D];
-        // With CARRY the last pass requests the next row's first batch (same K) instead of nothing.
-        bool to_next = CARRY && b0 + D >= nb && cr->next != nullptr;
-        il1_batch(nv, to_next ? cr->next : wq, to_next ? 0 : b0 + D, nb);
+        il1_batch(nv, wq, b0 + D, nb);
 #endif
 #pragma unroll
         for (int u = 0; u < D; u++) {
@@ -308,12 +275,6 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 #else
         if (b0 + D < nb) il1_batch(v, wq, b0 + D, nb);
 #endif
-    }
-    if (CARRY && IL_PIPE) {
-        // After the last pass v is what the last request loaded: the next row's first batch, if there is one.
-#pragma unroll
-        for (int u = 0; u < D; u++) cr->v[u] = v[u];
-        cr->full = cr->next != nullptr;
     }
     return tree16(acc);
 }
@@ -618,22 +579,15 @@ extern "C" __global__ void __maxnreg__(80)
 // 0..cols-1 of a block compute gate columns n0..n0+cols-1 and half-warps cols..2·cols-1 the up columns of the same
 // n (each as `_il1`), then thread t < cols writes act(g) * u for column n0 + t with exactly `glu`'s arithmetic.
 // grid (ceil(N / cols)), 32 · cols threads; act 0 = SiLU, 1 = GELU (tanh form).
-// cr (GLU_CARRY): the thread's carried batch, and next_bx the column group it computes next (-1: none).
-template <int DT, bool NORM = false, bool CARRY = false>
+template <int DT, bool NORM = false>
 __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                        float* out, const NormIn& nm = {}, int bx = blockIdx.x,
-                                        IlCarry<GLU_DEPTH>* cr = nullptr, int next_bx = -1) {
+                                        float* out, const NormIn& nm = {}, int bx = blockIdx.x) {
     __shared__ float gu[64];  // [2 · cols]: the block's gate sums, then its up sums
     int cols = blockDim.x / 32;
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
     int n = bx * cols + (is_up ? half - cols : half);
-    if (CARRY) {
-        int nn = next_bx * cols + (is_up ? half - cols : half);
-        cr->next = next_bx < 0 ? nullptr : il1_lane_row<DT>(is_up ? up : gate, nn < N ? nn : N - 1, K, j);
-    }
-    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM, CARRY>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm,
-                                                               -1, cr);
+    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;
@@ -669,25 +623,11 @@ __device__ __forceinline__ void il1_glu_norm(const float* x, int K, const u8* ga
     __shared__ __align__(16) float xs[IL_NORM_MAX_K];
     int cols = blockDim.x / 32;
     int nvb = (N + cols - 1) / cols;
-#if GLU_CARRY
-    IlCarry<GLU_DEPTH> cr;
-    cr.full = false;
-    int nx = blockIdx.x + gridDim.x;
-    il1_glu<DT, true, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false}, blockIdx.x, &cr,
-                            nx < nvb ? nx : -1);
-    for (int vb = nx; vb < nvb; vb += gridDim.x) {
-        __syncthreads();  // the block's gate/up sums are read before the next pass writes them
-        int vn = vb + gridDim.x;
-        il1_glu<DT, true, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb, &cr,
-                                vn < nvb ? vn : -1);
-    }
-#else
     il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false});
     for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
         __syncthreads();  // the block's gate/up sums are read before the next pass writes them
         il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb);
     }
-#endif
 }
 
 extern "C" __global__ void __maxnreg__(80) matmul_f32w_il1_glu_norm(const float* x, int K, const u8* gate,

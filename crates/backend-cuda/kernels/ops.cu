@@ -371,3 +371,27 @@ extern "C" __global__ void pdl_probe(int ns) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     } while (t - t0 < (u64)ns);
 }
+
+// A grid barrier in global memory measured alone (CudaBackend::barrier_probe, next to pdl_probe): one launch of
+// blocks that must all be resident runs `rounds` rounds, each a spin of ns nanoseconds of %globaltimer, then a
+// barrier: thread 0 of each block adds 1 to *count (release) and spins until it reads (round + 1) · gridDim.x
+// (acquire), then the block syncs. The time per round over the spin is what a persistent kernel would pay where
+// the decode chain pays a launch boundary. count: one u32, zero at entry.
+extern "C" __global__ void barrier_probe(u32* count, int rounds, int ns) {
+    for (int r = 0; r < rounds; r++) {
+        u64 t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        } while (t - t0 < (u64)ns);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u32 want = (u32)(r + 1) * gridDim.x, seen;
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+            } while (seen < want);
+        }
+        __syncthreads();
+    }
+}

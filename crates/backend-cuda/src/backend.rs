@@ -245,8 +245,9 @@ impl CudaBackend {
     /// 2..=64, 0 = by shape), for tests and measurements. The arithmetic of every output stays the same.
     #[doc(hidden)]
     pub fn set_float_tuning(&self, interleave: bool, cols: u32) {
-        // Whole warps per block (the reduction tree shuffles across all 32 lanes).
-        assert!(cols == 0 || (cols.is_power_of_two() && (2..=64).contains(&cols)), "columns per block {cols}");
+        // Whole warps per block (the reduction tree shuffles across all 32 lanes); at most 16 (`_il1_glu` keeps
+        // 2 · cols sums in shared memory of 64, and blocks of 512 threads).
+        assert!(cols == 0 || (cols.is_power_of_two() && (2..=16).contains(&cols)), "columns per block {cols}");
         self.tune.no_interleave.store(!interleave, Ordering::Relaxed);
         self.tune.cols.store(cols, Ordering::Relaxed);
     }

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 80] = [
+pub const KERNELS: [&str; 81] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -66,6 +66,7 @@ pub const KERNELS: [&str; 80] = [
     "kv_copy",
     "argmax_rows",
     "pdl_probe",
+    "barrier_probe",
     "attention_chunk_s1",
     "attention_chunk_s2",
     "attention_chunk_s3",

@@ -617,7 +617,9 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
         (DType::BF16, 128, Rope { theta: 1e4, rot_dims: 64, style: RopeStyle::Neox, scaling: RopeScaling::None }),
     ];
     let (hq, hk, k) = (6, 2, 512);
-    for (dtype, hd, rope) in cases {
+    // Each case at its own block width (TF_CUDA_IL_COLS; 0: the default): the same bits at any width.
+    for ((dtype, hd, rope), cols) in cases.into_iter().zip([0, 16, 2, 8]) {
+        g.set_float_tuning(true, cols);
         let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
         let nslots = spec.blocks * spec.block_size;
         let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
@@ -635,7 +637,7 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             bc.push(c.upload_f32("b", &[n], b).unwrap());
         }
         for (rows, biased) in [(1usize, [true, true, true]), (1, [false, true, false]), (3, [true, false, true])] {
-            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}");
+            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}, {cols} cols");
             let list = |ws: &[Weight], bs: &[Weight]| -> Vec<(Weight, Option<Weight>)> {
                 (0..3).map(|i| (ws[i].clone(), biased[i].then(|| bs[i].clone()))).collect()
             };
@@ -745,7 +747,10 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
 fn fused_norm_and_residual_projections_match_the_unfused_ops() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    fused_cases(&g, &c, &mut rng, true);
+    // The default block width, then the narrowest and the widest (TF_CUDA_IL_COLS): the same bits at any width.
+    for cols in [0, 2, 16] {
+        fused_cases(&g, &c, &mut rng, true, cols);
+    }
 }
 
 /// The same ops on weights uploaded unpermuted (`matmul_float`'s row groups, which add into the residual in their
@@ -754,11 +759,11 @@ fn fused_norm_and_residual_projections_match_the_unfused_ops() {
 fn fused_ops_on_unpermuted_weights_match_the_cpu() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    fused_cases(&g, &c, &mut rng, false);
+    fused_cases(&g, &c, &mut rng, false, 0);
 }
 
-fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bool) {
-    g.set_float_tuning(interleave, 0);
+fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bool, cols: u32) {
+    g.set_float_tuning(interleave, cols);
     g.set_norm_fuse(3); // both fused kernels, whatever the default
     let eps = 1e-6;
     // The last two have more column groups than the GPU holds blocks (an H200 holds ~1,200 of `_il1_many_norm`'s
@@ -794,7 +799,7 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
         }
         let (lg, lc) = (list(&wg, &bg), list(&wc, &bc));
         for rows in [1usize, 1, 3] {
-            let what = format!("{dtype} {ns:?} K {k}, norm {ndt}, {rows} rows");
+            let what = format!("{dtype} {ns:?} K {k}, norm {ndt}, {rows} rows, {cols} cols (0: default)");
             let x = Tensor::host(rows, k, values(rng, rows * k, 30.0));
             // The residual on the device, as the model holds it.
             let xd = g.select_rows(&x, &(0..rows).collect::<Vec<_>>());

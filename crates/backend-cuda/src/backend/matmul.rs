@@ -6,8 +6,8 @@ use super::tuning::{ALWAYS, NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
-    half_rows, il_cols, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
-    mma_many_launch, EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
+    EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -106,10 +106,9 @@ impl CudaBackend {
                         (_, 1) => "matmul_bf16w_il1",
                         _ => "matmul_bf16w_ilg",
                     };
-                    let (grid, blk) = match self.tune.cols.load(Ordering::Relaxed) {
-                        _ if rows > 1 => matmul_float_grid(rows, n),
-                        0 => matmul_il_grid(rows, n, il_cols(n)),
-                        c => matmul_il_grid(rows, n, c),
+                    let (grid, blk) = match rows {
+                        1 => matmul_il_grid(rows, n, self.tune.il1_cols(n)),
+                        _ => matmul_float_grid(rows, n),
                     };
                     (kernel, grid, blk, rows == 1, None)
                 }
@@ -188,7 +187,7 @@ impl CudaBackend {
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let at = self.make_unique(acc);
-        let (grid, blk) = matmul_il_grid(1, n, il_cols(n));
+        let (grid, blk) = matmul_il_grid(1, n, self.tune.il1_cols(n));
         // Few columns leave each lane a long chain of dependent batches: the deeper kernel where its grid still fits
         // the GPU at once (its 212 registers hold 8 warps per SM).
         let kernel = match self.tune.add_deep.load(Ordering::Relaxed) {
@@ -222,9 +221,9 @@ impl CudaBackend {
     }
 
     /// Whether `x`'s rows against `cw` can run on the interleaved one-row kernels: an interleaved weight (the
-    /// portable arithmetic) of x's width, with no column count forced by tuning.
+    /// portable arithmetic) of x's width. Every one-row kernel takes its block width from `FloatTuning::il1_cols`.
     fn one_row_il(&self, x: &Tensor, cw: &CudaWeight) -> bool {
-        cw.interleaved && cw.in_dim == x.cols && self.tune.cols.load(Ordering::Relaxed) == 0
+        cw.interleaved && cw.in_dim == x.cols
     }
 
     /// [`Self::matmul_many_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): one row with the weights on the
@@ -263,7 +262,7 @@ impl CudaBackend {
         at: &RopeKv,
     ) -> [Tensor; 3] {
         let (hd, rope) = (at.head_dim, at.rope);
-        let cols = il_cols(weight(ws[0].0).out_dim);
+        let cols = self.tune.il1_cols(weight(ws[0].0).out_dim);
         let (nq, nk, nv) = (weight(ws[0].0).out_dim, weight(ws[1].0).out_dim, weight(ws[2].0).out_dim);
         let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
             && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0
@@ -354,7 +353,7 @@ impl CudaBackend {
             (DType::F16, true) => "matmul_f16w_il1_many_norm",
             (_, true) => "matmul_bf16w_il1_many_norm",
         };
-        let cols = il_cols(first.out_dim); // one block width for every weight of the launch
+        let cols = self.tune.il1_cols(first.out_dim); // one block width for every weight of the launch
         self.launch_many(kernel, x, false, ws, |n| matmul_il_grid(1, n, cols).0 .0, 16 * cols, norm, |l| l)
     }
 
@@ -538,7 +537,7 @@ impl CudaBackend {
             (DType::F16, true) => "matmul_f16w_il1_glu_norm",
             (_, true) => "matmul_bf16w_il1_glu_norm",
         };
-        let cols = il_cols(n);
+        let cols = self.tune.il1_cols(n);
         let l = self
             .gpu
             .launch(kernel)

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8};
 pub(super) struct FloatTuning {
     /// Upload float matrices unpermuted even in the portable arithmetic.
     pub no_interleave: AtomicBool,
-    /// Columns per block of the interleaved kernels (0: [`crate::geometry::il_cols`]).
+    /// Columns per block of the interleaved kernels (0: [`crate::geometry::il_cols`]; `TF_CUDA_IL_COLS`, a power of
+    /// two from 2 to 16, for measurements: fewer, larger blocks per launch). Same bits at any width.
     pub cols: AtomicU32,
     /// Make no half copies of window activations (`TF_CUDA_HALF_X=0`, for measurements; backend/half.rs).
     pub no_half_x: AtomicBool,
@@ -32,6 +33,9 @@ pub(super) struct FloatTuning {
     /// way.
     pub add_deep: AtomicU8,
 }
+
+/// Widths `TF_CUDA_IL_COLS` accepts (anything else: the default).
+const IL_COLS: [u32; 4] = [2, 4, 8, 16];
 
 /// A kernel variant chosen by occupancy (the default), or forced off / on for measurements and tests.
 pub(super) const BY_OCCUPANCY: u8 = 0;
@@ -61,6 +65,15 @@ fn env_u32(name: &str, default: u32) -> u32 {
 }
 
 impl FloatTuning {
+    /// Columns per block of a one-row interleaved kernel with `n` outputs: the measurement override, else
+    /// [`crate::geometry::il_cols`].
+    pub fn il1_cols(&self, n: usize) -> u32 {
+        match self.cols.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => crate::geometry::il_cols(n),
+            c => c,
+        }
+    }
+
     /// The defaults, overridden by the environment's measurement knobs.
     pub fn from_env() -> FloatTuning {
         FloatTuning {
@@ -72,7 +85,7 @@ impl FloatTuning {
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
             no_qkv_rope: AtomicBool::new(std::env::var("TF_CUDA_QKV_ROPE").is_ok_and(|v| v == "0")),
             qkv_wide: AtomicU8::new(choice_from_env("TF_CUDA_QKV_WIDE")),
-            cols: AtomicU32::new(0),
+            cols: AtomicU32::new(Some(env_u32("TF_CUDA_IL_COLS", 0)).filter(|c| IL_COLS.contains(c)).unwrap_or(0)),
             add_deep: AtomicU8::new(choice_from_env("TF_CUDA_ADD_DEEP")),
         }
     }
@@ -92,16 +105,16 @@ impl super::CudaBackend {
     }
 
     /// One programmatic launch boundary measured alone (the bench example's `TF_BENCH_BOUNDARY`): `launches`
-    /// launches of `pdl_probe` (`blocks` blocks of 128 threads, each spinning `spin_ns` after its wait), queued
+    /// launches of `pdl_probe` (`blocks` blocks of `threads` threads, each spinning `spin_ns` after its wait), queued
     /// behind a 2 ms spin so that the host is never what the GPU waits on; GPU microseconds per launch. With `pdl`
     /// each launch may be scheduled once the previous one's blocks have all started, as in the decode chain, so the
     /// time over the spin is one boundary's cost with nothing to overlap.
     #[doc(hidden)]
-    pub fn boundary_probe(&self, launches: usize, blocks: u32, spin_ns: i32, pdl: bool) -> f64 {
+    pub fn boundary_probe(&self, launches: usize, blocks: u32, threads: u32, spin_ns: i32, pdl: bool) -> f64 {
         let go = |ns: i32, blocks: u32, pdl: bool| {
             let l = self.gpu.launch("pdl_probe");
             let l = if pdl { l.pdl() } else { l };
-            l.int(ns).go((blocks, 1, 1), (128, 1, 1));
+            l.int(ns).go((blocks, 1, 1), (threads, 1, 1));
         };
         go(2_000_000, 1, false);
         let a = self.gpu.mark();
@@ -111,6 +124,23 @@ impl super::CudaBackend {
         let b = self.gpu.mark();
         self.gpu.sync();
         self.gpu.elapsed_ms(&a, &b) as f64 * 1e3 / launches.max(1) as f64
+    }
+
+    /// One grid barrier in global memory measured alone (the bench example's `TF_BENCH_BOUNDARY`, beside
+    /// [`Self::boundary_probe`]): one launch of `barrier_probe` with `blocks` blocks of 128 threads (at most what the
+    /// GPU holds at once: they wait on each other) running `rounds` rounds of a `spin_ns` spin and a barrier; GPU
+    /// microseconds per round. `None` when the grid would not be resident at once.
+    #[doc(hidden)]
+    pub fn barrier_probe(&self, rounds: usize, blocks: u32, spin_ns: i32) -> Option<f64> {
+        if blocks == 0 || blocks > self.gpu.resident_blocks("barrier_probe", 128) {
+            return None;
+        }
+        let count = self.gpu.zeros(4).ok()?;
+        let a = self.gpu.mark();
+        self.gpu.launch("barrier_probe").ptr(&count).i32(rounds).int(spin_ns).go((blocks, 1, 1), (128, 1, 1));
+        let b = self.gpu.mark();
+        self.gpu.sync();
+        Some(self.gpu.elapsed_ms(&a, &b) as f64 * 1e3 / rounds.max(1) as f64)
     }
 
     /// The decode chain's kernel timestamps since the last call, with kernels built with `TRACE=1`
