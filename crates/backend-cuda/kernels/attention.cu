@@ -12,6 +12,11 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
+// ATTN_QUAD (0 by default; prepared in session 18, not yet run on the device): 1 scores one head per block
+// (decode) with four threads per visit instead of one (below). The same bits either way.
+#ifndef ATTN_QUAD
+#define ATTN_QUAD 0
+#endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -40,7 +45,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     constexpr int PF_SET = ATTN_VPF > PF_MIN ? ATTN_VPF : PF_MIN;
     constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
     constexpr int T = ATTN_THREADS * S;
-    __shared__ float qs_all[S][MAX_HEAD_DIM];
+    __shared__ __align__(16) float qs_all[S][MAX_HEAD_DIM];  // read as float4 by the quad scoring
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
     __shared__ float red_all[S][ATTN_THREADS / 32];
@@ -126,6 +131,64 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     if (ELIDE & 8) {
         // Timing only: no scoring (every score 0).
         for (int i = ft; i < n * S; i += T) sc_all[i / n][i % n] = 0.0f;
+    } else if (S == 1 && ATTN_QUAD) {
+        // One query head per block (decode), four threads per visit: thread e of a quad holds dot16's lanes 4e..4e+3
+        // (elements 16m + 4e + u, u < 4, increasing m), so each float4 load of a warp reads 8 rows × 64 contiguous
+        // bytes. One thread per visit (the form below) reads 32 rows per load, and its scoring cost ~5 µs per 7B
+        // layer whether the rows came from DRAM, L2 or L1 (session 18's traces: one shared row, 1.6 µs; the same
+        // rows scored twice, twice the time). Then tree16's additions across the quad by shuffles: lanes j + 8 into
+        // j (threads e + 2 into e), j + 4 into j (thread 1 into 0), then j + 2 and j + 1 in thread 0: the same fmas
+        // and the same additions as one thread doing all 16 lanes. Each quad scores QV visits per pass, their loads
+        // issued together; pass bounds are uniform across the block (the shuffles need every lane).
+        constexpr int QV = 2;
+        int e = tid & 3, quad = tid >> 2;
+        const int QUADS = ATTN_THREADS / 4;
+        int steps = hd / 16;
+        for (int v0 = 0; v0 < n; v0 += QUADS * QV) {
+            float acc[QV][4];
+            const float* kr[QV];
+#pragma unroll
+            for (int u = 0; u < QV; u++) {
+#pragma unroll
+                for (int l = 0; l < 4; l++) acc[u][l] = 0.0f;
+                kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, n - 1)] * stride_slot + 4 * e;
+            }
+            for (int m0 = 0; m0 < steps; m0 += 8) {
+                float4 kk[QV][8];
+#pragma unroll
+                for (int u = 0; u < QV; u++)
+#pragma unroll
+                    for (int m = 0; m < 8; m++)
+                        if (m0 + m < steps) kk[u][m] = *(const float4*)(kr[u] + 16 * (m0 + m));
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    if (m0 + m < steps) {
+                        float4 qv = *(const float4*)(qs + 16 * (m0 + m) + 4 * e);
+#pragma unroll
+                        for (int u = 0; u < QV; u++) {
+                            acc[u][0] = fmaf(qv.x, kk[u][m].x, acc[u][0]);
+                            acc[u][1] = fmaf(qv.y, kk[u][m].y, acc[u][1]);
+                            acc[u][2] = fmaf(qv.z, kk[u][m].z, acc[u][2]);
+                            acc[u][3] = fmaf(qv.w, kk[u][m].w, acc[u][3]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < QV; u++) {
+#pragma unroll
+                for (int l = 0; l < 4; l++) acc[u][l] = acc[u][l] + __shfl_down_sync(FULL_MASK, acc[u][l], 2, 4);
+#pragma unroll
+                for (int l = 0; l < 4; l++) acc[u][l] = acc[u][l] + __shfl_down_sync(FULL_MASK, acc[u][l], 1, 4);
+                int vi = v0 + quad + u * QUADS;
+                if (e == 0 && vi < n) {
+                    float sv = ((acc[u][0] + acc[u][2]) + (acc[u][1] + acc[u][3])) * scale_;
+                    if (has_cap) sv = softcap * tf_tanh(sv / softcap);
+                    sc[vi] = sv;
+                }
+            }
+            if (v0 == 0) TR_LAST(trk, 7);
+        }
     } else if (S == 1) {
         // One query head per block (decode): one thread per visit, acc[j] dot16's lane j (elements i ≡ j mod 16,
         // increasing). With few blocks this is faster than the half-warp form below (fewer steps per thread).
