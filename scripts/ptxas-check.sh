@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Compiles the CUDA kernels here (NVRTC, then ptxas: no GPU needed) for sm_90 with the given kernel defines and
 # prints each kernel's registers and spills, so a variant whose PTX does not assemble, or that spills, is caught
-# before it takes device time. Needs libnvrtc and ptxas: NVRTC_LIB (the folder of libnvrtc.so.12) and PTXAS
-# (default: the ones the pip wheels nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 unpack under /work/nvrtc).
+# before it takes device time. Needs libnvrtc and ptxas: NVRTC_LIB (the folder of libnvrtc.so.13 or .12) and PTXAS
+# (default: the CUDA 13.0 wheels, which match the device's driver, when unpacked under /work/nvrtc13 by
+# `pip install --target /work/nvrtc13 "nvidia-cuda-nvrtc==13.0.*" "nvidia-cuda-nvcc==13.0.*"`; else the cu12 wheels
+# nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 under /work/nvrtc).
 #
 # With CUBIN_OUT=FILE it also keeps the machine code there (scripts/cubin.sh).
 #
@@ -10,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+if [ -z "${NVRTC_LIB:-}${PTXAS:-}" ] && [ -x /work/nvrtc13/nvidia/cu13/bin/ptxas ]; then
+    NVRTC_LIB=/work/nvrtc13/nvidia/cu13/lib PTXAS=/work/nvrtc13/nvidia/cu13/bin/ptxas
+fi
 NVRTC_LIB=${NVRTC_LIB:-/work/nvrtc/nvidia/cuda_nvrtc/lib}
 PTXAS=${PTXAS:-/work/nvrtc/nvidia/cuda_nvcc/bin/ptxas}
 cargo build --release -q -p tf-backend-cuda --features cuda --example ptx
