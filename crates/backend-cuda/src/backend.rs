@@ -242,7 +242,8 @@ impl CudaBackend {
 
     /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on unless
     /// `TF_CUDA_INTERLEAVE=0`), and the columns per block of the interleaved kernels (a power of two in
-    /// 2..=16, 0 = by shape; every one-row kernel takes it), for tests and measurements. The arithmetic of every output stays the same.
+    /// 2..=16, 0 = by shape; every one-row kernel takes it), for tests and measurements. The arithmetic of every
+    /// output stays the same.
     #[doc(hidden)]
     pub fn set_float_tuning(&self, interleave: bool, cols: u32) {
         // Whole warps per block (the reduction tree shuffles across all 32 lanes); at most 16 (`_il1_glu` keeps
