@@ -582,11 +582,7 @@ fn boundary(arithmetic: Arithmetic) {
     println!("boundary: blocks, spin µs; µs per launch with programmatic dependence (over the spin), plain (over)");
     for blocks in [1u32, 132, 528, 1056] {
         for spin in [2000, 5000] {
-            let med = |pdl: bool| {
-                let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, 128, spin, pdl)).collect();
-                v.sort_by(f64::total_cmp);
-                v[2]
-            };
+            let med = |pdl: bool| median((0..5).map(|_| be.boundary_probe(200, blocks, 128, spin, pdl)).collect());
             let (p, q, s) = (med(true), med(false), spin as f64 / 1e3);
             println!("  {blocks:5} {s:4.1}  {p:6.2} ({:+.2})  {q:6.2} ({:+.2})", p - s, q - s);
         }
@@ -594,20 +590,18 @@ fn boundary(arithmetic: Arithmetic) {
     // The same warps in fewer, larger blocks: whether a boundary's cost follows the blocks or the warps.
     println!("boundary by block size (2 µs spin, programmatic): blocks × threads, µs per launch (over the spin)");
     for (blocks, threads) in [(2112, 64), (1056, 128), (528, 256), (264, 512), (132, 1024), (1152, 64), (288, 256)] {
-        let mut v: Vec<f64> = (0..5).map(|_| be.boundary_probe(200, blocks, threads, 2000, true)).collect();
-        v.sort_by(f64::total_cmp);
-        println!("  {blocks:5} × {threads:4}  {:6.2} ({:+.2})", v[2], v[2] - 2.0);
+        let m = median((0..5).map(|_| be.boundary_probe(200, blocks, threads, 2000, true)).collect());
+        println!("  {blocks:5} × {threads:4}  {m:6.2} ({:+.2})", m - 2.0);
     }
     println!("grid barrier in one launch: blocks, spin µs; µs per round (over the spin)");
     for blocks in [1u32, 132, 528, 1056] {
         for spin in [2000, 5000] {
-            let mut v: Vec<f64> = (0..5).filter_map(|_| be.barrier_probe(200, blocks, spin)).collect();
+            let v: Vec<f64> = (0..5).filter_map(|_| be.barrier_probe(200, blocks, spin)).collect();
             if v.is_empty() {
                 println!("  {blocks:5}: more blocks than the GPU holds at once");
                 continue;
             }
-            v.sort_by(f64::total_cmp);
-            let (m, s) = (v[v.len() / 2], spin as f64 / 1e3);
+            let (m, s) = (median(v), spin as f64 / 1e3);
             println!("  {blocks:5} {s:4.1}  {m:6.2} ({:+.2})", m - s);
         }
     }
