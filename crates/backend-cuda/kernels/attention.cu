@@ -12,10 +12,21 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
-// ATTN_QUAD (0 by default; prepared in session 18, not yet run on the device): 1 scores one head per block
-// (decode) with four threads per visit instead of one (below). The same bits either way.
-#ifndef ATTN_QUAD
-#define ATTN_QUAD 0
+// ATTN_QV (4 by default: +1–1.6% over 2 on the H200, session 19): visits each quad of the decode scoring (one
+// head per block) scores per pass, their loads issued together. ATTN_V_EARLY (0 by default): 1 copies the first V
+// stage into shared memory with cp.async before the scoring instead of into registers after the softmax (session
+// 19: the V pass 0.6 µs shorter, the scoring as much later). Measurement defines; the same bits at any value.
+#ifndef ATTN_QV
+#define ATTN_QV 4
+#endif
+#ifndef ATTN_V_EARLY
+#define ATTN_V_EARLY 0
+#endif
+// ATTN_VSPLIT (1 by default; 2 or 4): one head per block (decode) splits each head's V pass over this many blocks,
+// each taking hd / ATTN_VSPLIT of the dimensions (every one scores all visits: the same scores, maxima and l_c,
+// so the slices' o_c are the one-block values). The host reads it for the grid (geometry::define_value).
+#ifndef ATTN_VSPLIT
+#define ATTN_VSPLIT 1
 #endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
@@ -28,11 +39,21 @@
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
 // the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
 // [slots, kv_heads, hd]. part [R, heads, cmax, hd + 2]: per chunk m_c, l_c, o_c[hd].
-// grid (heads / S, R, cmax), (ATTN_THREADS, S) threads: S query heads of one KV group per block (S divides the
+// grid (heads / S · VS, R, cmax), (ATTN_THREADS, S) threads (VS = ATTN_VSPLIT when S = 1, else 1; block x of
+// head h takes V dimensions [x % VS · hd / VS, + hd / VS)): S query heads of one KV group per block (S divides the
 // group), each on its own ATTN_THREADS threads (threadIdx.y = the head within the block), so the K rows they
 // score and the V stages they consume are loaded once per block (K through L1, V into shared memory) instead of
 // once per head. Per head everything is as with S = 1: half-warps score the chunk's visits (lane j of a half-warp
 // holds dot16's lane j, then the fixed tree), and thread t owns output dimensions 2t, 2t + 1.
+// The V stages (attention_chunk_s's V pass): thread ft < vstep · per_row loads float4 column vcol of stage rows
+// vrow + k · vstep, k < PF (the rest load nothing); a stage is as many visits as fit in vs and in those PF rounds,
+// a multiple of 8 (so that e is read as aligned float4s).
+#define ATTN_V_GEOMETRY                                                           \
+    int per_row = hdv / 4;                                                        \
+    int vstep = T / per_row;                                                      \
+    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hdv, PF * vstep) & ~7;           \
+    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row)
+
 template <int S>
 __device__ void attention_chunk_s(const float* q, const float* k, const float* v, const i32* rows, const u32* bt,
                                   const i32* bt_off, const u32* tree, const i32* chunks, int cmax, int heads,
@@ -45,6 +66,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     constexpr int PF_SET = ATTN_VPF > PF_MIN ? ATTN_VPF : PF_MIN;
     constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
     constexpr int T = ATTN_THREADS * S;
+    constexpr int VS = S == 1 ? ATTN_VSPLIT : 1;
     __shared__ __align__(16) float qs_all[S][MAX_HEAD_DIM];  // read as float4 by the quad scoring
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
@@ -58,7 +80,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     griddep_wait();
 #endif
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
-    int h = blockIdx.x * S + sub, r = blockIdx.y, c = blockIdx.z;
+    int h = blockIdx.x / VS * S + sub, r = blockIdx.y, c = blockIdx.z;
+    int hdv = hd / VS, dbase = blockIdx.x % VS * hdv;  // this block's V dimensions [dbase, dbase + hdv)
     float* qs = qs_all[sub];
     float* sc = sc_all[sub];
     float* red = red_all[sub];
@@ -70,7 +93,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         // One chunk per row (no merge launched): a row without visits gets zeros, as attention_merge writes.
         if (cmax == 1) {
             float* outh = out + ((i64)r * heads + h) * hd;
-            for (int d = tid; d < hd; d += ATTN_THREADS) outh[d] = 0.0f;
+            for (int d = dbase + tid; d < dbase + hdv; d += ATTN_THREADS) outh[d] = 0.0f;
         }
         return;
     }
@@ -96,7 +119,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     int np = pbeg < pend ? (int)(pend - pbeg) : 0;
     i64 stride_slot = (i64)kv_heads * hd;
     const float* kh = k + (i64)kvh * hd;
-    const float* vh = v + (i64)kvh * hd;
+    const float* vh = v + (i64)kvh * hd + dbase;
     for (int i = ft; i < np; i += T) {
         i64 p = pbeg + i;
         u32 pu = (u32)p, bs = (u32)block_size;  // positions are u32: 32-bit division
@@ -106,7 +129,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         // Ask L2 for the visit's K and V rows (prefetches read nothing into registers: safe before the wait).
         for (int l = 0; l < hd; l += 32) {
             asm volatile("prefetch.global.L2 [%0];" ::"l"(kh + (i64)slot * stride_slot + l));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + (i64)slot * stride_slot + l));
+            if (VS == 1 || l < hdv) asm volatile("prefetch.global.L2 [%0];" ::"l"(vh + (i64)slot * stride_slot + l));
         }
 #endif
     }
@@ -126,21 +149,39 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     TR_LAST(trk, 2);
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
+#if ATTN_V_EARLY
+    ATTN_V_GEOMETRY;
+    {
+        // The first stage straight into shared memory, under the scoring (slots[] is complete after the barrier).
+        int lim = min(stage, n);
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            int row_k = vrow + k * vstep;
+            if (row_k < lim) {
+                u32 dst = (u32)__cvta_generic_to_shared(&vs[row_k * per_row + vcol / 4]);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                             "l"(vh + (i64)slots[row_k] * stride_slot + vcol)
+                             : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+#endif
     TR_LAST(trk, 4);
     // Scores (the same bits either way).
     if (ELIDE & 8) {
         // Timing only: no scoring (every score 0).
         for (int i = ft; i < n * S; i += T) sc_all[i / n][i % n] = 0.0f;
-    } else if (S == 1 && ATTN_QUAD) {
+    } else if (S == 1) {
         // One query head per block (decode), four threads per visit: thread e of a quad holds dot16's lanes 4e..4e+3
         // (elements 16m + 4e + u, u < 4, increasing m), so each float4 load of a warp reads 8 rows × 64 contiguous
-        // bytes. One thread per visit (the form below) reads 32 rows per load, and its scoring cost ~5 µs per 7B
-        // layer whether the rows came from DRAM, L2 or L1 (session 18's traces: one shared row, 1.6 µs; the same
-        // rows scored twice, twice the time). Then tree16's additions across the quad by shuffles: lanes j + 8 into
-        // j (threads e + 2 into e), j + 4 into j (thread 1 into 0), then j + 2 and j + 1 in thread 0: the same fmas
-        // and the same additions as one thread doing all 16 lanes. Each quad scores QV visits per pass, their loads
-        // issued together; pass bounds are uniform across the block (the shuffles need every lane).
-        constexpr int QV = 2;
+        // bytes. One thread per visit (sessions 1–18) read 32 rows per load, and its scoring cost ~5 µs per 7B layer
+        // whether the rows came from DRAM, L2 or L1 (session 18's probes); this form's first visit, 1.9 µs (session
+        // 19). Then tree16's additions across the quad by shuffles: lanes j + 8 into j (threads e + 2 into e), j + 4
+        // into j (thread 1 into 0), then j + 2 and j + 1 in thread 0: the same fmas and the same additions as one
+        // thread doing all 16 lanes. Each quad scores QV visits per pass, their loads issued together; pass bounds
+        // are uniform across the block (the shuffles need every lane).
+        constexpr int QV = ATTN_QV;
         int e = tid & 3, quad = tid >> 2;
         const int QUADS = ATTN_THREADS / 4;
         int steps = hd / 16;
@@ -188,36 +229,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                 }
             }
             if (v0 == 0) TR_LAST(trk, 7);
-        }
-    } else if (S == 1) {
-        // One query head per block (decode): one thread per visit, acc[j] dot16's lane j (elements i ≡ j mod 16,
-        // increasing). With few blocks this is faster than the half-warp form below (fewer steps per thread).
-        for (int vi = tid; vi < n; vi += ATTN_THREADS) {
-            const float* kr = kh + (i64)slots[vi] * stride_slot;
-            float acc[16];
-#pragma unroll
-            for (int j = 0; j < 16; j++) acc[j] = 0.0f;
-#pragma unroll 4
-            for (int i = 0; i < hd; i += 16) {
-#pragma unroll
-                for (int j = 0; j < 16; j += 4) {
-                    float4 kk = *(const float4*)(kr + i + j);
-                    acc[j] = fmaf(qs[i + j], kk.x, acc[j]);
-                    acc[j + 1] = fmaf(qs[i + j + 1], kk.y, acc[j + 1]);
-                    acc[j + 2] = fmaf(qs[i + j + 2], kk.z, acc[j + 2]);
-                    acc[j + 3] = fmaf(qs[i + j + 3], kk.w, acc[j + 3]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[j] = acc[j] + acc[j + 8];
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[j] = acc[j] + acc[j + 4];
-#pragma unroll
-            for (int j = 0; j < 2; j++) acc[j] = acc[j] + acc[j + 2];
-            float sv = (acc[0] + acc[1]) * scale_;
-            if (has_cap) sv = softcap * tf_tanh(sv / softcap);
-            sc[vi] = sv;
-            if (vi == tid) TR_LAST(trk, 7);
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
@@ -294,18 +305,13 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     // (one float2 per visit; hd is a multiple of 4), reading 8 positions' e and V ahead of their fmas (same fmas,
     // same order); it also adds the e values it reads into l_c, in visit order (the same additions in the same
     // order as one thread summing them, which none then has to do alone).
-    int d0 = 2 * tid;
-    bool owns = d0 < hd;
+    int d0 = 2 * tid;  // within the block's slice: dimension dbase + d0
+    bool owns = d0 < hdv;
     float oc0 = 0.0f, oc1 = 0.0f;  // dimensions d0 and d0 + 1
     float lc = 0.0f;
-    // Thread ft < vstep · per_row loads float4 column vcol of stage rows vrow + k · vstep, k < PF (the rest load
-    // nothing); a stage is as many visits as fit in vs and in those PF rounds, a multiple of 8 (so that e is read
-    // as aligned float4s).
-    int per_row = hd / 4;
-    int vstep = T / per_row;
-    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hd, PF * vstep) & ~7;
-    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
     float4 pf[PF];
+#if !ATTN_V_EARLY
+    ATTN_V_GEOMETRY;
     {
         int lim = min(stage, n);
 #pragma unroll
@@ -314,12 +320,17 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
+#endif
     for (int base = 0; base < ((ELIDE & 16) ? 0 : n); base += stage) {  // ELIDE bit 4 (timing only): no V pass
         int cnt = min(stage, n - base);
+        if (ATTN_V_EARLY && base == 0) {
+            asm volatile("cp.async.wait_all;" ::: "memory");
+        } else {
 #pragma unroll
-        for (int k = 0; k < PF; k++) {
-            int row_k = vrow + k * vstep;
-            if (row_k < cnt) vs[row_k * per_row + vcol / 4] = pf[k];
+            for (int k = 0; k < PF; k++) {
+                int row_k = vrow + k * vstep;
+                if (row_k < cnt) vs[row_k * per_row + vcol / 4] = pf[k];
+            }
         }
         __syncthreads();
         int nb = base + stage;
@@ -339,7 +350,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                 float e[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
                 float2 v[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++) v[u] = *(const float2*)(vsf + (i + u) * hd);
+                for (int u = 0; u < 8; u++) v[u] = *(const float2*)(vsf + (i + u) * hdv);
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     oc0 = fmaf(e[u], v[u].x, oc0);
@@ -349,7 +360,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             }
             for (; i < cnt; i++) {
                 float e = sc[base + i];
-                float2 v = *(const float2*)(vsf + i * hd);
+                float2 v = *(const float2*)(vsf + i * hdv);
                 oc0 = fmaf(e, v.x, oc0);
                 oc1 = fmaf(e, v.y, oc1);
                 lc += e;
@@ -361,8 +372,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         // The row's only chunk: the merge would output o_c / l_c; do it here and skip attention_merge.
         float* outh = out + ((i64)r * heads + h) * hd;
         if (owns) {
-            outh[d0] = oc0 / lc;
-            outh[d0 + 1] = oc1 / lc;
+            outh[dbase + d0] = oc0 / lc;
+            outh[dbase + d0 + 1] = oc1 / lc;
         }
         return;
     }
@@ -372,8 +383,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         pp[1] = lc;  // l_c in visit order
     }
     if (owns) {
-        pp[2 + d0] = oc0;
-        pp[3 + d0] = oc1;
+        pp[2 + dbase + d0] = oc0;
+        pp[3 + dbase + d0] = oc1;
     }
 }
 

@@ -217,6 +217,8 @@ pub struct Gpu {
     pdl: bool,
     /// The kernels' `NORM_PER` (a define; 4 by default): elements per thread of the norms, for their launches.
     pub norm_per: usize,
+    /// The kernels' `ATTN_VSPLIT` (a define; 1 by default): blocks per head of the one-head attention kernel.
+    pub attn_vsplit: usize,
     /// Streaming multiprocessors.
     sms: u32,
     /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
@@ -289,6 +291,7 @@ impl Gpu {
         }));
         let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
         let norm_per = crate::geometry::norm_per(defines);
+        let attn_vsplit = crate::geometry::attn_vsplit(defines).map_err(BackendError)?;
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(err("multiprocessor count"))?
@@ -306,6 +309,7 @@ impl Gpu {
             pool,
             pdl,
             norm_per,
+            attn_vsplit,
             sms,
             resident,
         })

@@ -222,7 +222,22 @@ pub fn norm_threads(n: usize, per: usize) -> u32 {
 
 /// `NORM_PER` among kernel `defines` (`NAME=INTEGER`), else the kernels' default, 4.
 pub fn norm_per(defines: &[String]) -> usize {
-    defines.iter().filter_map(|d| d.strip_prefix("NORM_PER=")?.parse().ok()).next_back().unwrap_or(4)
+    define_value(defines, "NORM_PER").unwrap_or(4)
+}
+
+/// The last value of define `name` among kernel `defines` (`NAME=INTEGER`), if any.
+pub fn define_value(defines: &[String], name: &str) -> Option<usize> {
+    defines.iter().filter_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).next_back()
+}
+
+/// `ATTN_VSPLIT` among kernel `defines`, else 1: blocks per head of the one-head attention kernel, each taking
+/// `head_dim / n` of the V dimensions (kernels/attention.cu). 1, 2 or 4 (head_dim is a multiple of 16, so each
+/// slice is whole float4s); anything else is refused.
+pub fn attn_vsplit(defines: &[String]) -> Result<usize, String> {
+    match define_value(defines, "ATTN_VSPLIT").unwrap_or(1) {
+        n @ (1 | 2 | 4) => Ok(n),
+        n => Err(format!("ATTN_VSPLIT={n}: expected 1, 2 or 4")),
+    }
 }
 
 /// Threads per block of the attention kernel (`ATTN_THREADS`).
@@ -408,6 +423,10 @@ mod tests {
         assert_eq!((norm_threads(3584, 16), norm_threads(1536, 8), norm_threads(4096, 16)), (448, 384, 512));
         assert_eq!(norm_per(&[]), 4);
         assert_eq!(norm_per(&["IL_PIPE=1".into(), "NORM_PER=16".into()]), 16);
+        assert_eq!(norm_per(&["NORM_PER_X=16".into()]), 4);
+        assert_eq!(attn_vsplit(&[]), Ok(1));
+        assert_eq!(attn_vsplit(&["ATTN_VSPLIT=4".into()]), Ok(4));
+        assert!(attn_vsplit(&["ATTN_VSPLIT=3".into()]).is_err());
     }
 
     #[test]

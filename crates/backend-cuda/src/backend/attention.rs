@@ -63,6 +63,8 @@ impl CudaBackend {
         // S query heads of one KV group per block share its K/V loads when there are blocks enough to fill the GPU
         // (TF_CUDA_ATTN_HEADS=1..7 forces a cap, for timing); every head's arithmetic is the same either way.
         let sb = attn_heads_per_block(p.heads, p.kv_heads, q.rows * cmax, self.attn_heads_cap.load(Ordering::Relaxed));
+        // One head per block: ATTN_VSPLIT blocks per head, each with a slice of the V dimensions.
+        let vsplit = if sb == 1 { self.gpu.attn_vsplit } else { 1 };
         self.gpu
             .launch(ATTN_KERNELS[sb - 1])
             .pdl()
@@ -85,7 +87,7 @@ impl CudaBackend {
             .f32(p.softcap.unwrap_or(0.0))
             .ptr(&part)
             .ptr(&out)
-            .go(((p.heads / sb) as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, sb as u32, 1));
+            .go(((p.heads / sb * vsplit) as u32, q.rows as u32, cmax as u32), (ATTN_THREADS, sb as u32, 1));
         if cmax > 1 {
             self.gpu
                 .launch("attention_merge")
