@@ -22,11 +22,13 @@
 #ifndef ATTN_V_EARLY
 #define ATTN_V_EARLY 0
 #endif
-// ATTN_VSPLIT (1 by default; 2 or 4): one head per block (decode) splits each head's V pass over this many blocks,
-// each taking hd / ATTN_VSPLIT of the dimensions (every one scores all visits: the same scores, maxima and l_c,
-// so the slices' o_c are the one-block values). The host reads it for the grid (geometry::define_value).
+// ATTN_VSPLIT (2 by default; 1, 2 or 4): one head per block (decode) splits each head's V pass over this many
+// blocks, each taking hd / ATTN_VSPLIT of the dimensions (every one scores all visits: the same scores, maxima and
+// l_c, so the slices' o_c are the one-block values). Session 19 on the H200: 2 against 1, +1% on the 1.5B, 7B and
+// 8B shapes (4: the V pass 3.3 → 1.9 µs per 7B layer, but four blocks scoring each head's K delay the scoring).
+// The host reads it for the grid (geometry::attn_vsplit, whose default must be this one: tests/compile.rs).
 #ifndef ATTN_VSPLIT
-#define ATTN_VSPLIT 1
+#define ATTN_VSPLIT 2
 #endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their

@@ -217,7 +217,7 @@ pub struct Gpu {
     pdl: bool,
     /// The kernels' `NORM_PER` (a define; 4 by default): elements per thread of the norms, for their launches.
     pub norm_per: usize,
-    /// The kernels' `ATTN_VSPLIT` (a define; 1 by default): blocks per head of the one-head attention kernel.
+    /// The kernels' `ATTN_VSPLIT` (a define; 2 by default): blocks per head of the one-head attention kernel.
     pub attn_vsplit: usize,
     /// Streaming multiprocessors.
     sms: u32,
@@ -255,6 +255,7 @@ impl Gpu {
     /// Opens device `ordinal`: loads libcuda (dynamically), compiles (with `defines`, see [`compile_with`]) and
     /// loads the kernels.
     pub fn open(ordinal: usize, defines: &[String]) -> Result<Gpu, BackendError> {
+        let attn_vsplit = crate::geometry::attn_vsplit(defines).map_err(BackendError)?;
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| BackendError("the CUDA driver (libcuda) could not be loaded".into()))?
             .map_err(err("device open"))?;
@@ -291,7 +292,6 @@ impl Gpu {
         }));
         let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
         let norm_per = crate::geometry::norm_per(defines);
-        let attn_vsplit = crate::geometry::attn_vsplit(defines).map_err(BackendError)?;
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(err("multiprocessor count"))?

@@ -230,11 +230,14 @@ pub fn define_value(defines: &[String], name: &str) -> Option<usize> {
     defines.iter().filter_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).next_back()
 }
 
-/// `ATTN_VSPLIT` among kernel `defines`, else 1: blocks per head of the one-head attention kernel, each taking
-/// `head_dim / n` of the V dimensions (kernels/attention.cu). 1, 2 or 4 (head_dim is a multiple of 16, so each
-/// slice is whole float4s); anything else is refused.
+/// The kernels' default `ATTN_VSPLIT` (kernels/attention.cu; tests/compile.rs checks they agree).
+pub const ATTN_VSPLIT: usize = 2;
+
+/// `ATTN_VSPLIT` among kernel `defines`, else [`ATTN_VSPLIT`]: blocks per head of the one-head attention kernel,
+/// each taking `head_dim / n` of the V dimensions (kernels/attention.cu). 1, 2 or 4 (head_dim is a multiple of 16,
+/// so each slice is whole float4s); anything else is refused.
 pub fn attn_vsplit(defines: &[String]) -> Result<usize, String> {
-    match define_value(defines, "ATTN_VSPLIT").unwrap_or(1) {
+    match define_value(defines, "ATTN_VSPLIT").unwrap_or(ATTN_VSPLIT) {
         n @ (1 | 2 | 4) => Ok(n),
         n => Err(format!("ATTN_VSPLIT={n}: expected 1, 2 or 4")),
     }
@@ -424,7 +427,7 @@ mod tests {
         assert_eq!(norm_per(&[]), 4);
         assert_eq!(norm_per(&["IL_PIPE=1".into(), "NORM_PER=16".into()]), 16);
         assert_eq!(norm_per(&["NORM_PER_X=16".into()]), 4);
-        assert_eq!(attn_vsplit(&[]), Ok(1));
+        assert_eq!(attn_vsplit(&[]), Ok(ATTN_VSPLIT));
         assert_eq!(attn_vsplit(&["ATTN_VSPLIT=4".into()]), Ok(4));
         assert!(attn_vsplit(&["ATTN_VSPLIT=3".into()]).is_err());
     }

@@ -2,7 +2,7 @@
 #![cfg(feature = "cuda")]
 
 use tf_backend_cuda::device::{compile, compile_with};
-use tf_backend_cuda::geometry::{nvrtc_arch, KERNELS};
+use tf_backend_cuda::geometry::{nvrtc_arch, ATTN_VSPLIT, KERNELS};
 
 #[test]
 fn nvrtc_compiles_every_kernel_for_hopper_and_ampere() {
@@ -38,4 +38,15 @@ fn the_tuning_defines_compile_and_bad_ones_are_refused() {
         let err = compile_with(&arch, &[bad.to_string()]).expect_err(bad);
         assert!(err.0.contains("NAME=INTEGER"), "{bad}: {}", err.0);
     }
+}
+
+#[test]
+fn the_host_reads_the_kernels_default_attention_split() {
+    // The host sizes attention's grid by geometry::ATTN_VSPLIT when no define sets it: the kernels compiled
+    // without the define must be the kernels compiled with that value (and not those with another).
+    let arch = nvrtc_arch(9, 0);
+    let plain = compile(&arch).unwrap();
+    assert_eq!(plain, compile_with(&arch, &[format!("ATTN_VSPLIT={ATTN_VSPLIT}")]).unwrap());
+    let other = if ATTN_VSPLIT == 1 { 2 } else { 1 };
+    assert_ne!(plain, compile_with(&arch, &[format!("ATTN_VSPLIT={other}")]).unwrap());
 }
