@@ -30,6 +30,43 @@
 #ifndef ATTN_VSPLIT
 #define ATTN_VSPLIT 2
 #endif
+// ATTN_CLUSTER (0 by default; sm_90): 1 makes the ATTN_VSPLIT blocks of a head one thread-block cluster that
+// also splits the scoring: each block scores its share of the visits and stores each score into every block's
+// shared memory (distributed shared memory), so each block loads 1 / ATTN_VSPLIT of the K rows. The same scores
+// in the same places: the same bits. A measurement define of session 19.
+#ifndef ATTN_CLUSTER
+#define ATTN_CLUSTER 0
+#endif
+#if ATTN_CLUSTER && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ATTN_CL_ON 1
+#define ATTN_S1_CLUSTER __cluster_dims__(ATTN_VSPLIT, 1, 1)
+#else
+#define ATTN_CL_ON 0
+#define ATTN_S1_CLUSTER
+#endif
+// Stores v at p in the shared memory of cluster block `rank` (p: this block's address of the same variable).
+__device__ __forceinline__ void st_shared_rank(float* p, u32 rank, float v) {
+#if ATTN_CL_ON
+    u32 a = (u32)__cvta_generic_to_shared(p), r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(r), "f"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if ATTN_CL_ON
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive() {
+#if ATTN_CL_ON
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if ATTN_CL_ON
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -69,6 +106,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
     constexpr int T = ATTN_THREADS * S;
     constexpr int VS = S == 1 ? ATTN_VSPLIT : 1;
+    constexpr bool CL = S == 1 && VS > 1 && ATTN_CL_ON;  // the VS blocks of a head are one cluster
     __shared__ __align__(16) float qs_all[S][MAX_HEAD_DIM];  // read as float4 by the quad scoring
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
@@ -83,7 +121,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #endif
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
     int h = blockIdx.x / VS * S + sub, r = blockIdx.y, c = blockIdx.z;
-    int hdv = hd / VS, dbase = blockIdx.x % VS * hdv;  // this block's V dimensions [dbase, dbase + hdv)
+    int vpart = blockIdx.x % VS, hdv = hd / VS, dbase = vpart * hdv;  // this block's V dimensions [dbase, dbase + hdv)
     float* qs = qs_all[sub];
     float* sc = sc_all[sub];
     float* red = red_all[sub];
@@ -143,6 +181,8 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             n++;
         }
     }
+    // Every block of the cluster must be running before one stores into another's shared memory.
+    if (CL) cluster_arrive_relaxed();
 #if PRE_WAIT
     griddep_wait();
 #endif
@@ -187,14 +227,22 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         int e = tid & 3, quad = tid >> 2;
         const int QUADS = ATTN_THREADS / 4;
         int steps = hd / 16;
-        for (int v0 = 0; v0 < n; v0 += QUADS * QV) {
+        // This block's visits [vlo, vhi): all of them, or with a cluster its share.
+        int vlo = 0, vhi = n;
+        if (CL) {
+            int nh = (n + VS - 1) / VS;
+            vlo = min(n, vpart * nh);
+            vhi = min(n, vlo + nh);
+            cluster_wait();
+        }
+        for (int v0 = vlo; v0 < vhi; v0 += QUADS * QV) {
             float acc[QV][4];
             const float* kr[QV];
 #pragma unroll
             for (int u = 0; u < QV; u++) {
 #pragma unroll
                 for (int l = 0; l < 4; l++) acc[u][l] = 0.0f;
-                kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, n - 1)] * stride_slot + 4 * e;
+                kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, vhi - 1)] * stride_slot + 4 * e;
             }
             for (int m0 = 0; m0 < steps; m0 += 8) {
                 float4 kk[QV][8];
@@ -224,13 +272,20 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #pragma unroll
                 for (int l = 0; l < 4; l++) acc[u][l] = acc[u][l] + __shfl_down_sync(FULL_MASK, acc[u][l], 1, 4);
                 int vi = v0 + quad + u * QUADS;
-                if (e == 0 && vi < n) {
+                if (e == 0 && vi < vhi) {
                     float sv = ((acc[u][0] + acc[u][2]) + (acc[u][1] + acc[u][3])) * scale_;
                     if (has_cap) sv = softcap * tf_tanh(sv / softcap);
                     sc[vi] = sv;
+                    if (CL)
+                        for (int o = 1; o < VS; o++) st_shared_rank(sc + vi, (u32)((vpart + o) % VS), sv);
                 }
             }
-            if (v0 == 0) TR_LAST(trk, 7);
+            if (v0 == vlo) TR_LAST(trk, 7);
+        }
+        if (CL) {
+            // Every block's scores are in every block's sc once all have arrived.
+            cluster_arrive();
+            cluster_wait();
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
@@ -390,7 +445,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1) ATTN_S1_CLUSTER
 attention_chunk_s1(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
                     const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
                     float scale_, int window, int has_cap, float softcap, float* part, float* out) {
