@@ -13,14 +13,9 @@
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
 // ATTN_QV (4 by default: +1–1.6% over 2 on the H200, session 19): visits each quad of the decode scoring (one
-// head per block) scores per pass, their loads issued together. ATTN_V_EARLY (0 by default): 1 copies the first V
-// stage into shared memory with cp.async before the scoring instead of into registers after the softmax (session
-// 19: the V pass 0.6 µs shorter, the scoring as much later). Measurement defines; the same bits at any value.
+// head per block) scores per pass, their loads issued together. A measurement define; the same bits at any value.
 #ifndef ATTN_QV
 #define ATTN_QV 4
-#endif
-#ifndef ATTN_V_EARLY
-#define ATTN_V_EARLY 0
 #endif
 // ATTN_VSPLIT (2 by default; 1, 2 or 4): one head per block (decode) splits each head's V pass over this many
 // blocks, each taking hd / ATTN_VSPLIT of the dimensions (every one scores all visits: the same scores, maxima and
@@ -30,43 +25,6 @@
 #ifndef ATTN_VSPLIT
 #define ATTN_VSPLIT 2
 #endif
-// ATTN_CLUSTER (0 by default; sm_90): 1 makes the ATTN_VSPLIT blocks of a head one thread-block cluster that
-// also splits the scoring: each block scores its share of the visits and stores each score into every block's
-// shared memory (distributed shared memory), so each block loads 1 / ATTN_VSPLIT of the K rows. The same scores
-// in the same places: the same bits. A measurement define of session 19.
-#ifndef ATTN_CLUSTER
-#define ATTN_CLUSTER 0
-#endif
-#if ATTN_CLUSTER && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define ATTN_CL_ON 1
-#define ATTN_S1_CLUSTER __cluster_dims__(ATTN_VSPLIT, 1, 1)
-#else
-#define ATTN_CL_ON 0
-#define ATTN_S1_CLUSTER
-#endif
-// Stores v at p in the shared memory of cluster block `rank` (p: this block's address of the same variable).
-__device__ __forceinline__ void st_shared_rank(float* p, u32 rank, float v) {
-#if ATTN_CL_ON
-    u32 a = (u32)__cvta_generic_to_shared(p), r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(r), "f"(v) : "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if ATTN_CL_ON
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive() {
-#if ATTN_CL_ON
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if ATTN_CL_ON
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -84,15 +42,6 @@ __device__ __forceinline__ void cluster_wait() {
 // score and the V stages they consume are loaded once per block (K through L1, V into shared memory) instead of
 // once per head. Per head everything is as with S = 1: half-warps score the chunk's visits (lane j of a half-warp
 // holds dot16's lane j, then the fixed tree), and thread t owns output dimensions 2t, 2t + 1.
-// The V stages (attention_chunk_s's V pass): thread ft < vstep · per_row loads float4 column vcol of stage rows
-// vrow + k · vstep, k < PF (the rest load nothing); a stage is as many visits as fit in vs and in those PF rounds,
-// a multiple of 8 (so that e is read as aligned float4s).
-#define ATTN_V_GEOMETRY                                                           \
-    int per_row = hdv / 4;                                                        \
-    int vstep = T / per_row;                                                      \
-    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hdv, PF * vstep) & ~7;           \
-    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row)
-
 template <int S>
 __device__ void attention_chunk_s(const float* q, const float* k, const float* v, const i32* rows, const u32* bt,
                                   const i32* bt_off, const u32* tree, const i32* chunks, int cmax, int heads,
@@ -106,7 +55,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
     constexpr int T = ATTN_THREADS * S;
     constexpr int VS = S == 1 ? ATTN_VSPLIT : 1;
-    constexpr bool CL = S == 1 && VS > 1 && ATTN_CL_ON;  // the VS blocks of a head are one cluster
     __shared__ __align__(16) float qs_all[S][MAX_HEAD_DIM];  // read as float4 by the quad scoring
     __shared__ u32 slots[ATTN_CHUNK];
     __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
@@ -121,7 +69,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #endif
     int sub = threadIdx.y, tid = threadIdx.x, ft = sub * ATTN_THREADS + tid;
     int h = blockIdx.x / VS * S + sub, r = blockIdx.y, c = blockIdx.z;
-    int vpart = blockIdx.x % VS, hdv = hd / VS, dbase = vpart * hdv;  // this block's V dimensions [dbase, dbase + hdv)
+    int hdv = hd / VS, dbase = blockIdx.x % VS * hdv;  // this block's V dimensions [dbase, dbase + hdv)
     float* qs = qs_all[sub];
     float* sc = sc_all[sub];
     float* red = red_all[sub];
@@ -181,8 +129,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             n++;
         }
     }
-    // Every block of the cluster must be running before one stores into another's shared memory.
-    if (CL) cluster_arrive_relaxed();
 #if PRE_WAIT
     griddep_wait();
 #endif
@@ -191,24 +137,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     TR_LAST(trk, 2);
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
-#if ATTN_V_EARLY
-    ATTN_V_GEOMETRY;
-    {
-        // The first stage straight into shared memory, under the scoring (slots[] is complete after the barrier).
-        int lim = min(stage, n);
-#pragma unroll
-        for (int k = 0; k < PF; k++) {
-            int row_k = vrow + k * vstep;
-            if (row_k < lim) {
-                u32 dst = (u32)__cvta_generic_to_shared(&vs[row_k * per_row + vcol / 4]);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                             "l"(vh + (i64)slots[row_k] * stride_slot + vcol)
-                             : "memory");
-            }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-#endif
     TR_LAST(trk, 4);
     // Scores (the same bits either way).
     if (ELIDE & 8) {
@@ -227,22 +155,14 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         int e = tid & 3, quad = tid >> 2;
         const int QUADS = ATTN_THREADS / 4;
         int steps = hd / 16;
-        // This block's visits [vlo, vhi): all of them, or with a cluster its share.
-        int vlo = 0, vhi = n;
-        if (CL) {
-            int nh = (n + VS - 1) / VS;
-            vlo = min(n, vpart * nh);
-            vhi = min(n, vlo + nh);
-            cluster_wait();
-        }
-        for (int v0 = vlo; v0 < vhi; v0 += QUADS * QV) {
+        for (int v0 = 0; v0 < n; v0 += QUADS * QV) {
             float acc[QV][4];
             const float* kr[QV];
 #pragma unroll
             for (int u = 0; u < QV; u++) {
 #pragma unroll
                 for (int l = 0; l < 4; l++) acc[u][l] = 0.0f;
-                kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, vhi - 1)] * stride_slot + 4 * e;
+                kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, n - 1)] * stride_slot + 4 * e;
             }
             for (int m0 = 0; m0 < steps; m0 += 8) {
                 float4 kk[QV][8];
@@ -272,20 +192,13 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #pragma unroll
                 for (int l = 0; l < 4; l++) acc[u][l] = acc[u][l] + __shfl_down_sync(FULL_MASK, acc[u][l], 1, 4);
                 int vi = v0 + quad + u * QUADS;
-                if (e == 0 && vi < vhi) {
+                if (e == 0 && vi < n) {
                     float sv = ((acc[u][0] + acc[u][2]) + (acc[u][1] + acc[u][3])) * scale_;
                     if (has_cap) sv = softcap * tf_tanh(sv / softcap);
                     sc[vi] = sv;
-                    if (CL)
-                        for (int o = 1; o < VS; o++) st_shared_rank(sc + vi, (u32)((vpart + o) % VS), sv);
                 }
             }
-            if (v0 == vlo) TR_LAST(trk, 7);
-        }
-        if (CL) {
-            // Every block's scores are in every block's sc once all have arrived.
-            cluster_arrive();
-            cluster_wait();
+            if (v0 == 0) TR_LAST(trk, 7);
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
@@ -358,17 +271,22 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     TR_LAST(trk, 6);
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
     // threads loading with float4). The next stage's loads are issued into registers before the current stage is
-    // consumed, so they cross memory while the chains run. Thread tid < hd / 2 owns dimensions 2·tid and 2·tid + 1
-    // (one float2 per visit; hd is a multiple of 4), reading 8 positions' e and V ahead of their fmas (same fmas,
-    // same order); it also adds the e values it reads into l_c, in visit order (the same additions in the same
-    // order as one thread summing them, which none then has to do alone).
+    // consumed, so they cross memory while the chains run. Thread tid < hdv / 2 owns dimensions 2·tid and 2·tid + 1
+    // of the block's slice (one float2 per visit; hdv is a multiple of 4), reading 8 positions' e and V ahead of
+    // their fmas (same fmas, same order); it also adds the e values it reads into l_c, in visit order (the same
+    // additions in the same order as one thread summing them, which none then has to do alone).
     int d0 = 2 * tid;  // within the block's slice: dimension dbase + d0
     bool owns = d0 < hdv;
     float oc0 = 0.0f, oc1 = 0.0f;  // dimensions d0 and d0 + 1
     float lc = 0.0f;
+    // Thread ft < vstep · per_row loads float4 column vcol of stage rows vrow + k · vstep, k < PF (the rest load
+    // nothing); a stage is as many visits as fit in vs and in those PF rounds, a multiple of 8 (so that e is read
+    // as aligned float4s).
+    int per_row = hdv / 4;
+    int vstep = T / per_row;
+    int stage = min(ATTN_VSTAGE * MAX_HEAD_DIM / hdv, PF * vstep) & ~7;
+    int vrow = ft < vstep * per_row ? ft / per_row : 1 << 28, vcol = 4 * (ft % per_row);
     float4 pf[PF];
-#if !ATTN_V_EARLY
-    ATTN_V_GEOMETRY;
     {
         int lim = min(stage, n);
 #pragma unroll
@@ -377,17 +295,12 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
-#endif
     for (int base = 0; base < ((ELIDE & 16) ? 0 : n); base += stage) {  // ELIDE bit 4 (timing only): no V pass
         int cnt = min(stage, n - base);
-        if (ATTN_V_EARLY && base == 0) {
-            asm volatile("cp.async.wait_all;" ::: "memory");
-        } else {
 #pragma unroll
-            for (int k = 0; k < PF; k++) {
-                int row_k = vrow + k * vstep;
-                if (row_k < cnt) vs[row_k * per_row + vcol / 4] = pf[k];
-            }
+        for (int k = 0; k < PF; k++) {
+            int row_k = vrow + k * vstep;
+            if (row_k < cnt) vs[row_k * per_row + vcol / 4] = pf[k];
         }
         __syncthreads();
         int nb = base + stage;
@@ -445,7 +358,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1) ATTN_S1_CLUSTER
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
 attention_chunk_s1(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
                     const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
                     float scale_, int window, int has_cap, float softcap, float* part, float* out) {
