@@ -25,6 +25,14 @@
 #ifndef ATTN_VSPLIT
 #define ATTN_VSPLIT 2
 #endif
+// ATTN_LAUNCH_LATE (0 by default; a measurement define, prepared again in session 19): where attention lets the
+// next kernel (o) be scheduled: 0 at its entry, 1 after its scores, 2 at its exit (no early trigger). o's blocks
+// trigger the GLU kernel at their entry, and both request their first weight batch once resident (~12 MB on the
+// 7B) just as attention scores. Session 18 found no effect, but then the scoring's ~5 µs was its access pattern;
+// with quads the first pass is one round of loads at ~2.3 µs, which this tells apart: contention or not.
+#ifndef ATTN_LAUNCH_LATE
+#define ATTN_LAUNCH_LATE 0
+#endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -61,7 +69,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     ELIDED(1)
-    griddep_launch();
+    if (ATTN_LAUNCH_LATE == 0) griddep_launch();
     // Launched early (PDL): the row metadata, block tables and chunk lists are host uploads (each ordered after
     // every earlier kernel), so with PRE_WAIT they are read before griddep_wait; q, and everything written, after.
 #if !PRE_WAIT
@@ -255,6 +263,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
     }
     __syncthreads();
+    if (ATTN_LAUNCH_LATE == 1) griddep_launch();
     TR_LAST(trk, 5);
     // m_c: max over the chunk (exact in any order; NaN never wins).
     float mc = __uint_as_float(0xff800000u);
