@@ -7,7 +7,9 @@
 # arithmetics, 1.5B and 7B. `window`: the verify-window cost in the tensor arithmetic (1-, 16- and 8-row steps
 # alternated, argmax ids, forward only), attention alone, and the engine's window costs (`bench --window-costs`),
 # 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
-# `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B.
+# `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B. `floor` (ROUNDS, default 4):
+# issue 8's target measurement, serial decode of the three shapes against the floor this machine's copy bandwidth
+# gives, in alternated rounds (bench/decode_floor.py).
 # Logs go to $OUT (one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -223,6 +225,11 @@ for k, v in sorted(st.items(), key=lambda x: -sorted(x[1])[len(x[1]) // 2][0]):
 PY
         done
     } 2>&1 | tee "$OUT/profile.log"
+fi
+
+if [ "$what" = floor ]; then
+    python3 bench/decode_floor.py --rounds "${ROUNDS:-4}" --out "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log"
+    [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
 fi
 
 exit $status
