@@ -33,6 +33,14 @@
 #ifndef ATTN_LAUNCH_LATE
 #define ATTN_LAUNCH_LATE 0
 #endif
+// ATTN_K_EARLY (0 by default): with PRE_WAIT, the one-head scoring (decode) loads its first pass's K rows into
+// registers before griddep_wait, for the visits whose position is below the row's `clean` bound (rows[5]: every
+// prefix position below it was written by a kernel that completed before the host's last synchronizing download,
+// src/kv_writes.rs), so no kernel still running can be writing them. The others load after the wait, as
+// without it. The same loads into the same registers and the same fmas: the same bits at either value.
+#ifndef ATTN_K_EARLY
+#define ATTN_K_EARLY 0
+#endif
 // ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
 // NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
 // order per dimension are the same at any stage size.
@@ -40,7 +48,7 @@
 #define ATTN_VPF 0
 #endif
 
-// Per row: pos, seq, ctx, tree_off, tree_len (5 i32). bt: flattened block tables, bt_off[seq] their starts.
+// Per row: pos, seq, ctx, tree_off, tree_len, clean (6 i32; clean: see ATTN_K_EARLY). bt: flattened block tables, bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
 // the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
 // [slots, kv_heads, hd]. part [R, heads, cmax, hd + 2]: per chunk m_c, l_c, o_c[hd].
@@ -94,7 +102,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         return;
     }
     int kvh = h / (heads / kv_heads);
-    const i32* row = rows + 5 * r;
+    const i32* row = rows + 6 * r;
     i64 pos = row[0];
     int seq = row[1];
     i64 ctx = row[2];
@@ -129,6 +137,29 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
 #endif
     }
+    // The one-head scoring's K operands (below), declared here so that its first pass can be loaded before the
+    // wait: bit u of `early` says visit quad + u · 32 of that pass (its first 8 steps of 16) is already in kk[u].
+    float4 kk[ATTN_QV][8];
+    unsigned early = 0;
+#if PRE_WAIT
+    if (S == 1 && ATTN_K_EARLY) {
+        i64 clean = row[5];
+        int e = tid & 3, quad = tid >> 2, steps = hd / 16;
+#pragma unroll
+        for (int u = 0; u < ATTN_QV; u++) {
+            int vi = quad + u * (ATTN_THREADS / 4);
+            i64 p = pbeg + vi;
+            if (vi < np && p < clean) {
+                u32 pu = (u32)p, bs = (u32)block_size;
+                const float* kr = kh + (i64)(table[pu / bs] * bs + pu % bs) * stride_slot + 4 * e;
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+                    if (m < steps) kk[u][m] = *(const float4*)(kr + 16 * m);
+                early |= 1u << u;
+            }
+        }
+    }
+#endif
     int n = np;
     for (int ti = 0; ti < tlen; ti++) {
         i64 p = tr[2 * ti];
@@ -173,12 +204,12 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                 kr[u] = kh + (i64)slots[min(v0 + quad + u * QUADS, n - 1)] * stride_slot + 4 * e;
             }
             for (int m0 = 0; m0 < steps; m0 += 8) {
-                float4 kk[QV][8];
 #pragma unroll
                 for (int u = 0; u < QV; u++)
 #pragma unroll
                     for (int m = 0; m < 8; m++)
-                        if (m0 + m < steps) kk[u][m] = *(const float4*)(kr[u] + 16 * (m0 + m));
+                        if (m0 + m < steps && !(early >> u & 1)) kk[u][m] = *(const float4*)(kr[u] + 16 * (m0 + m));
+                early = 0;  // only the first pass's first 8 steps were loaded early
 #pragma unroll
                 for (int m = 0; m < 8; m++) {
                     if (m0 + m < steps) {

@@ -65,6 +65,8 @@ pub struct CudaKv {
     pub spec: KvSpec,
     pub k: Buf,
     pub v: Buf,
+    /// The slots written since the host's last synchronizing download (src/kv_writes.rs).
+    writes: Mutex<crate::kv_writes::KvWrites>,
 }
 
 impl CudaKv {
@@ -119,18 +121,23 @@ struct Uploads {
     rope: Option<(Vec<u32>, Rope, Arc<RopeTables>)>,
     /// KV slots of a kv_write `[R]`.
     slots: Option<(Vec<u32>, Arc<Buf>)>,
-    /// Attention metadata → its flattened buffers.
-    attn: Option<(AttnMeta, KvSpec, Arc<AttnBufs>)>,
+    /// Attention metadata, the KV store (its K address) and its writes' key (src/kv_writes.rs) → the flattened
+    /// buffers.
+    attn: Option<(AttnMeta, KvSpec, AttnKey, Arc<AttnBufs>)>,
     /// The chunk lists of that metadata per sliding window: (window, `[R, cmax]` chunk ids, cmax).
     chunks: Vec<(Option<u32>, Arc<Buf>, usize)>,
 }
+
+/// The KV store's K address and [`crate::kv_writes::KvWrites::key`].
+type AttnKey = (u64, u64, u64);
 
 /// cos and sin table rows `[R, rot_dims / 2]` of one call's positions.
 type RopeTables = (Buf, Buf);
 
 /// Flattened attention metadata on the device.
 struct AttnBufs {
-    /// `[R, 5]` i32: position, sequence, ctx, tree offset, tree length.
+    /// `[R, 6]` i32: position, sequence, ctx, tree offset, tree length, clean (prefix positions below it were
+    /// written by kernels that completed before the host's last synchronizing download: src/kv_writes.rs).
     rows: Buf,
     /// `[Σ table lengths]` u32: every block table, concatenated.
     bt: Buf,
@@ -407,9 +414,11 @@ impl CudaBackend {
         x.device.as_ref().and_then(|s| s.downcast_ref::<CudaTensor>()).expect("tensor of another backend")
     }
 
-    /// Checks attention metadata against the KV shape and flattens it onto the device.
-    fn attn_bufs(&self, meta: &AttnMeta, spec: KvSpec) -> AttnBufs {
-        // Flattened metadata: rows [R, 5] = (pos, seq, ctx, tree offset, tree length), block tables, tree pairs.
+    /// Checks attention metadata against the KV shape and flattens it onto the device, with each row's clean bound
+    /// (`clean[r]`).
+    fn attn_bufs(&self, meta: &AttnMeta, spec: KvSpec, clean: &[u32]) -> AttnBufs {
+        // Flattened metadata: rows [R, 6] = (pos, seq, ctx, tree offset, tree length, clean), block tables, tree
+        // pairs.
         let mut bt: Vec<u32> = Vec::new();
         let mut bt_off: Vec<i32> = Vec::with_capacity(meta.block_tables.len());
         for t in &meta.block_tables {
@@ -419,9 +428,9 @@ impl CudaBackend {
             }
             bt.extend_from_slice(t);
         }
-        let mut rows: Vec<i32> = Vec::with_capacity(5 * meta.rows.len());
+        let mut rows: Vec<i32> = Vec::with_capacity(6 * meta.rows.len());
         let mut tree: Vec<u32> = Vec::new();
-        for row in &meta.rows {
+        for (row, &clean) in meta.rows.iter().zip(clean) {
             assert!(row.seq < meta.block_tables.len(), "attention: row seq {} without a block table", row.seq);
             let need = (row.ctx as usize).div_ceil(spec.block_size);
             let have = meta.block_tables[row.seq].len();
@@ -444,6 +453,7 @@ impl CudaBackend {
                 as_i32(row.ctx as usize),
                 as_i32(t0),
                 as_i32(row.tree.len()),
+                as_i32(clean.min(row.ctx) as usize),
             ]);
         }
         AttnBufs {
@@ -489,10 +499,18 @@ impl CudaBackend {
         }
     }
 
-    /// Checks of `kv_write`'s arguments (shared with `rope_kv_write`); the layer's row width.
+    /// Records that kernels about to be launched write `slots` of `store` (src/kv_writes.rs).
+    fn kv_written(&self, store: &CudaKv, slots: &[u32]) {
+        let mut w = store.writes.lock().unwrap_or_else(|e| e.into_inner());
+        w.record(self.gpu.syncs(), slots.iter().copied(), store.spec.block_size);
+    }
+
+    /// Checks of `kv_write`'s arguments (shared with `rope_kv_write`) and the record of the write; the layer's row
+    /// width.
     fn kv_write_checks(&self, kv: &KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) -> usize {
         let store = cuda_kv(kv);
         let width = store.width();
+        self.kv_written(store, slots);
         assert!(layer < store.spec.layers, "kv_write: layer {layer} of {}", store.spec.layers);
         assert!(k.cols == width && v.cols == width, "kv_write: k/v cols {}/{} vs {width}", k.cols, v.cols);
         assert!(k.rows == slots.len() && v.rows == slots.len(), "kv_write: rows vs {} slots", slots.len());
@@ -697,7 +715,7 @@ impl Backend for CudaBackend {
             .and_then(|v| v.checked_mul(spec.kv_heads * spec.head_dim))
             .and_then(|v| v.checked_mul(4))
             .ok_or_else(|| BackendError(format!("KV cache {spec:?} is too large")))?;
-        let kv = CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)? };
+        let kv = CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)?, writes: Mutex::default() };
         Ok(KvCache { spec, storage: Arc::new(kv) })
     }
 
@@ -734,6 +752,7 @@ impl Backend for CudaBackend {
         if src.is_empty() || store.spec.layers == 0 {
             return;
         }
+        self.kv_written(store, dst);
         let (sb, db) = (self.upload_or_panic(u32_bytes(src)), self.upload_or_panic(u32_bytes(dst)));
         self.gpu
             .launch("kv_copy")

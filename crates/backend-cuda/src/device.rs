@@ -13,6 +13,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tf_core::BackendError;
 
@@ -221,6 +222,9 @@ pub struct Gpu {
     pub attn_vsplit: usize,
     /// Streaming multiprocessors.
     sms: u32,
+    /// Completed waits for the whole stream (downloads, [`Gpu::sync`]): a kernel launched while this was n has
+    /// completed once it is n + 1 (src/kv_writes.rs).
+    syncs: AtomicU64,
     /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
 }
@@ -312,6 +316,7 @@ impl Gpu {
             attn_vsplit,
             sms,
             resident,
+            syncs: AtomicU64::new(0),
         })
     }
 
@@ -546,6 +551,8 @@ impl Gpu {
             self.sync();
             panic!("CUDA download: {r:?}");
         }
+        // Every chunk's event completed, so did everything queued before the first copy.
+        self.syncs.fetch_add(1, Ordering::Release);
     }
 
     /// Copies `bytes` bytes from `src` to `dst` on the stream.
@@ -649,6 +656,12 @@ impl Gpu {
     /// Waits for every queued op; panics with the CUDA error of a failed kernel.
     pub fn sync(&self) {
         self.stream.synchronize().unwrap_or_else(|e| panic!("CUDA error: {e:?}"));
+        self.syncs.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many waits for the whole stream have completed (see the field).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Acquire)
     }
 
     /// Starts a launch of kernel `name`; add arguments with [`Launch::ptr`], [`Launch::i32`] and the like, then

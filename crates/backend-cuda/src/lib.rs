@@ -9,10 +9,11 @@
 //! row-exact for any row count, but not equal to the CPU.
 //!
 //! Without the feature the crate holds only its pure logic ([`geometry`], [`Arithmetic`]): kernel sources, dtype
-//! tags, launch geometry.
+//! tags, launch geometry, the record of KV writes in flight.
 
 pub mod geometry;
 pub mod kernel_cache;
+pub mod kv_writes;
 
 /// The arithmetic of the CUDA backend's matmuls (docs/cuda.md). Each is row-exact with itself; only `Portable`
 /// equals the CPU backend.
