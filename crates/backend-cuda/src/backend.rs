@@ -350,6 +350,15 @@ impl CudaBackend {
         self.gpu.elapsed_ms(a, b)
     }
 
+    /// Each row's clean bound (src/kv_writes.rs) that attention on `kv` would upload now: prefix positions below it
+    /// may be loaded before the kernel's wait (`ATTN_K_EARLY`). For tests.
+    #[doc(hidden)]
+    pub fn attention_clean_bounds(&self, kv: &KvCache, meta: &AttnMeta) -> Vec<u32> {
+        let store = cuda_kv(kv);
+        let writes = store.writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes.clean_bounds(self.gpu.syncs(), meta, store.spec.block_size)
+    }
+
     /// Waits for all queued work (for timing).
     pub fn synchronize(&self) {
         self.gpu.sync()

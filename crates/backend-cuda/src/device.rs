@@ -130,6 +130,39 @@ impl Drop for Mark {
     }
 }
 
+/// The measurement behind `TF_CUDA_GAPS=1` (docs/cuda.md): how long the GPU waits between steps. An event is
+/// recorded before each download's copies (after every kernel of the step) and before the first kernel launched
+/// after a download; the time between a download's event and the next first-kernel event is GPU time in which
+/// nothing was queued (the host receiving the ids, deciding, building and uploading the next step).
+#[derive(Default)]
+struct Gaps {
+    /// The last download's event.
+    last: Option<Mark>,
+    /// The first kernel's event after it.
+    first: Option<Mark>,
+    /// No kernel launched since the last download.
+    want_first: bool,
+    /// Gaps in ms.
+    samples: Vec<f32>,
+}
+
+impl Gaps {
+    fn report(&self) -> String {
+        let mut v = self.samples.clone();
+        v.sort_by(f32::total_cmp);
+        let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize] * 1e3;
+        format!(
+            "GPU idle from a download to the next kernel (TF_CUDA_GAPS): {} gaps, median {:.1} µs, p10 {:.1}, p90 \
+             {:.1}, total {:.2} ms",
+            v.len(),
+            q(0.5),
+            q(0.1),
+            q(0.9),
+            v.iter().sum::<f32>()
+        )
+    }
+}
+
 /// A device buffer of `bytes` bytes and its address.
 pub struct Buf {
     /// Owns the allocation; `None` for a buffer carved from a graph arena.
@@ -222,6 +255,8 @@ pub struct Gpu {
     pub attn_vsplit: usize,
     /// Streaming multiprocessors.
     sms: u32,
+    /// `TF_CUDA_GAPS=1`: the GPU's idle time from each synchronizing download to the first kernel after it.
+    gaps: Option<Mutex<Gaps>>,
     /// Completed waits for the whole stream (downloads, [`Gpu::sync`]): a kernel launched while this was n has
     /// completed once it is n + 1 (src/kv_writes.rs).
     syncs: AtomicU64,
@@ -231,6 +266,12 @@ pub struct Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        if let Some(g) = &self.gaps {
+            let g = g.lock().unwrap_or_else(|e| e.into_inner());
+            if !g.samples.is_empty() {
+                eprintln!("{}", g.report());
+            }
+        }
         let st = self.stage.get_mut().unwrap_or_else(|e| e.into_inner());
         if st.ptr.is_null() && st.events.is_empty() {
             return;
@@ -317,6 +358,7 @@ impl Gpu {
             sms,
             resident,
             syncs: AtomicU64::new(0),
+            gaps: std::env::var("TF_CUDA_GAPS").is_ok_and(|v| v == "1").then(|| Mutex::new(Gaps::default())),
         })
     }
 
@@ -471,6 +513,7 @@ impl Gpu {
         assert_eq!(self.arena().mode, Mode::Eager, "download inside a graph forward");
         let mut st = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         self.bind();
+        let gap_end = self.gaps.as_ref().map(|_| self.mark());
         let chunks = len.div_ceil(STAGE_CHUNK);
         let range = |c: usize| (c * STAGE_CHUNK, STAGE_CHUNK.min(len - c * STAGE_CHUNK));
         // SAFETY: driver calls in the bound context; the stage holds at least `len` bytes (grown first), each async
@@ -553,6 +596,18 @@ impl Gpu {
         }
         // Every chunk's event completed, so did everything queued before the first copy.
         self.syncs.fetch_add(1, Ordering::Release);
+        if let Some(g) = &self.gaps {
+            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+            if let (Some(a), Some(b)) = (g.last.take(), g.first.take()) {
+                let ms = self.elapsed_ms(&a, &b);
+                g.samples.push(ms);
+                if g.samples.len().is_multiple_of(100) {
+                    eprintln!("{}", g.report());
+                }
+            }
+            g.last = gap_end;
+            g.want_first = true;
+        }
     }
 
     /// Copies `bytes` bytes from `src` to `dst` on the stream.
@@ -762,6 +817,13 @@ impl Launch<'_> {
             }
             a.mode == Mode::Eager
         };
+        if let (Some(g), true) = (&self.gpu.gaps, eager) {
+            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+            if g.want_first {
+                g.first = Some(self.gpu.mark());
+                g.want_first = false;
+            }
+        }
         if self.pdl && self.gpu.pdl && eager {
             return self.go_pdl(grid, block);
         }

@@ -1,0 +1,82 @@
+//! Which KV rows attention may load before its `griddepcontrol.wait` (src/kv_writes.rs; kernels/attention.cu,
+//! `ATTN_K_EARLY`): every call that writes the cache (kv_write, rope_kv_write, the fused q/k/v epilogue, kv_copy)
+//! makes the positions it wrote unsafe, and every synchronizing download (to_host, argmax_rows) or synchronize makes
+//! them safe again. Needs a CUDA device: without one this test fails (it never passes vacuously).
+#![cfg(feature = "cuda")]
+
+use tf_backend_cuda::CudaBackend;
+use tf_core::{
+    AttnMeta, Backend, DType, KvSpec, Precision, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Tensor, TensorInfo,
+    Weight,
+};
+
+fn weight(be: &dyn Backend, name: &str, shape: &[usize], seed: u32) -> Weight {
+    let n: usize = shape.iter().product();
+    // Small deterministic values (the test is about which rows count as written, not about their values).
+    let bytes: Vec<u8> = (0..n)
+        .flat_map(|i| ((((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 1000.0 - 0.5).to_le_bytes())
+        .collect();
+    let info = TensorInfo { name: name.into(), dtype: DType::F32, shape: shape.iter().map(|&d| d as u64).collect() };
+    be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn every_cache_write_is_unsafe_until_the_host_synchronizes() {
+    let g = CudaBackend::new(0, Precision::Full).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
+    g.set_float_tuning(true, 0);
+    let (hq, hk, hd, k) = (4, 2, 64, 256);
+    let spec = KvSpec { layers: 2, blocks: 8, block_size: 4, kv_heads: hk, head_dim: hd };
+    let mut kv = g.alloc_kv(spec).unwrap();
+    // Sequence 0: blocks 5, 2, 7 (positions 0..4, 4..8, 8..12); one row at position 9.
+    let table = vec![5u32, 2, 7];
+    let slot = |p: u32| table[(p / 4) as usize] * 4 + p % 4;
+    let meta =
+        AttnMeta { block_tables: vec![table.clone()], rows: vec![RowAttn { pos: 9, seq: 0, ctx: 10, tree: vec![] }] };
+    let bound = |kv: &tf_core::KvCache| g.attention_clean_bounds(kv, &meta)[0];
+    assert_eq!(bound(&kv), 10, "a fresh cache: nothing in flight");
+
+    // kv_write of positions 0..10 (both layers), then a download.
+    let width = hk * hd;
+    let all: Vec<u32> = (0..10).map(slot).collect();
+    let kt = Tensor::host(10, width, vec![0.25; 10 * width]);
+    for layer in 0..2 {
+        g.kv_write(&mut kv, layer, &kt, &kt, &all);
+    }
+    assert_eq!(bound(&kv), 0, "kv_write of positions 0..10");
+    let probe = g.matmul(&Tensor::host(1, k, vec![1.0; k]), &weight(&g, "p", &[8, k], 1), None);
+    assert_eq!(g.to_host(&probe).len(), 8);
+    assert_eq!(bound(&kv), 10, "after to_host");
+
+    // rope_kv_write of position 6 (layer 1), then argmax_rows.
+    let rope = Rope { theta: 1e4, rot_dims: hd, style: RopeStyle::Neox, scaling: RopeScaling::None };
+    let (pos6, slot6) = ([6u32], [slot(6)]);
+    let at = RopeKv { positions: &pos6, slots: &slot6, head_dim: hd, rope: &rope };
+    let mut q = Tensor::host(1, hq * hd, vec![0.5; hq * hd]);
+    let mut kk = Tensor::host(1, width, vec![0.5; width]);
+    let v = Tensor::host(1, width, vec![0.5; width]);
+    g.rope_kv_write(&mut q, &mut kk, &v, &mut kv, 1, &at);
+    assert_eq!(bound(&kv), 6, "rope_kv_write of position 6");
+    assert_eq!(g.argmax_rows(&probe).len(), 1);
+    assert_eq!(bound(&kv), 10, "after argmax_rows");
+
+    // The fused q/k/v projection with RoPE and the cache write in its epilogue (one row), position 3.
+    let norm = weight(&g, "norm", &[k], 2);
+    let ws = [weight(&g, "q", &[hq * hd, k], 3), weight(&g, "k", &[width, k], 4), weight(&g, "v", &[width, k], 5)];
+    let (pos3, slot3) = ([3u32], [slot(3)]);
+    let at = RopeKv { positions: &pos3, slots: &slot3, head_dim: hd, rope: &rope };
+    let x = Tensor::host(1, k, vec![0.75; k]);
+    let list = [(&ws[0], None), (&ws[1], None), (&ws[2], None)];
+    let out = g.norm_qkv_rope_kv_write(&x, &norm, 1e-6, &list, &mut kv, 0, &at);
+    assert_eq!(bound(&kv), 3, "norm_qkv_rope_kv_write of position 3");
+    g.synchronize();
+    assert_eq!(bound(&kv), 10, "after synchronize");
+    drop(out);
+
+    // kv_copy into position 7's slot (from a slot outside the table), and writes outside the sequence's blocks.
+    g.kv_copy(&mut kv, &[0], &[slot(7)]);
+    assert_eq!(bound(&kv), 7, "kv_copy into position 7");
+    g.kv_write(&mut kv, 0, &kt, &kt, &[1, 2, 3, 4, 5, 6, 12, 13, 14, 15]);
+    assert_eq!(bound(&kv), 7, "slots of blocks 0, 1 and 3 (not the sequence's) change nothing");
+    assert_eq!(g.to_host(&probe).len(), 8);
+    assert_eq!(bound(&kv), 10, "after to_host");
+}
