@@ -25,14 +25,6 @@
 #ifndef ATTN_VSPLIT
 #define ATTN_VSPLIT 2
 #endif
-// ATTN_LAUNCH_LATE (0 by default; a measurement define, prepared again in session 19): where attention lets the
-// next kernel (o) be scheduled: 0 at its entry, 1 after its scores, 2 at its exit (no early trigger). o's blocks
-// trigger the GLU kernel at their entry, and both request their first weight batch once resident (~12 MB on the
-// 7B) just as attention scores. Session 18 found no effect, but then the scoring's ~5 µs was its access pattern;
-// with quads the first pass is one round of loads at ~2.3 µs, which this tells apart: contention or not.
-#ifndef ATTN_LAUNCH_LATE
-#define ATTN_LAUNCH_LATE 0
-#endif
 // ATTN_K_EARLY (1 by default; 0 for measurements): with PRE_WAIT, the one-head scoring (decode) loads its first
 // pass's K rows into registers before griddep_wait, for the visits whose position is below the row's `clean` bound
 // (rows[5]: every prefix position below it was written by a kernel that completed before the host's last
@@ -79,7 +71,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
     ELIDED(1)
-    if (ATTN_LAUNCH_LATE == 0) griddep_launch();
+    griddep_launch();
     // Launched early (PDL): the row metadata, block tables and chunk lists are host uploads (each ordered after
     // every earlier kernel), so with PRE_WAIT they are read before griddep_wait; q, and everything written, after.
 #if !PRE_WAIT
@@ -296,7 +288,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
     }
     __syncthreads();
-    if (ATTN_LAUNCH_LATE == 1) griddep_launch();
     TR_LAST(trk, 5);
     // m_c: max over the chunk (exact in any order; NaN never wins).
     float mc = __uint_as_float(0xff800000u);
