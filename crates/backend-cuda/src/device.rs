@@ -144,6 +144,13 @@ struct Gaps {
     want_first: bool,
     /// Gaps in ms.
     samples: Vec<f32>,
+    /// When the last download returned to the host.
+    returned: Option<std::time::Instant>,
+    /// Host time from a download's return to the next kernel's launch call, ms (the host's share of a gap).
+    host: Vec<f32>,
+    /// Uploads queued between a download and the next kernel (this gap so far), and the kernel.
+    uploads: u32,
+    first_name: &'static str,
 }
 
 impl Gaps {
@@ -151,14 +158,20 @@ impl Gaps {
         let mut v = self.samples.clone();
         v.sort_by(f32::total_cmp);
         let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize] * 1e3;
+        let mut h = self.host.clone();
+        h.sort_by(f32::total_cmp);
+        let host = if h.is_empty() { 0.0 } else { h[h.len() / 2] * 1e3 };
         format!(
             "GPU idle from a download to the next kernel (TF_CUDA_GAPS): {} gaps, median {:.1} µs, p10 {:.1}, p90 \
-             {:.1}, total {:.2} ms",
+             {:.1}, total {:.2} ms; host from the download's return to that launch: median {host:.1} µs; the last \
+             gap's first kernel {} after {} uploads",
             v.len(),
             q(0.5),
             q(0.1),
             q(0.9),
-            v.iter().sum::<f32>()
+            v.iter().sum::<f32>(),
+            self.first_name,
+            self.uploads
         )
     }
 }
@@ -469,6 +482,12 @@ impl Gpu {
         if data.is_empty() {
             return self.zeros(0);
         }
+        if let Some(g) = &self.gaps {
+            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+            if g.want_first {
+                g.uploads += 1;
+            }
+        }
         if let Some(slice) = self.pooled(data.len()) {
             let b = self.wrap(slice, data.len());
             // SAFETY: a live device buffer of data.len() bytes; the source is pageable, so the call returns once
@@ -607,6 +626,8 @@ impl Gpu {
             }
             g.last = gap_end;
             g.want_first = true;
+            g.returned = Some(std::time::Instant::now());
+            g.uploads = 0;
         }
     }
 
@@ -820,8 +841,12 @@ impl Launch<'_> {
         if let (Some(g), true) = (&self.gpu.gaps, eager) {
             let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
             if g.want_first {
+                if let Some(t) = g.returned.take() {
+                    g.host.push(t.elapsed().as_secs_f32() * 1e3);
+                }
                 g.first = Some(self.gpu.mark());
                 g.want_first = false;
+                g.first_name = self.name;
             }
         }
         if self.pdl && self.gpu.pdl && eager {
