@@ -65,7 +65,7 @@ pub struct CudaKv {
     pub spec: KvSpec,
     pub k: Buf,
     pub v: Buf,
-    /// The slots written since the host's last synchronizing download (src/kv_writes.rs).
+    /// The cache writes no completed wait for the stream has covered yet (src/kv_writes.rs).
     writes: Mutex<crate::kv_writes::KvWrites>,
 }
 
@@ -356,7 +356,7 @@ impl CudaBackend {
     pub fn attention_clean_bounds(&self, kv: &KvCache, meta: &AttnMeta) -> Vec<u32> {
         let store = cuda_kv(kv);
         let writes = store.writes.lock().unwrap_or_else(|e| e.into_inner());
-        writes.clean_bounds(self.gpu.syncs(), meta, store.spec.block_size)
+        writes.clean_bounds(self.gpu.waits_done(), meta, store.spec.block_size)
     }
 
     /// Waits for all queued work (for timing).
@@ -508,18 +508,18 @@ impl CudaBackend {
         }
     }
 
-    /// Records that kernels about to be launched write `slots` of `store` (src/kv_writes.rs).
+    /// Records that kernels just launched write `slots` of `store` (src/kv_writes.rs): called after the launch, so
+    /// that the ticket it reads is one no earlier wait for the stream can satisfy.
     fn kv_written(&self, store: &CudaKv, slots: &[u32]) {
+        let (ticket, done) = (self.gpu.write_ticket(), self.gpu.waits_done());
         let mut w = store.writes.lock().unwrap_or_else(|e| e.into_inner());
-        w.record(self.gpu.syncs(), slots.iter().copied(), store.spec.block_size);
+        w.record(ticket, done, slots.iter().copied(), store.spec.block_size);
     }
 
-    /// Checks of `kv_write`'s arguments (shared with `rope_kv_write`) and the record of the write; the layer's row
-    /// width.
+    /// Checks of `kv_write`'s arguments (shared with `rope_kv_write`); the layer's row width.
     fn kv_write_checks(&self, kv: &KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) -> usize {
         let store = cuda_kv(kv);
         let width = store.width();
-        self.kv_written(store, slots);
         assert!(layer < store.spec.layers, "kv_write: layer {layer} of {}", store.spec.layers);
         assert!(k.cols == width && v.cols == width, "kv_write: k/v cols {}/{} vs {width}", k.cols, v.cols);
         assert!(k.rows == slots.len() && v.rows == slots.len(), "kv_write: rows vs {} slots", slots.len());
@@ -714,6 +714,7 @@ impl Backend for CudaBackend {
             .addr(vptr)
             .ptr(&sb)
             .go(g, b);
+        self.kv_written(store, at.slots);
     }
 
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
@@ -750,6 +751,7 @@ impl Backend for CudaBackend {
             .ptr(&sb)
             .i32(slots.len())
             .go(g, b);
+        self.kv_written(store, slots);
     }
 
     fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
@@ -761,7 +763,6 @@ impl Backend for CudaBackend {
         if src.is_empty() || store.spec.layers == 0 {
             return;
         }
-        self.kv_written(store, dst);
         let (sb, db) = (self.upload_or_panic(u32_bytes(src)), self.upload_or_panic(u32_bytes(dst)));
         self.gpu
             .launch("kv_copy")
@@ -773,6 +774,7 @@ impl Backend for CudaBackend {
             .ptr(&db)
             .i32(src.len())
             .go((store.spec.layers as u32, 2, 1), (256, 1, 1));
+        self.kv_written(store, dst);
     }
 
     fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor {

@@ -270,9 +270,10 @@ pub struct Gpu {
     sms: u32,
     /// `TF_CUDA_GAPS=1`: the GPU's idle time from each synchronizing download to the first kernel after it.
     gaps: Option<Mutex<Gaps>>,
-    /// Completed waits for the whole stream (downloads, [`Gpu::sync`]): a kernel launched while this was n has
-    /// completed once it is n + 1 (src/kv_writes.rs).
-    syncs: AtomicU64,
+    /// Waits for the whole stream (downloads, [`Gpu::sync`]) started, and one more than the highest number of a
+    /// completed one (src/kv_writes.rs).
+    waits_started: AtomicU64,
+    waits_done: AtomicU64,
     /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
 }
@@ -370,7 +371,8 @@ impl Gpu {
             attn_vsplit,
             sms,
             resident,
-            syncs: AtomicU64::new(0),
+            waits_started: AtomicU64::new(0),
+            waits_done: AtomicU64::new(0),
             gaps: std::env::var("TF_CUDA_GAPS").is_ok_and(|v| v == "1").then(|| Mutex::new(Gaps::default())),
         })
     }
@@ -533,6 +535,7 @@ impl Gpu {
         let mut st = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         self.bind();
         let gap_end = self.gaps.as_ref().map(|_| self.mark());
+        let wait = self.waits_started.fetch_add(1, Ordering::SeqCst);
         let chunks = len.div_ceil(STAGE_CHUNK);
         let range = |c: usize| (c * STAGE_CHUNK, STAGE_CHUNK.min(len - c * STAGE_CHUNK));
         // SAFETY: driver calls in the bound context; the stage holds at least `len` bytes (grown first), each async
@@ -614,7 +617,7 @@ impl Gpu {
             panic!("CUDA download: {r:?}");
         }
         // Every chunk's event completed, so did everything queued before the first copy.
-        self.syncs.fetch_add(1, Ordering::Release);
+        self.waits_done.fetch_max(wait + 1, Ordering::SeqCst);
         if let Some(g) = &self.gaps {
             let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
             if let (Some(a), Some(b)) = (g.last.take(), g.first.take()) {
@@ -731,13 +734,20 @@ impl Gpu {
 
     /// Waits for every queued op; panics with the CUDA error of a failed kernel.
     pub fn sync(&self) {
+        let wait = self.waits_started.fetch_add(1, Ordering::SeqCst);
         self.stream.synchronize().unwrap_or_else(|e| panic!("CUDA error: {e:?}"));
-        self.syncs.fetch_add(1, Ordering::Release);
+        self.waits_done.fetch_max(wait + 1, Ordering::SeqCst);
     }
 
-    /// How many waits for the whole stream have completed (see the field).
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Acquire)
+    /// The ticket of work launched before this call: the number of waits for the whole stream started so far. A
+    /// wait numbered this or higher starts after the call, so it waits for that work (src/kv_writes.rs).
+    pub fn write_ticket(&self) -> u64 {
+        self.waits_started.load(Ordering::SeqCst)
+    }
+
+    /// One more than the highest number of a completed wait for the whole stream (0 before any).
+    pub fn waits_done(&self) -> u64 {
+        self.waits_done.load(Ordering::SeqCst)
     }
 
     /// Starts a launch of kernel `name`; add arguments with [`Launch::ptr`], [`Launch::i32`] and the like, then

@@ -1,11 +1,14 @@
-//! Which KV slots may still be in flight: the writes a KV store received since the host's last synchronizing
-//! download, so that attention can load older rows before its `griddepcontrol.wait` (kernels/attention.cu,
+//! Which KV slots may still be in flight: the writes a KV store received that no completed download has waited
+//! for, so that attention can load older rows before its `griddepcontrol.wait` (kernels/attention.cu,
 //! `ATTN_K_EARLY`).
 //!
 //! With programmatic dependent launches several earlier kernels can still be running when attention starts, so
 //! "an earlier call wrote it" does not make a row safe to read before the wait. A row is safe when the kernel that
-//! wrote it completed before the host last waited for the whole stream ([`crate::device::Gpu::syncs`] counts those
-//! waits): every write is recorded with the count at its launch, and the writes of an older count are complete.
+//! wrote it completed before the host last waited for the stream. The device counts the waits it starts
+//! (downloads and synchronizations, [`crate::device::Gpu::write_ticket`]) and the highest one completed
+//! ([`crate::device::Gpu::waits_done`]); a write is recorded with the count of started waits read after its launch,
+//! `ticket`, and is complete once a wait numbered `ticket` or later has completed (`done > ticket`): that wait was
+//! started after the launch, so on the one stream it waited for the write, whichever threads call the backend.
 
 use std::collections::BTreeMap;
 use tf_core::AttnMeta;
@@ -14,26 +17,32 @@ use tf_core::AttnMeta;
 /// only matters to decode, and the per-step work stays small.
 const MAX_DIRTY_BLOCKS: usize = 1024;
 
-/// The writes one KV store received since a given synchronization count.
+/// The writes one KV store received that may still be in flight.
 #[derive(Debug, Default)]
 pub struct KvWrites {
-    /// The synchronization count the recorded writes were launched under.
-    epoch: u64,
-    /// block → the lowest offset in it written under `epoch`.
+    /// The highest ticket of the recorded writes: all are complete once `done > ticket`.
+    ticket: u64,
+    /// block → the lowest offset in it written by a recorded write.
     dirty: BTreeMap<u32, u32>,
-    /// More than [`MAX_DIRTY_BLOCKS`] blocks were written: no row is safe until the next synchronization.
+    /// More than [`MAX_DIRTY_BLOCKS`] blocks were written: no row is safe until the writes are complete.
     overflow: bool,
-    /// Bumped whenever the set of unsafe rows grows (part of [`KvWrites::key`]).
+    /// Bumped whenever the recorded set changes (part of [`KvWrites::key`]).
     generation: u64,
 }
 
 impl KvWrites {
-    /// Records writes to `slots` (any layer) launched while the synchronization count is `epoch`.
-    pub fn record(&mut self, epoch: u64, slots: impl IntoIterator<Item = u32>, block_size: usize) {
-        if epoch != self.epoch {
-            self.epoch = epoch;
+    /// Records writes to `slots` (any layer) launched before the device had started `ticket` waits; `done` is the
+    /// device's completed-wait count now.
+    pub fn record(&mut self, ticket: u64, done: u64, slots: impl IntoIterator<Item = u32>, block_size: usize) {
+        if self.complete(done) {
+            // Everything recorded so far is complete: start a new set.
             self.dirty.clear();
             self.overflow = false;
+            self.generation += 1;
+        }
+        if ticket != self.ticket {
+            // The set now waits for the later ticket (conservative for the older writes in it).
+            self.ticket = self.ticket.max(ticket);
             self.generation += 1;
         }
         if self.overflow {
@@ -55,15 +64,20 @@ impl KvWrites {
         }
     }
 
-    /// Changes whenever [`KvWrites::clean_bounds`] could answer differently for the same metadata at `epoch`.
-    pub fn key(&self, epoch: u64) -> (u64, u64) {
-        (epoch, if epoch == self.epoch { self.generation } else { 0 })
+    /// Whether every recorded write is complete when `done` waits have completed.
+    fn complete(&self, done: u64) -> bool {
+        done > self.ticket || (self.dirty.is_empty() && !self.overflow)
+    }
+
+    /// Changes whenever [`KvWrites::clean_bounds`] could answer differently for the same metadata.
+    pub fn key(&self, done: u64) -> (u64, u64) {
+        (u64::from(self.complete(done)), self.generation)
     }
 
     /// Per row of `meta`: the position below which every prefix position (`< ctx`) of its sequence was written by
-    /// a kernel launched before synchronization `epoch` (so complete now), capped at the row's `ctx`.
-    pub fn clean_bounds(&self, epoch: u64, meta: &AttnMeta, block_size: usize) -> Vec<u32> {
-        if epoch != self.epoch || (self.dirty.is_empty() && !self.overflow) {
+    /// a completed kernel when `done` waits have completed, capped at the row's `ctx`.
+    pub fn clean_bounds(&self, done: u64, meta: &AttnMeta, block_size: usize) -> Vec<u32> {
+        if self.complete(done) {
             return meta.rows.iter().map(|r| r.ctx).collect();
         }
         if self.overflow {
@@ -97,44 +111,62 @@ mod tests {
     }
 
     #[test]
-    fn a_write_is_unsafe_until_the_next_synchronization() {
+    fn a_write_is_unsafe_until_a_wait_started_after_it_completes() {
         let mut w = KvWrites::default();
         // Sequence 0 holds blocks 7, 3 (block size 4): positions 0..4 in block 7, 4..8 in block 3.
         let m = meta(vec![vec![7, 3], vec![5]], &[(0, 7), (1, 3)]);
         assert_eq!(w.clean_bounds(0, &m, 4), vec![7, 3], "nothing written: every prefix position is clean");
-        // Decode writes position 6 (block 3, offset 2) of sequence 0 under synchronization count 5.
-        w.record(5, [3 * 4 + 2], 4);
+        // Decode writes position 6 (block 3, offset 2) of sequence 0 after 5 waits were started (5 completed).
+        w.record(5, 5, [3 * 4 + 2], 4);
         assert_eq!(w.clean_bounds(5, &m, 4), vec![6, 3], "position 6 and beyond are unsafe; sequence 1 untouched");
         // A lower offset of the same block lowers the bound; another sequence's block lowers only its rows.
-        w.record(5, [3 * 4 + 1, 5 * 4 + 2], 4);
+        w.record(5, 5, [3 * 4 + 1, 5 * 4 + 2], 4);
         assert_eq!(w.clean_bounds(5, &m, 4), vec![5, 2]);
-        // After a synchronization the writes are complete.
+        // Wait number 5 (the sixth, started after the writes) completes: they are complete.
         assert_eq!(w.clean_bounds(6, &m, 4), vec![7, 3]);
-        // Writes launched under the new count replace the old ones.
-        w.record(6, [7 * 4], 4);
+        // Writes recorded after it start a new set.
+        w.record(6, 6, [7 * 4], 4);
         assert_eq!(w.clean_bounds(6, &m, 4), vec![0, 3]);
+    }
+
+    #[test]
+    fn a_wait_started_before_the_write_does_not_cover_it() {
+        // Another thread started wait number 5 before this write's launch; it completes, but the write's ticket
+        // (read after its launch) is 6: only a wait numbered 6 or later covers it.
+        let mut w = KvWrites::default();
+        let m = meta(vec![vec![0, 1]], &[(0, 8)]);
+        w.record(6, 5, [4], 4);
+        assert_eq!(w.clean_bounds(6, &m, 4), vec![4], "wait 5 done: not enough");
+        assert_eq!(w.clean_bounds(7, &m, 4), vec![8], "wait 6 done");
+        // Older writes not yet complete stay in the set when a later ticket arrives, and wait for it.
+        let mut w = KvWrites::default();
+        w.record(3, 2, [1], 4);
+        w.record(4, 3, [4], 4);
+        assert_eq!(w.clean_bounds(4, &m, 4), vec![1], "the ticket-3 write is complete by now, but kept: conservative");
+        assert_eq!(w.clean_bounds(5, &m, 4), vec![8]);
     }
 
     #[test]
     fn the_key_changes_when_the_bounds_can() {
         let mut w = KvWrites::default();
         let k0 = w.key(1);
-        w.record(1, [9], 4);
+        w.record(1, 1, [9], 4);
         let k1 = w.key(1);
         assert_ne!(k0, k1, "a new dirty block");
-        w.record(1, [9], 4);
+        w.record(1, 1, [9], 4);
         assert_eq!(w.key(1), k1, "the same slot again (another layer): the same bounds");
-        w.record(1, [8], 4);
-        assert_ne!(w.key(1), k1, "a lower offset of the same block");
-        assert_ne!(w.key(2), w.key(1), "a synchronization");
+        w.record(1, 1, [8], 4);
+        let k2 = w.key(1);
+        assert_ne!(k2, k1, "a lower offset of the same block");
+        assert_ne!(w.key(2), k2, "a covering wait completed");
     }
 
     #[test]
     fn too_many_blocks_in_flight_make_every_row_unsafe() {
         let mut w = KvWrites::default();
         let m = meta(vec![vec![0, 1]], &[(0, 8)]);
-        w.record(3, (0..(MAX_DIRTY_BLOCKS as u32 + 1)).map(|b| 100 + 4 * b), 4);
+        w.record(3, 3, (0..(MAX_DIRTY_BLOCKS as u32 + 1)).map(|b| 100 + 4 * b), 4);
         assert_eq!(w.clean_bounds(3, &m, 4), vec![0]);
-        assert_eq!(w.clean_bounds(4, &m, 4), vec![8], "until the next synchronization");
+        assert_eq!(w.clean_bounds(4, &m, 4), vec![8], "until a covering wait completes");
     }
 }

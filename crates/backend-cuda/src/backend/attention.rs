@@ -33,14 +33,14 @@ impl CudaBackend {
         let (bufs, chunks_b, cmax) = {
             // The rows whose K the kernel may load before its wait depend on the store's writes in flight.
             let writes = store.writes.lock().unwrap_or_else(|e| e.into_inner());
-            let epoch = self.gpu.syncs();
-            let wkey = writes.key(epoch);
+            let done = self.gpu.waits_done();
+            let wkey = writes.key(done);
             let key = (store.k.ptr, wkey.0, wkey.1);
             let mut up = self.uploads();
             let bufs = match &up.attn {
                 Some((m, sp, k, b)) if m == meta && *sp == spec && *k == key => b.clone(),
                 _ => {
-                    let clean = writes.clean_bounds(epoch, meta, spec.block_size);
+                    let clean = writes.clean_bounds(done, meta, spec.block_size);
                     let b = Arc::new(self.attn_bufs(meta, spec, &clean));
                     up.attn = Some((meta.clone(), spec, key, b.clone()));
                     up.chunks.clear();

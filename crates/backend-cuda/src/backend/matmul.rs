@@ -284,7 +284,6 @@ impl CudaBackend {
         assert_eq!(nk, store.width(), "norm_qkv_rope_kv_write: k/v width vs the cache's");
         let slot = at.slots[0] as usize;
         assert!(slot < store.slots(), "norm_qkv_rope_kv_write: slot {slot} outside the pool of {}", store.slots());
-        self.kv_written(store, at.slots);
         let off = (layer * store.layer_len() * 4) as u64;
         let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
         let tables = self.rope_tables(at.positions, rope);
@@ -309,6 +308,7 @@ impl CudaBackend {
         let outs = self.launch_many(kernel, &h, false, ws, blocks, 16 * cols, None, |l| {
             l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
         });
+        self.kv_written(store, at.slots);
         outs.try_into().expect("one result per weight")
     }
 
