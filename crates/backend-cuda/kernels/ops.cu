@@ -211,6 +211,26 @@ extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float*
     v_layer[dst] = v[t];
 }
 
+// Test only (tests/kv_writes.rs, CudaBackend::kv_write_late): kv_write's copy from a kernel that lets its dependents
+// start at once and writes only after spinning ns nanoseconds past its wait, so that a dependent attention runs its
+// code before griddep_wait while the rows are still old (what a kernel reading them there too early would see).
+extern "C" __global__ void kv_write_late(float* k_layer, float* v_layer, const float* k, const float* v, int width,
+                                         const u32* slots, int R, int ns) {
+    griddep_launch();
+    griddep_wait();
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < (u64)ns);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)R * width; i += (i64)gridDim.x * blockDim.x) {
+        int r = (int)(i / width), c = (int)(i % width);
+        i64 dst = (i64)slots[r] * width + c;
+        k_layer[dst] = k[i];
+        v_layer[dst] = v[i];
+    }
+}
+
 // rope of q and k in place, then k and v into slots[r] of one layer, in one launch: exactly `rope` (the same two
 // products and one sum or difference per element) twice and `kv_write`. Threads in turn: one per (row, q head,
 // pair), one per (row, k head, unit) where units 0..half-1 are the pairs (rotated, written to k and to the cache)

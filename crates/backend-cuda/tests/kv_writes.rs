@@ -80,3 +80,53 @@ fn every_cache_write_is_unsafe_until_the_host_synchronizes() {
     assert_eq!(g.to_host(&probe).len(), 8);
     assert_eq!(bound(&kv), 10, "after to_host");
 }
+
+/// The kernel's side of the bound: a row still being written when attention starts is not read before attention's
+/// wait. Position 40's row is rewritten by `kv_write_late`, which lets the next kernel start at once and writes only
+/// after spinning 200 µs; attention (one head per block, decode over positions 0..=40) starts during the spin. It
+/// must see the new row: its output equals the CPU backend's on the same final cache, bit for bit. A kernel that
+/// loaded position 40 before its wait would read the old row.
+#[test]
+fn attention_never_reads_a_row_before_its_writer_is_done() {
+    use tf_backend_cpu::CpuBackend;
+    use tf_core::AttnParams;
+    let g = CudaBackend::new(0, Precision::Full).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
+    let c = CpuBackend::new(2, Precision::Full);
+    let (hq, hk, hd) = (4, 2, 64);
+    let width = hk * hd;
+    let spec = KvSpec { layers: 1, blocks: 8, block_size: 16, kv_heads: hk, head_dim: hd };
+    let slots = spec.blocks * spec.block_size;
+    let val = |i: usize, salt: usize| ((i * 7919 + salt * 104729) % 2003) as f32 / 1001.0 - 1.0;
+    let fill = Tensor::host(slots, width, (0..slots * width).map(|i| val(i, 1)).collect());
+    let all: Vec<u32> = (0..slots as u32).collect();
+    let (mut kg, mut kc) = (g.alloc_kv(spec).unwrap(), c.alloc_kv(spec).unwrap());
+    g.kv_write(&mut kg, 0, &fill, &fill, &all);
+    c.kv_write(&mut kc, 0, &fill, &fill, &all);
+    g.synchronize();
+    // Sequence 0: blocks 3, 6, 1, ...; the row at position 40 (block 1, offset 8).
+    let table = vec![3u32, 6, 1, 0];
+    let p40 = [table[2] * 16 + 8];
+    let meta =
+        AttnMeta { block_tables: vec![table.clone()], rows: vec![RowAttn { pos: 40, seq: 0, ctx: 41, tree: vec![] }] };
+    let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.125, window: None, softcap: None };
+    g.set_attn_heads(1);
+    // q on the device already (an upload between the write and attention would order them), through one op.
+    let qh = Tensor::host(1, hq * hd, (0..hq * hd).map(|i| val(i, 2)).collect());
+    let qd = g.select_rows(&qh, &[0]);
+    // A first late write and attention: the metadata (with position 40 unsafe) is uploaded and cached here, so
+    // the second attention below follows its write with nothing queued between them.
+    let first = Tensor::host(1, width, (0..width).map(|i| val(i, 3)).collect());
+    g.kv_write_late(&mut kg, 0, &first, &first, &p40, 200_000);
+    drop(g.attention(&qd, &kg, 0, &meta, &p));
+    assert_eq!(g.attention_clean_bounds(&kg, &meta), vec![40], "position 40 in flight");
+    let second = Tensor::host(1, width, (0..width).map(|i| val(i, 4)).collect());
+    let (ks, vs) = (g.select_rows(&second, &[0]), g.select_rows(&second, &[0]));
+    g.kv_write_late(&mut kg, 0, &ks, &vs, &p40, 200_000);
+    let got = g.to_host(&g.attention(&qd, &kg, 0, &meta, &p));
+    c.kv_write(&mut kc, 0, &second, &second, &p40);
+    let want = c.to_host(&c.attention(&qh, &kc, 0, &meta, &p));
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.to_bits(), b.to_bits(), "element {i}: {a:e} (CUDA) vs {b:e} (CPU, the row as last written)");
+    }
+}

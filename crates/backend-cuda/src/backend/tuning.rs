@@ -126,6 +126,45 @@ impl super::CudaBackend {
         self.gpu.elapsed_ms(&a, &b) as f64 * 1e3 / launches.max(1) as f64
     }
 
+    /// [`tf_core::Backend::kv_write`] through `kv_write_late` (kernels/ops.cu): a programmatic launch that lets the
+    /// next kernel start at once and writes only `spin_ns` after its wait, so that the rows are still old while a
+    /// dependent kernel runs its code before `griddepcontrol.wait`. Recorded like every cache write. For tests of what
+    /// attention may load before its wait (tests/kv_writes.rs).
+    #[doc(hidden)]
+    pub fn kv_write_late(
+        &self,
+        kv: &mut tf_core::KvCache,
+        layer: usize,
+        k: &tf_core::Tensor,
+        v: &tf_core::Tensor,
+        slots: &[u32],
+        spin_ns: i32,
+    ) {
+        let width = self.kv_write_checks(kv, layer, k, v, slots);
+        let store = super::cuda_kv(kv);
+        if slots.is_empty() || width == 0 {
+            return;
+        }
+        let (ks, vs) = (self.input(k), self.input(v));
+        let kb = &ks.downcast_ref::<super::CudaTensor>().expect("cuda tensor").buf;
+        let vb = &vs.downcast_ref::<super::CudaTensor>().expect("cuda tensor").buf;
+        let sb = self.slots_buf(slots);
+        let off = (layer * store.layer_len() * 4) as u64;
+        self.gpu
+            .launch("kv_write_late")
+            .pdl()
+            .addr(store.k.ptr + off)
+            .addr(store.v.ptr + off)
+            .ptr(kb)
+            .ptr(vb)
+            .i32(width)
+            .ptr(&sb)
+            .i32(slots.len())
+            .int(spin_ns)
+            .go((1, 1, 1), (256, 1, 1));
+        self.kv_written(store, slots);
+    }
+
     /// One grid barrier in global memory measured alone (the bench example's `TF_BENCH_BOUNDARY`, beside
     /// [`Self::boundary_probe`]): one launch of `barrier_probe` with `blocks` blocks of 128 threads (at most what the
     /// GPU holds at once: they wait on each other) running `rounds` rounds of a `spin_ns` spin and a barrier; GPU
