@@ -211,6 +211,15 @@ extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float*
     v_layer[dst] = v[t];
 }
 
+// Spins ns nanoseconds of %globaltimer (the probes and kv_write_late).
+__device__ __forceinline__ void spin_ns(int ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < (u64)ns);
+}
+
 // Test only (tests/kv_writes.rs, CudaBackend::kv_write_late): kv_write's copy from a kernel that lets its dependents
 // start at once and writes only after spinning ns nanoseconds past its wait, so that a dependent attention runs its
 // code before griddep_wait while the rows are still old (what a kernel reading them there too early would see).
@@ -218,11 +227,7 @@ extern "C" __global__ void kv_write_late(float* k_layer, float* v_layer, const f
                                          const u32* slots, int R, int ns) {
     griddep_launch();
     griddep_wait();
-    u64 t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < (u64)ns);
+    spin_ns(ns);
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)R * width; i += (i64)gridDim.x * blockDim.x) {
         int r = (int)(i / width), c = (int)(i % width);
         i64 dst = (i64)slots[r] * width + c;
@@ -385,11 +390,7 @@ extern "C" __global__ void argmax_rows(const float* x, int cols, int per, unsign
 extern "C" __global__ void pdl_probe(int ns) {
     griddep_launch();
     griddep_wait();
-    u64 t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < (u64)ns);
+    spin_ns(ns);
 }
 
 // A grid barrier in global memory measured alone (CudaBackend::barrier_probe, next to pdl_probe): one launch of
@@ -399,11 +400,7 @@ extern "C" __global__ void pdl_probe(int ns) {
 // the decode chain pays a launch boundary. count: one u32, zero at entry.
 extern "C" __global__ void barrier_probe(u32* count, int rounds, int ns) {
     for (int r = 0; r < rounds; r++) {
-        u64 t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        do {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        } while (t - t0 < (u64)ns);
+        spin_ns(ns);
         __syncthreads();
         if (threadIdx.x == 0) {
             u32 want = (u32)(r + 1) * gridDim.x, seen;

@@ -350,6 +350,39 @@ impl CudaBackend {
         self.gpu.elapsed_ms(a, b)
     }
 
+    /// [`Backend::kv_write`]; with `late_ns`, through the test kernel `kv_write_late` instead ([`Self::kv_write_late`]).
+    fn kv_write_with(
+        &self,
+        kv: &mut KvCache,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        slots: &[u32],
+        late_ns: Option<i32>,
+    ) {
+        let width = self.kv_write_checks(kv, layer, k, v, slots);
+        let store = cuda_kv(kv);
+        if slots.is_empty() || width == 0 {
+            return;
+        }
+        let (ks, vs) = (self.input(k), self.input(v));
+        let kb = &ks.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let sb = self.slots_buf(slots);
+        let off = (layer * store.layer_len() * 4) as u64;
+        let l = self.gpu.launch(if late_ns.is_some() { "kv_write_late" } else { "kv_write" });
+        let l = l.addr(store.k.ptr + off).addr(store.v.ptr + off).ptr(kb).ptr(vb).i32(width).ptr(&sb).i32(slots.len());
+        match late_ns {
+            // One block: it lets the next kernel start at once and writes after the spin.
+            Some(ns) => l.pdl().int(ns).go((1, 1, 1), (256, 1, 1)),
+            None => {
+                let (g, b) = elementwise_grid(slots.len() * width);
+                l.go(g, b)
+            }
+        }
+        self.kv_written(store, slots);
+    }
+
     /// Each row's clean bound (src/kv_writes.rs) that attention on `kv` would upload now: prefix positions below it
     /// may be loaded before the kernel's wait (`ATTN_K_EARLY`). For tests.
     #[doc(hidden)]
@@ -730,28 +763,7 @@ impl Backend for CudaBackend {
     }
 
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
-        let width = self.kv_write_checks(kv, layer, k, v, slots);
-        let store = cuda_kv(kv);
-        if slots.is_empty() || width == 0 {
-            return;
-        }
-        let (ks, vs) = (self.input(k), self.input(v));
-        let kb = &ks.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let vb = &vs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let sb = self.slots_buf(slots);
-        let off = (layer * store.layer_len() * 4) as u64;
-        let (g, b) = elementwise_grid(slots.len() * width);
-        self.gpu
-            .launch("kv_write")
-            .addr(store.k.ptr + off)
-            .addr(store.v.ptr + off)
-            .ptr(kb)
-            .ptr(vb)
-            .i32(width)
-            .ptr(&sb)
-            .i32(slots.len())
-            .go(g, b);
-        self.kv_written(store, slots);
+        self.kv_write_with(kv, layer, k, v, slots, None)
     }
 
     fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {

@@ -140,29 +140,7 @@ impl super::CudaBackend {
         slots: &[u32],
         spin_ns: i32,
     ) {
-        let width = self.kv_write_checks(kv, layer, k, v, slots);
-        let store = super::cuda_kv(kv);
-        if slots.is_empty() || width == 0 {
-            return;
-        }
-        let (ks, vs) = (self.input(k), self.input(v));
-        let kb = &ks.downcast_ref::<super::CudaTensor>().expect("cuda tensor").buf;
-        let vb = &vs.downcast_ref::<super::CudaTensor>().expect("cuda tensor").buf;
-        let sb = self.slots_buf(slots);
-        let off = (layer * store.layer_len() * 4) as u64;
-        self.gpu
-            .launch("kv_write_late")
-            .pdl()
-            .addr(store.k.ptr + off)
-            .addr(store.v.ptr + off)
-            .ptr(kb)
-            .ptr(vb)
-            .i32(width)
-            .ptr(&sb)
-            .i32(slots.len())
-            .int(spin_ns)
-            .go((1, 1, 1), (256, 1, 1));
-        self.kv_written(store, slots);
+        self.kv_write_with(kv, layer, k, v, slots, Some(spin_ns))
     }
 
     /// One grid barrier in global memory measured alone (the bench example's `TF_BENCH_BOUNDARY`, beside
