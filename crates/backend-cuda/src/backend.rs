@@ -137,7 +137,7 @@ type RopeTables = (Buf, Buf);
 /// Flattened attention metadata on the device.
 struct AttnBufs {
     /// `[R, 6]` i32: position, sequence, ctx, tree offset, tree length, clean (prefix positions below it were
-    /// written by kernels that completed before the host's last synchronizing download: src/kv_writes.rs).
+    /// written by kernels that a completed wait for the stream covered: src/kv_writes.rs).
     rows: Buf,
     /// `[Σ table lengths]` u32: every block table, concatenated.
     bt: Buf,

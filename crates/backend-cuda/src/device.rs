@@ -626,6 +626,11 @@ impl Gpu {
                 if g.samples.len().is_multiple_of(100) {
                     eprintln!("{}", g.report());
                 }
+                // A long-running server: bounded memory and report cost (the statistics restart).
+                if g.samples.len() >= 10_000 {
+                    g.samples.clear();
+                    g.host.clear();
+                }
             }
             g.last = gap_end;
             g.want_first = true;
