@@ -10,7 +10,9 @@ percentage of the floor.
 Run on the GPU machine from the repository root (after scripts/device-tests.sh built .device/):
   python3 bench/decode_floor.py [--rounds 4] [--variant NAME=ENV=VALUE,ENV=VALUE ...] [--out FILE.json]
 A variant sets environment variables for its runs (for instance
-`--variant quad=TF_CUDA_MODULE=/tmp/q.cubin,TF_CUDA_DEFINES=ATTN_QV=4`); without any, the default build runs.
+`--variant quad=TF_CUDA_MODULE=/tmp/q.cubin,TF_CUDA_DEFINES=ATTN_QV=4`); the pseudo-variable ARGS adds
+space-separated arguments to `tensorfold bench` instead (`--variant serial=ARGS=--no-run-ahead`); without any
+variant, the default build runs.
 `--copy-gbs X` skips the torch measurement and uses X GB/s (for machines without torch, or for a smoke test with
 `--backend cpu`).
 """
@@ -71,6 +73,8 @@ def bench_once(args, shape, env):
         "--backend", args.backend, "--precision", "full", "--json", "--prompt-tokens", str(args.prompt_tokens),
         "--gen-tokens", str(args.gen_tokens), "--runs", str(args.runs),
     ]
+    env = dict(env)
+    cmd += env.pop("ARGS", "").split()
     try:
         r = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=args.timeout)
     except FileNotFoundError:

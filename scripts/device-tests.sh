@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+mkdir -p .git/info && touch .git/info/exclude
 grep -qx '/.device/' .git/info/exclude || echo '/.device/' >>.git/info/exclude
 rm -rf .device
 mkdir -p .device/bin

@@ -107,6 +107,7 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
             rows: positions.map(|p| RowAttn { pos: p as u32, seq: 0, ctx: p as u32 + 1, tree: vec![] }).collect(),
         },
         logit_rows: (0..n).collect(),
+        fed: None,
     }
 }
 

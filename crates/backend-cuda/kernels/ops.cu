@@ -192,6 +192,26 @@ extern "C" __global__ void embed(const u8* table, int dt, int hidden, const u32*
     out[idx] = deq_elem(dt, table + (i64)ids[r] * row_bytes, c);
 }
 
+// embed of the ids argmax_rows folded into keys [R] (id = 0xffffffff - low half; an id past the table's vocab rows,
+// which a row without a key would give, embeds zeros): a forward fed by the previous one's argmax without the host.
+// With host_ids (device-mapped pinned host memory) set, each row's id is written there too, for the host to read
+// after an event (src/host_ids.rs).
+extern "C" __global__ void embed_keys(const u8* table, int dt, int hidden, const u64* keys, int vocab, int R,
+                                      float* out, u32* host_ids) {
+    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)R * hidden) return;
+    int r = (int)(idx / hidden), c = (int)(idx % hidden);
+    u32 id = 0xffffffffu - (u32)keys[r];
+    if (c == 0 && host_ids) host_ids[r] = id;
+    if (id >= (u32)vocab) {
+        out[idx] = 0.0f;
+        return;
+    }
+    int base = dt & ~DT_INTERLEAVED;
+    i64 row_bytes = (i64)(hidden / block_elems(base)) * block_bytes(base);
+    out[idx] = deq_elem(dt, table + (i64)id * row_bytes, c);
+}
+
 // out [n, cols] = rows idx[i] of x.
 extern "C" __global__ void select_rows(const float* x, int cols, const u32* idx, int n, float* out) {
     i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;

@@ -5,19 +5,21 @@
 use crate::device::{Buf, Gpu};
 use crate::geometry::{dtype_code, elementwise_grid, interleave_block, norm_threads, DT_INTERLEAVED};
 use crate::graph::Mode;
+use crate::host_ids::Slots;
 
 // The matmul paths (one weight, several, gate/up with the GLU): backend/matmul.rs.
 mod attention;
 mod half;
 mod matmul;
+mod queued;
 mod tuning;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
-    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RopeStyle,
-    Storage, Tensor, TensorInfo, Weight,
+    AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv,
+    RopeStyle, Storage, Tensor, TensorInfo, Weight,
 };
 use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
 use tuning::FloatTuning;
@@ -101,6 +103,8 @@ pub struct CudaBackend {
     attn_heads_cap: AtomicUsize,
     /// The half type of the tensor arithmetic's matrices, for window activations' half copies (backend/half.rs).
     half_kind: AtomicU8,
+    /// Pinned, device-mapped host slots for queued ids (src/host_ids.rs).
+    id_slots: Arc<Slots>,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -224,6 +228,7 @@ impl CudaBackend {
                 gpu.name, gpu.cc.0, gpu.cc.1
             )));
         }
+        let gpu_ctx = gpu.ctx.clone();
         Ok(CudaBackend {
             gpu,
             precision,
@@ -236,7 +241,24 @@ impl CudaBackend {
                 std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
             ),
             half_kind: AtomicU8::new(half::HALF_NONE),
+            id_slots: Arc::new(Slots::new(gpu_ctx)),
         })
+    }
+
+    /// Rows of the table for host ids (`embed`, kernels/ops.cu).
+    fn embed_impl(&self, table: &Weight, ids: &[u32]) -> Tensor {
+        let t = weight(table);
+        let hidden = t.in_dim;
+        for &id in ids {
+            assert!((id as usize) < t.out_dim, "embed: id {id} of a table with {} rows", t.out_dim);
+        }
+        let out = self.alloc_f32(ids.len() * hidden);
+        if !ids.is_empty() {
+            let idb = self.upload_or_panic(u32_bytes(ids));
+            let (g, b) = elementwise_grid(ids.len() * hidden);
+            self.gpu.launch("embed").ptr(&t.buf).int(t.tag()).i32(hidden).ptr(&idb).i32(ids.len()).ptr(&out).go(g, b);
+        }
+        self.tensor(ids.len(), hidden, out)
     }
 
     /// Query heads of one KV group per attention block, for tests and measurements: 0 = by block count (the
@@ -622,18 +644,7 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor {
-        let t = weight(table);
-        let hidden = t.in_dim;
-        for &id in ids {
-            assert!((id as usize) < t.out_dim, "embed: id {id} of a table with {} rows", t.out_dim);
-        }
-        let out = self.alloc_f32(ids.len() * hidden);
-        if !ids.is_empty() {
-            let idb = self.upload_or_panic(u32_bytes(ids));
-            let (g, b) = elementwise_grid(ids.len() * hidden);
-            self.gpu.launch("embed").ptr(&t.buf).int(t.tag()).i32(hidden).ptr(&idb).i32(ids.len()).ptr(&out).go(g, b);
-        }
-        self.tensor(ids.len(), hidden, out)
+        self.embed_impl(table, ids)
     }
 
     fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
@@ -921,29 +932,25 @@ impl Backend for CudaBackend {
         }
     }
 
-    /// `argmax_rows` (kernels/ops.cu): slices of 2,048 columns per block, each block's best (value, id) folded into
-    /// a per-row key by atomicMax, then `R` keys downloaded instead of `R × cols` floats.
+    /// `argmax_rows` (kernels/ops.cu, backend/queued.rs): `R` keys downloaded instead of `R × cols` floats.
     fn argmax_rows(&self, x: &Tensor) -> Vec<u32> {
-        if x.rows == 0 || x.cols == 0 {
-            return vec![0; x.rows];
-        }
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let keys = self.gpu.zeros(8 * x.rows).unwrap_or_else(|e| panic!("{e}"));
-        // 256 threads (whole warps, no more than the row needs), 8 columns each per slice.
-        let threads = x.cols.next_multiple_of(32).min(256) as u32;
-        let per = 8 * threads as usize;
-        let slices = x.cols.div_ceil(per) as u32;
-        self.gpu
-            .launch("argmax_rows")
-            .ptr(xb)
-            .i32(x.cols)
-            .i32(per)
-            .ptr(&keys)
-            .go((slices, x.rows as u32, 1), (threads, 1, 1));
-        let mut raw = vec![0u64; x.rows];
-        self.gpu.download(&keys, bytemuck::cast_slice_mut(&mut raw));
-        // Every row has a key (cols > 0): the low half is 0xffffffff − id.
-        raw.iter().map(|&k| u32::MAX - k as u32).collect()
+        self.argmax_rows_impl(x)
+    }
+
+    /// True: the argmax is queued on the stream; a forward fed by it reads it on the device (src/host_ids.rs).
+    fn queues_ids(&self) -> bool {
+        true
+    }
+
+    fn argmax_rows_queued(&self, x: &Tensor) -> QueuedIds {
+        self.argmax_rows_queued_impl(x)
+    }
+
+    fn embed_queued(&self, table: &Weight, ids: &QueuedIds) -> Tensor {
+        self.embed_queued_impl(table, ids)
+    }
+
+    fn take_ids(&self, ids: &QueuedIds) -> Vec<u32> {
+        self.take_ids_impl(ids)
     }
 }

@@ -425,7 +425,7 @@ impl Gpu {
     }
 
     /// Makes the context current on this thread (cudarc's own calls do it; raw driver calls need it too).
-    fn bind(&self) {
+    pub(crate) fn bind(&self) {
         self.ctx.bind_to_thread().unwrap_or_else(|e| panic!("CUDA context: {e:?}"));
     }
 
@@ -748,6 +748,22 @@ impl Gpu {
     /// wait numbered this or higher starts after the call, so it waits for that work (src/kv_writes.rs).
     pub fn write_ticket(&self) -> u64 {
         self.waits_started.load(Ordering::SeqCst)
+    }
+
+    /// Numbers a wait for everything queued so far that completes later ([`Gpu::wait_done`]; src/host_ids.rs):
+    /// an event recorded now.
+    pub(crate) fn wait_begin(&self) -> u64 {
+        self.waits_started.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The wait `w` of [`Gpu::wait_begin`] completed: so did the work queued before it.
+    pub(crate) fn wait_done(&self, w: u64) {
+        self.waits_done.fetch_max(w + 1, Ordering::SeqCst);
+    }
+
+    /// Whether launches run now (not into a graph capture).
+    pub(crate) fn eager(&self) -> bool {
+        self.arena().mode == Mode::Eager
     }
 
     /// One more than the highest number of a completed wait for the whole stream (0 before any).

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 82] = [
+pub const KERNELS: [&str; 83] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -60,6 +60,7 @@ pub const KERNELS: [&str; 82] = [
     "add",
     "scale",
     "embed",
+    "embed_keys",
     "select_rows",
     "kv_write",
     "kv_write_late",

@@ -50,6 +50,8 @@ mod backend;
 pub mod device;
 #[cfg(feature = "cuda")]
 mod graph;
+#[cfg(feature = "cuda")]
+mod host_ids;
 
 #[cfg(feature = "cuda")]
 pub use backend::{available, CudaBackend, CudaKv, CudaTensor, CudaWeight};

@@ -37,6 +37,7 @@ fn batch(positions: std::ops::Range<usize>) -> Batch {
                 .collect(),
         },
         logit_rows: (0..positions.len()).collect(),
+        fed: None,
     }
 }
 

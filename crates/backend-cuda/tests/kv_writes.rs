@@ -1,7 +1,7 @@
 //! Which KV rows attention may load before its `griddepcontrol.wait` (src/kv_writes.rs; kernels/attention.cu,
 //! `ATTN_K_EARLY`): every call that writes the cache (kv_write, rope_kv_write, the fused q/k/v epilogue, kv_copy)
-//! makes the positions it wrote unsafe, and every synchronizing download (to_host, argmax_rows) or synchronize makes
-//! them safe again. Needs a CUDA device: without one this test fails (it never passes vacuously).
+//! makes the positions it wrote unsafe, and every synchronizing download (to_host, argmax_rows, queued ids) or
+//! synchronize makes them safe again (queued ids taken after a fed forward's event: only what came before it). Needs a CUDA device: without one this test fails (it never passes vacuously).
 #![cfg(feature = "cuda")]
 
 use tf_backend_cuda::CudaBackend;
@@ -79,6 +79,26 @@ fn every_cache_write_is_unsafe_until_the_host_synchronizes() {
     assert_eq!(bound(&kv), 7, "slots of blocks 0, 1 and 3 (not the sequence's) change nothing");
     assert_eq!(g.to_host(&probe).len(), 8);
     assert_eq!(bound(&kv), 10, "after to_host");
+
+    // Queued ids (src/host_ids.rs): a forward fed by them sends them to the host behind an event; taking them
+    // makes what was queued before that event safe, not what was queued after it.
+    let k1 = Tensor::host(1, width, vec![0.5; width]);
+    let ids = g.argmax_rows_queued(&probe);
+    g.kv_write(&mut kv, 0, &k1, &k1, &[slot(5)]);
+    let table_w = weight(&g, "embd", &[8, k], 6);
+    let fed = g.embed_queued(&table_w, &ids);
+    g.kv_write(&mut kv, 1, &k1, &k1, &[slot(8)]);
+    assert_eq!(bound(&kv), 5, "writes of positions 5 and 8 in flight");
+    assert_eq!(g.take_ids(&ids).len(), 1);
+    assert_eq!(bound(&kv), 8, "after the queued ids: position 5's write (before the event) is done, 8's is not");
+    assert_eq!(g.to_host(&fed).len(), k);
+    assert_eq!(bound(&kv), 10, "after to_host");
+    // Ids nobody fed are downloaded: a wait for the whole stream.
+    let ids = g.argmax_rows_queued(&probe);
+    g.kv_write(&mut kv, 1, &k1, &k1, &[slot(2)]);
+    assert_eq!(bound(&kv), 2);
+    assert_eq!(g.take_ids(&ids).len(), 1);
+    assert_eq!(bound(&kv), 10, "after unfed queued ids");
 }
 
 /// The kernel's side of the bound: a row still being written when attention starts is not read before attention's

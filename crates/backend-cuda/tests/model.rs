@@ -155,6 +155,7 @@ fn run_chunked(be: &dyn Backend, model: &dyn Model, tokens: &[u32], chunks: &[us
                     .collect(),
             },
             logit_rows: (0..end - start).collect(),
+            fed: None,
         };
         let host = be.to_host(&model.forward(be, &batch, &mut kv));
         assert_eq!(host.len(), (end - start) * vocab);

@@ -165,6 +165,10 @@ pub struct BenchArgs {
     /// (median of 3): with only each row's argmax brought back, and with every logits row copied to the host.
     #[arg(long, value_name = "N")]
     pub window_costs: Option<usize>,
+    /// Decode without running ahead: on a GPU, serial greedy steps are normally queued before the host has the
+    /// previous step's token (fed on the device); this waits for each token first (an A/B; the same tokens).
+    #[arg(long)]
+    pub no_run_ahead: bool,
 }
 
 #[derive(Serialize)]
@@ -183,6 +187,9 @@ struct BenchResult {
     /// Bytes of weights one decode step reads (`Model::weight_bytes_per_token`): a device's copy bandwidth over
     /// this is the memory-bandwidth floor of serial decode.
     weight_bytes_per_token: u64,
+    /// Whether serial decode steps ran ahead of the host (`--no-run-ahead` turns it off; only a backend that
+    /// queues its work runs ahead).
+    run_ahead: bool,
     /// Milliseconds of one forward of width 1, 2, … (`--window-costs`), argmaxes only / logits copied.
     #[serde(skip_serializing_if = "Option::is_none")]
     window_ms_argmax: Option<Vec<f64>>,
@@ -225,6 +232,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     let total = (args.prompt_tokens + args.gen_tokens).max(64 + args.window_costs.unwrap_or(0));
     let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), total.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
         .map_err(|e| e.to_string())?;
+    g.set_run_ahead(!args.no_run_ahead);
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
     req.prefill_chunk = args.prefill_chunk;
     // What a client that asks for no logprobs gets (the server computes them only when asked).
@@ -260,6 +268,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         prefill_tok_s_runs: pre,
         decode_tok_s_runs: dec,
         weight_bytes_per_token: s.model.weight_bytes_per_token(),
+        run_ahead: !args.no_run_ahead && s.backend.queues_ids(),
         window_ms_argmax,
         window_ms_logits,
     };

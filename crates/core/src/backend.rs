@@ -378,6 +378,41 @@ pub trait Backend: Send + Sync {
         let host = self.to_host(x);
         argmax_rows_of(&host, x.rows, x.cols)
     }
+    /// Whether [`Backend::argmax_rows_queued`] returns before the ids exist (the backend queues work and runs it
+    /// later): then a caller gains by queueing the next forward, fed by [`Backend::embed_queued`], before it takes
+    /// the ids. False by default (a backend that computes as it is called would only run ahead of its caller).
+    fn queues_ids(&self) -> bool {
+        false
+    }
+    /// [`Backend::argmax_rows`] of `x`, left where the backend computes: for [`Backend::embed_queued`] (a later
+    /// forward fed without the host) and [`Backend::take_ids`]. By default computed now.
+    fn argmax_rows_queued(&self, x: &Tensor) -> QueuedIds {
+        QueuedIds { rows: x.rows, host: Some(self.argmax_rows(x)), device: None }
+    }
+    /// [`Backend::embed`] of the queued ids (`ids.rows` rows, in order), without waiting for them on the host.
+    /// By default [`Backend::take_ids`] then [`Backend::embed`].
+    fn embed_queued(&self, table: &Weight, ids: &QueuedIds) -> Tensor {
+        self.embed(table, &self.take_ids(ids))
+    }
+    /// The queued ids on the host (waits for them, not for work queued after them where the backend can tell).
+    fn take_ids(&self, ids: &QueuedIds) -> Vec<u32> {
+        ids.host.clone().expect("queued ids with neither host values nor the backend that queued them")
+    }
+}
+
+/// Argmax ids of a forward's rows that may not exist yet ([`Backend::argmax_rows_queued`]): `host` when they were
+/// computed at once, else the queueing backend's own handle in `device`.
+#[derive(Clone)]
+pub struct QueuedIds {
+    pub rows: usize,
+    pub host: Option<Vec<u32>>,
+    pub device: Option<Storage>,
+}
+
+impl std::fmt::Debug for QueuedIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueuedIds({} rows, host {:?}, device {})", self.rows, self.host, self.device.is_some())
+    }
 }
 
 /// [`Backend::norm_qkv_rope_kv_write`]'s default, on `be`: [`Backend::norm_matmul_many`], then

@@ -11,7 +11,7 @@ mod weights;
 
 pub use backend::{
     argmax_row, argmax_rows_of, norm_qkv_then_rope_kv_write, AttnMeta, AttnParams, Backend, BackendError, GluAct,
-    KvCache, KvSpec, Precision, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Storage, Tensor, Weight,
+    KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Storage, Tensor, Weight,
 };
 pub use config::{ConfigFormat, ConfigView};
 pub use dtype::DType;

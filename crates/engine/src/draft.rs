@@ -114,11 +114,11 @@ pub struct WindowCosts {
 }
 
 /// One drawn token waiting to be emitted: the draw and its alternatives.
-struct Drawn {
-    token: u32,
+pub(crate) struct Drawn {
+    pub(crate) token: u32,
     /// ln P(token), when the request asked for logprobs.
-    logprob: Option<f64>,
-    top: Vec<(u32, f64)>,
+    pub(crate) logprob: Option<f64>,
+    pub(crate) top: Vec<(u32, f64)>,
 }
 
 impl<'a> Generator<'a> {
@@ -152,6 +152,10 @@ impl<'a> Generator<'a> {
         // The first token comes from the prompt's last row.
         let first = draw(req, first, seed, prompt.len(), &tokens);
         if let Some(end) = emit(req, &mut tokens, first, on_token, cancelled) {
+            return Ok((tokens, end, counts));
+        }
+        if self.runs_ahead(req, &tokens, config.is_some()) {
+            let end = self.decode_ahead(req, table, &mut tokens, &mut counts, on_token, cancelled)?;
             return Ok((tokens, end, counts));
         }
         loop {
@@ -291,6 +295,7 @@ impl<'a> Generator<'a> {
             attn: AttnMeta { block_tables: vec![table.ids()], rows: attn },
             positions,
             logit_rows: (0..rows.len()).collect(),
+            fed: None,
         };
         self.forward_batch(&batch, argmax)
     }
@@ -475,7 +480,7 @@ pub(crate) fn first_path(tree: &DraftTree) -> Vec<u32> {
 }
 
 /// Emits one token; says why the reply ends, if it does.
-fn emit(
+pub(crate) fn emit(
     req: &GenRequest,
     tokens: &mut Vec<u32>,
     d: Drawn,

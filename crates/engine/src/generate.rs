@@ -212,6 +212,9 @@ pub struct Generator<'a> {
     pub(crate) cache: Option<PrefixCache>,
     /// Greedy rows take their token from [`Backend::argmax_rows`] instead of downloaded logits (`logits.rs`).
     pub(crate) device_argmax: bool,
+    /// Serial greedy decoding queues each step before the host has its token (`ahead.rs`) on a backend that
+    /// queues ids.
+    pub(crate) run_ahead: bool,
 }
 
 impl<'a> Generator<'a> {
@@ -229,7 +232,7 @@ impl<'a> Generator<'a> {
     /// Uses an allocated KV cache; the pool follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
-        Generator { be, model, kv, pool, drafting: None, cache: None, device_argmax: true }
+        Generator { be, model, kv, pool, drafting: None, cache: None, device_argmax: true, run_ahead: true }
     }
 
     /// Turns the automatic prefix cache on or off (off drops every cached block).
@@ -251,6 +254,13 @@ impl<'a> Generator<'a> {
     /// downloaded and drawn on the host (the same tokens; tests compare the two).
     pub fn set_device_argmax(&mut self, on: bool) {
         self.device_argmax = on;
+    }
+
+    /// Lets serial greedy decodes on a backend that queues ids ([`Backend::queues_ids`]) run ahead: each step is
+    /// queued, fed the previous step's argmax on the device, before the host takes that argmax (`ahead.rs`). On by
+    /// default; the same tokens either way (tests compare the two). Needs [`Generator::set_device_argmax`] on.
+    pub fn set_run_ahead(&mut self, on: bool) {
+        self.run_ahead = on;
     }
 
     pub fn prefix_cache(&self) -> Option<&PrefixCache> {
@@ -526,6 +536,7 @@ pub(crate) fn chain_batch(table: &BlockTable, tokens: &[u32], start: usize, logi
         attn: AttnMeta { block_tables: vec![table.ids()], rows },
         positions,
         logit_rows,
+        fed: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Depends on `tf-core` and `tf-models` only; it never names a backend or a model family.
 
+mod ahead;
 pub mod draft;
 pub mod draft_model;
 mod failure;

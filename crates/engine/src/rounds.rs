@@ -338,6 +338,7 @@ impl<'a> Generator<'a> {
             slots: Vec::new(),
             attn: AttnMeta { block_tables: Vec::new(), rows: Vec::new() },
             logit_rows: Vec::new(),
+            fed: None,
         };
         for (seq, (i, part)) in parts.iter().enumerate() {
             let s = &streams[*i];

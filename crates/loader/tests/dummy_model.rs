@@ -37,6 +37,7 @@ fn logits(cfg: &HfConfig, dtype: DType, seed: u64) -> Vec<f32> {
             rows: (0..n).map(|p| RowAttn { pos: p, seq: 0, ctx: p + 1, tree: vec![] }).collect(),
         },
         logit_rows: (0..n as usize).collect(),
+        fed: None,
     };
     be.to_host(&model.forward(&be, &batch, &mut kv))
 }

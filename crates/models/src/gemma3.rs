@@ -115,7 +115,7 @@ impl Model for Gemma3 {
     fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         layers::check_batch(batch);
         let eps = self.cfg.eps;
-        let mut x = be.embed(&self.embd, &batch.tokens); // [R, H]
+        let mut x = layers::embed(be, &self.embd, batch); // [R, H]
         be.scale(&mut x, self.embd_scale);
         trace("inp_scaled", layers::NO_LAYER, &x);
         // The next layer's attention input, when the previous layer's last residual add already normed it. The

@@ -63,6 +63,17 @@ pub fn check_batch(batch: &Batch) {
         batch.attn.rows.len()
     );
     assert!(batch.logit_rows.iter().all(|&i| i < r), "batch logit rows {:?} out of {r} rows", batch.logit_rows);
+    if let Some(fed) = &batch.fed {
+        assert_eq!(fed.rows, r, "batch rows: {r} tokens, {} queued ids", fed.rows);
+    }
+}
+
+/// The rows of the embedding table `embd [V, H]` for the batch's tokens (or its queued ids) → `[R, H]`.
+pub fn embed(be: &dyn Backend, embd: &Weight, batch: &Batch) -> Tensor {
+    match &batch.fed {
+        Some(ids) => be.embed_queued(embd, ids),
+        None => be.embed(embd, &batch.tokens),
+    }
 }
 
 /// A projection `y = x · wᵀ + b`.

@@ -92,7 +92,7 @@ impl Model for Llama {
     fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         layers::check_batch(batch);
         let eps = self.cfg.eps;
-        let mut x = be.embed(&self.embd, &batch.tokens); // [R, H]
+        let mut x = layers::embed(be, &self.embd, batch); // [R, H]
         trace("inp_embd", layers::NO_LAYER, &x);
         for (l, layer) in self.layers.iter().enumerate() {
             attention_residual(be, &mut x, &layer.attn_norm, eps, &layer.attn, &self.specs[l], l, batch, kv);

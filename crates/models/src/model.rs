@@ -1,6 +1,6 @@
 //! The `Model` trait the engine drives, and the flat batch it is fed.
 
-use tf_core::{AttnMeta, Backend, KvCache, KvSpec, Tensor};
+use tf_core::{AttnMeta, Backend, KvCache, KvSpec, QueuedIds, Tensor};
 
 /// One forward call's inputs, flattened over every row of every stream in the round (DESIGN.md §5).
 #[derive(Clone, Debug, Default)]
@@ -15,6 +15,10 @@ pub struct Batch {
     pub attn: AttnMeta,
     /// Rows whose logits are wanted, in output order.
     pub logit_rows: Vec<usize>,
+    /// When set, row r's token is the queued id r of an earlier forward's argmax (its rows one for one), not
+    /// `tokens[r]` (then a placeholder): the engine queues a forward before the host has its input
+    /// ([`tf_core::Backend::embed_queued`]).
+    pub fed: Option<QueuedIds>,
 }
 
 /// An error building a model: unsupported architecture, missing or mis-shaped tensor, bad config.

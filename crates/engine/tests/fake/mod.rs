@@ -157,7 +157,7 @@ impl Model for FakeModel {
     fn weight_bytes_per_token(&self) -> u64 {
         0 // no weights
     }
-    fn forward(&self, _be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
+    fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor {
         let n = batch.tokens.len();
         assert!(!self.fail.load(Ordering::SeqCst), "fake device error: out of memory in the middle of a forward");
         assert!(n > 0 && batch.positions.len() == n && batch.slots.len() == n && batch.attn.rows.len() == n);
@@ -168,8 +168,14 @@ impl Model for FakeModel {
         let bs = kv.spec.block_size;
         let slots = kv.storage.downcast_ref::<Slots>().expect("fake KV storage");
         let mut slots = slots.lock().unwrap();
+        // Rows fed by an earlier forward's queued argmax read it where the backend keeps it.
+        let fed = batch.fed.as_ref().map(|q| be.take_ids(q));
+        if let Some(f) = &fed {
+            assert_eq!(f.len(), n, "queued ids for every row");
+        }
         for r in 0..n {
-            slots[batch.slots[r] as usize] = Some((batch.tokens[r], batch.positions[r]));
+            let token = fed.as_ref().map_or(batch.tokens[r], |f| f[r]);
+            slots[batch.slots[r] as usize] = Some((token, batch.positions[r]));
         }
         let mut out = Vec::with_capacity(batch.logit_rows.len() * self.vocab);
         for &r in &batch.logit_rows {

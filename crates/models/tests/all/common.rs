@@ -64,6 +64,7 @@ pub fn batch(seqs: &[&Seq], rows: &[Row]) -> Batch {
                 .collect(),
         },
         logit_rows: (0..rows.len()).collect(),
+        fed: None,
     }
 }
 
