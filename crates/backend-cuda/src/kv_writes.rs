@@ -10,23 +10,31 @@
 //! `ticket`, and is complete once a wait numbered `ticket` or later has completed (`done > ticket`): that wait was
 //! started after the launch, so on the one stream it waited for the write, whichever threads call the backend.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use tf_core::AttnMeta;
 
 /// Blocks with writes in flight beyond which every row is treated as unsafe (a long prompt's chunks): the bound
 /// only matters to decode, and the per-step work stays small.
 const MAX_DIRTY_BLOCKS: usize = 1024;
 
-/// The writes one KV store received that may still be in flight.
+/// Writes recorded with one ticket.
+#[derive(Debug)]
+struct Set {
+    /// Complete once `done > ticket`.
+    ticket: u64,
+    /// block → the lowest offset in it written by a write of this set.
+    dirty: BTreeMap<u32, u32>,
+    /// The store had more than [`MAX_DIRTY_BLOCKS`] blocks in flight: no row is safe until this set is complete.
+    overflow: bool,
+}
+
+/// The writes one KV store received that may still be in flight, in sets by ticket (oldest first, tickets
+/// increasing), so that a write completes with its own ticket even while later ones are in flight (a forward
+/// queued before the host took the previous one's ids: src/host_ids.rs).
 #[derive(Debug, Default)]
 pub struct KvWrites {
-    /// The highest ticket of the recorded writes: all are complete once `done > ticket`.
-    ticket: u64,
-    /// block → the lowest offset in it written by a recorded write.
-    dirty: BTreeMap<u32, u32>,
-    /// More than [`MAX_DIRTY_BLOCKS`] blocks were written: no row is safe until the writes are complete.
-    overflow: bool,
-    /// Bumped whenever the recorded set changes (part of [`KvWrites::key`]).
+    sets: VecDeque<Set>,
+    /// Bumped whenever the recorded sets change (part of [`KvWrites::key`]).
     generation: u64,
 }
 
@@ -34,53 +42,55 @@ impl KvWrites {
     /// Records writes to `slots` (any layer) launched before the device had started `ticket` waits; `done` is the
     /// device's completed-wait count now.
     pub fn record(&mut self, ticket: u64, done: u64, slots: impl IntoIterator<Item = u32>, block_size: usize) {
-        if self.complete(done) {
-            // Everything recorded so far is complete: start a new set.
-            self.dirty.clear();
-            self.overflow = false;
+        while self.sets.front().is_some_and(|s| done > s.ticket) {
+            self.sets.pop_front();
             self.generation += 1;
         }
-        if ticket != self.ticket {
-            // The set now waits for the later ticket (conservative for the older writes in it).
-            self.ticket = self.ticket.max(ticket);
+        // A ticket below the newest set's (another thread's launch read its ticket first) joins that set and waits
+        // for its later ticket: conservative.
+        if !self.sets.back().is_some_and(|s| s.ticket >= ticket) {
+            self.sets.push_back(Set { ticket, dirty: BTreeMap::new(), overflow: false });
             self.generation += 1;
         }
-        if self.overflow {
+        let others: usize = self.sets.iter().rev().skip(1).map(|s| s.dirty.len()).sum();
+        let set = self.sets.back_mut().expect("a set");
+        if set.overflow {
             return;
         }
         let bs = block_size as u32;
         for s in slots {
             let (b, off) = (s / bs, s % bs);
-            let e = self.dirty.entry(b).or_insert(u32::MAX);
+            let e = set.dirty.entry(b).or_insert(u32::MAX);
             if off < *e {
                 *e = off;
                 self.generation += 1;
             }
         }
-        if self.dirty.len() > MAX_DIRTY_BLOCKS {
-            self.overflow = true;
-            self.dirty.clear();
+        if others + set.dirty.len() > MAX_DIRTY_BLOCKS {
+            set.overflow = true;
+            set.dirty.clear();
             self.generation += 1;
         }
     }
 
-    /// Whether every recorded write is complete when `done` waits have completed.
-    fn complete(&self, done: u64) -> bool {
-        done > self.ticket || (self.dirty.is_empty() && !self.overflow)
+    /// The sets not complete when `done` waits have completed (a suffix: tickets increase).
+    fn live(&self, done: u64) -> impl Iterator<Item = &Set> {
+        self.sets.iter().filter(move |s| s.ticket >= done)
     }
 
     /// Changes whenever [`KvWrites::clean_bounds`] could answer differently for the same metadata.
     pub fn key(&self, done: u64) -> (u64, u64) {
-        (u64::from(self.complete(done)), self.generation)
+        (self.live(done).count() as u64, self.generation)
     }
 
     /// Per row of `meta`: the position below which every prefix position (`< ctx`) of its sequence was written by
     /// a completed kernel when `done` waits have completed, capped at the row's `ctx`.
     pub fn clean_bounds(&self, done: u64, meta: &AttnMeta, block_size: usize) -> Vec<u32> {
-        if self.complete(done) {
+        let live: Vec<&Set> = self.live(done).filter(|s| s.overflow || !s.dirty.is_empty()).collect();
+        if live.is_empty() {
             return meta.rows.iter().map(|r| r.ctx).collect();
         }
-        if self.overflow {
+        if live.iter().any(|s| s.overflow) {
             return vec![0; meta.rows.len()];
         }
         // The lowest position of each sequence whose slot may still be being written.
@@ -90,7 +100,10 @@ impl KvWrites {
             .map(|t| {
                 t.iter()
                     .enumerate()
-                    .find_map(|(i, b)| self.dirty.get(b).map(|&off| (i * block_size) as u32 + off))
+                    .find_map(|(i, b)| {
+                        let off = live.iter().filter_map(|s| s.dirty.get(b).copied()).min()?;
+                        Some((i * block_size) as u32 + off)
+                    })
                     .unwrap_or(u32::MAX)
             })
             .collect();
@@ -138,12 +151,30 @@ mod tests {
         w.record(6, 5, [4], 4);
         assert_eq!(w.clean_bounds(6, &m, 4), vec![4], "wait 5 done: not enough");
         assert_eq!(w.clean_bounds(7, &m, 4), vec![8], "wait 6 done");
-        // Older writes not yet complete stay in the set when a later ticket arrives, and wait for it.
+        // Each write completes with its own ticket while later ones are in flight.
         let mut w = KvWrites::default();
         w.record(3, 2, [1], 4);
         w.record(4, 3, [4], 4);
-        assert_eq!(w.clean_bounds(4, &m, 4), vec![1], "the ticket-3 write is complete by now, but kept: conservative");
+        assert_eq!(w.clean_bounds(3, &m, 4), vec![1], "neither is complete");
+        assert_eq!(w.clean_bounds(4, &m, 4), vec![4], "the ticket-3 write is complete, the ticket-4 one is not");
         assert_eq!(w.clean_bounds(5, &m, 4), vec![8]);
+        // A ticket below the newest one (another thread read it first) waits for the newest: conservative.
+        let mut w = KvWrites::default();
+        w.record(4, 3, [4], 4);
+        w.record(3, 3, [1], 4);
+        assert_eq!(w.clean_bounds(4, &m, 4), vec![1], "the ticket-3 write waits for ticket 4");
+        assert_eq!(w.clean_bounds(5, &m, 4), vec![8]);
+        // Run-ahead decoding: step p writes its position (ticket p) while step p − 1's write (ticket p − 1) is
+        // still in flight and step p − 2's is complete; the bound follows the steps instead of staying at the
+        // first write.
+        let mut w = KvWrites::default();
+        let long = meta(vec![(0..16).collect()], &[(0, 64)]);
+        for p in 10..40u32 {
+            let ticket = u64::from(p);
+            w.record(ticket, ticket - 1, [p], 4);
+            let want = if p == 10 { 10 } else { p - 1 };
+            assert_eq!(w.clean_bounds(ticket - 1, &long, 4), vec![want], "step {p}");
+        }
     }
 
     #[test]
