@@ -48,7 +48,7 @@ impl KvWrites {
         }
         // A ticket below the newest set's (another thread's launch read its ticket first) joins that set and waits
         // for its later ticket: conservative.
-        if !self.sets.back().is_some_and(|s| s.ticket >= ticket) {
+        if self.sets.back().is_none_or(|s| s.ticket < ticket) {
             self.sets.push_back(Set { ticket, dirty: BTreeMap::new(), overflow: false });
             self.generation += 1;
         }
