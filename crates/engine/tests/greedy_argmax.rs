@@ -9,14 +9,13 @@
 //! - a backend that returns wrong argmaxes changes the replies: the path really feeds the emitted tokens.
 
 #[allow(dead_code)]
+#[macro_use]
 mod fake;
 
 use fake::{FakeBackend, FakeModel};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tf_core::{
-    AttnMeta, AttnParams, Backend, BackendError, GluAct, KvCache, KvSpec, Precision, Rope, Tensor, TensorInfo, Weight,
-};
+use tf_core::{Backend, Tensor};
 use tf_engine::spec::Proposer;
 use tf_engine::{
     greedy_on_device, model_proposer_factory, ngram_proposer, sample_token, CostTable, DraftConfig, DraftModel, Flow,
@@ -72,54 +71,7 @@ impl Counting {
 }
 
 impl Backend for Counting {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn precision(&self) -> Precision {
-        self.inner.precision()
-    }
-    fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError> {
-        self.inner.upload(info, bytes)
-    }
-    fn upload_f32(&self, name: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, BackendError> {
-        self.inner.upload_f32(name, shape, values)
-    }
-    fn embed(&self, table: &Weight, ids: &[u32]) -> Tensor {
-        self.inner.embed(table, ids)
-    }
-    fn matmul(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
-        self.inner.matmul(x, w, bias)
-    }
-    fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
-        self.inner.rms_norm(x, w, group, eps)
-    }
-    fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
-        self.inner.rope(x, positions, head_dim, rope)
-    }
-    fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
-        self.inner.alloc_kv(spec)
-    }
-    fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
-        self.inner.kv_write(kv, layer, k, v, slots)
-    }
-    fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
-        self.inner.kv_copy(kv, src, dst)
-    }
-    fn attention(&self, q: &Tensor, kv: &KvCache, layer: usize, meta: &AttnMeta, p: &AttnParams) -> Tensor {
-        self.inner.attention(q, kv, layer, meta, p)
-    }
-    fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor {
-        self.inner.glu(gate, up, act)
-    }
-    fn add(&self, a: &mut Tensor, b: &Tensor) {
-        self.inner.add(a, b)
-    }
-    fn scale(&self, x: &mut Tensor, s: f32) {
-        self.inner.scale(x, s)
-    }
-    fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor {
-        self.inner.select_rows(x, rows)
-    }
+    forward_backend_to_inner!();
     fn to_host(&self, x: &Tensor) -> Vec<f32> {
         self.downloads.fetch_add(1, Ordering::SeqCst);
         self.inner.to_host(x)

@@ -20,6 +20,81 @@ use tf_models::{Batch, Model};
 
 type Slots = Mutex<Vec<Option<(u32, u32)>>>;
 
+/// The `Backend` methods a test wrapper around a backend in `self.inner` forwards unchanged; the wrapper writes
+/// `to_host` and whatever it observes or changes.
+#[allow(unused_macros)]
+macro_rules! forward_backend_to_inner {
+    () => {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn precision(&self) -> tf_core::Precision {
+            self.inner.precision()
+        }
+        fn upload(&self, info: &tf_core::TensorInfo, bytes: &[u8]) -> Result<tf_core::Weight, tf_core::BackendError> {
+            self.inner.upload(info, bytes)
+        }
+        fn upload_f32(
+            &self,
+            name: &str,
+            shape: &[usize],
+            values: Vec<f32>,
+        ) -> Result<tf_core::Weight, tf_core::BackendError> {
+            self.inner.upload_f32(name, shape, values)
+        }
+        fn embed(&self, table: &tf_core::Weight, ids: &[u32]) -> tf_core::Tensor {
+            self.inner.embed(table, ids)
+        }
+        fn matmul(&self, x: &tf_core::Tensor, w: &tf_core::Weight, bias: Option<&tf_core::Weight>) -> tf_core::Tensor {
+            self.inner.matmul(x, w, bias)
+        }
+        fn rms_norm(&self, x: &tf_core::Tensor, w: &tf_core::Weight, group: usize, eps: f32) -> tf_core::Tensor {
+            self.inner.rms_norm(x, w, group, eps)
+        }
+        fn rope(&self, x: &mut tf_core::Tensor, positions: &[u32], head_dim: usize, rope: &tf_core::Rope) {
+            self.inner.rope(x, positions, head_dim, rope)
+        }
+        fn alloc_kv(&self, spec: tf_core::KvSpec) -> Result<tf_core::KvCache, tf_core::BackendError> {
+            self.inner.alloc_kv(spec)
+        }
+        fn kv_write(
+            &self,
+            kv: &mut tf_core::KvCache,
+            layer: usize,
+            k: &tf_core::Tensor,
+            v: &tf_core::Tensor,
+            slots: &[u32],
+        ) {
+            self.inner.kv_write(kv, layer, k, v, slots)
+        }
+        fn kv_copy(&self, kv: &mut tf_core::KvCache, src: &[u32], dst: &[u32]) {
+            self.inner.kv_copy(kv, src, dst)
+        }
+        fn attention(
+            &self,
+            q: &tf_core::Tensor,
+            kv: &tf_core::KvCache,
+            layer: usize,
+            meta: &tf_core::AttnMeta,
+            p: &tf_core::AttnParams,
+        ) -> tf_core::Tensor {
+            self.inner.attention(q, kv, layer, meta, p)
+        }
+        fn glu(&self, gate: &tf_core::Tensor, up: &tf_core::Tensor, act: tf_core::GluAct) -> tf_core::Tensor {
+            self.inner.glu(gate, up, act)
+        }
+        fn add(&self, a: &mut tf_core::Tensor, b: &tf_core::Tensor) {
+            self.inner.add(a, b)
+        }
+        fn scale(&self, x: &mut tf_core::Tensor, s: f32) {
+            self.inner.scale(x, s)
+        }
+        fn select_rows(&self, x: &tf_core::Tensor, rows: &[usize]) -> tf_core::Tensor {
+            self.inner.select_rows(x, rows)
+        }
+    };
+}
+
 /// Only `alloc_kv` and `to_host` are real; the fake model calls nothing else.
 pub struct FakeBackend;
 
