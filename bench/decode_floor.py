@@ -11,8 +11,8 @@ Run on the GPU machine from the repository root (after scripts/device-tests.sh b
   python3 bench/decode_floor.py [--rounds 4] [--variant NAME=ENV=VALUE,ENV=VALUE ...] [--out FILE.json]
 A variant sets environment variables for its runs (for instance
 `--variant quad=TF_CUDA_MODULE=/tmp/q.cubin,TF_CUDA_DEFINES=ATTN_QV=4`); the pseudo-variable ARGS adds
-space-separated arguments to `tensorfold bench` instead (`--variant serial=ARGS=--no-run-ahead`); without any
-variant, the default build runs.
+space-separated arguments to `tensorfold bench` instead (`--variant serial=ARGS=--no-run-ahead`) and BIN another
+`tensorfold` binary (an A/B of host code); without any variant, the default build runs.
 `--copy-gbs X` skips the torch measurement and uses X GB/s (for machines without torch, or for a smoke test with
 `--backend cpu`).
 """
@@ -74,6 +74,8 @@ def bench_once(args, shape, env):
         "--gen-tokens", str(args.gen_tokens), "--runs", str(args.runs),
     ]
     env = dict(env)
+    if "BIN" in env:
+        cmd[0] = env.pop("BIN")
     cmd += env.pop("ARGS", "").split()
     try:
         r = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=args.timeout)

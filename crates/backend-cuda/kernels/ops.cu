@@ -192,17 +192,38 @@ extern "C" __global__ void embed(const u8* table, int dt, int hidden, const u32*
     out[idx] = deq_elem(dt, table + (i64)ids[r] * row_bytes, c);
 }
 
-// embed of the ids argmax_rows folded into keys [R] (id = 0xffffffff - low half; an id past the table's vocab rows,
-// which a row without a key would give, embeds zeros): a forward fed by the previous one's argmax without the host.
-// With host_ids (device-mapped pinned host memory) set, each row's id is written there too, for the host to read
-// after an event (src/host_ids.rs).
-extern "C" __global__ void embed_keys(const u8* table, int dt, int hidden, const u64* keys, int vocab, int R,
+// The key of row r from argmax_rows' per-slice keys [R, slices]: their maximum, by one warp (lane l takes slices
+// l, l + 32, ...; the maximum of integers in any order).
+__device__ __forceinline__ u64 argmax_key(const u64* keys, int slices, int r) {
+    u64 k = 0;
+    for (int s = threadIdx.x & 31; s < slices; s += 32) k = max(k, keys[(i64)r * slices + s]);
+    for (int off = 16; off > 0; off >>= 1) k = max(k, __shfl_down_sync(FULL_MASK, k, off));
+    return k;  // lane 0 holds the maximum
+}
+
+// embed of the ids argmax_rows left in keys [R, slices] (id = 0xffffffff - low half of the row's key; an id past
+// the table's vocab rows, which a row without a key would give, embeds zeros): a forward fed by the previous one's
+// argmax without the host. Grid (ceil(hidden / blockDim), R), blockDim a multiple of 32. With host_ids
+// (device-mapped pinned host memory) set, each row's id is written there too, for the host to read after an event
+// (src/host_ids.rs). Launched early (PDL): everything it reads is the previous kernels' output.
+extern "C" __global__ void embed_keys(const u8* table, int dt, int hidden, const u64* keys, int slices, int vocab,
                                       float* out, u32* host_ids) {
-    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (i64)R * hidden) return;
-    int r = (int)(idx / hidden), c = (int)(idx % hidden);
-    u32 id = 0xffffffffu - (u32)keys[r];
-    if (c == 0 && host_ids) host_ids[r] = id;
+    __shared__ u32 row_id;
+    griddep_launch();
+    griddep_wait();
+    int r = blockIdx.y;
+    if (threadIdx.x < 32) {
+        u64 k = argmax_key(keys, slices, r);
+        if (threadIdx.x == 0) {
+            row_id = 0xffffffffu - (u32)k;
+            if (host_ids && blockIdx.x == 0) host_ids[r] = row_id;
+        }
+    }
+    __syncthreads();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= hidden) return;
+    u32 id = row_id;
+    i64 idx = (i64)r * hidden + c;
     if (id >= (u32)vocab) {
         out[idx] = 0.0f;
         return;
@@ -343,10 +364,11 @@ extern "C" __global__ void kv_copy(float* k, float* v, i64 layer_len, int width,
 // best (value, id) of its strided part, then the warps and the block combine pairs by "greater value wins, equal
 // values go to the lower id" — the maximum of a total order on (value, id) pairs, so the order in which pairs meet
 // changes nothing. A thread that saw nothing holds (−∞, INT_MAX), which loses to every element. The block's best
-// pair goes into keys[r] (u64, zeroed before the launch) by atomicMax of a key with the same order: the value's
-// bits made monotone (−∞ for NaN, +0 for -0) above 0xffffffff − id. Any number of slices gives the same key; the
-// host reads id = 0xffffffff − (key mod 2³²). One slice per 2,048 columns puts ~75 blocks on a 152k vocabulary
-// row instead of one (24 µs → a few on the H200).
+// pair goes into keys[r · slices + s] (u64) as a key with the same order: the value's bits made monotone (−∞ for
+// NaN, +0 for -0) above 0xffffffff − id, 0 for a slice with no element; the row's key is the maximum over its
+// slices (argmax_key), so any number of slices gives the same key, and id = 0xffffffff − (key mod 2³²). One slice
+// per 2,048 columns puts ~75 blocks on a 152k vocabulary row instead of one (24 µs → a few on the H200). Every
+// slice writes its key, so the buffer needs no zeroing before the launch, and the kernel launches early (PDL).
 __device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) {
     if (v > bv || (v == bv && i < bi)) {
         bv = v;
@@ -357,6 +379,8 @@ __device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) 
 extern "C" __global__ void argmax_rows(const float* x, int cols, int per, unsigned long long* keys) {
     __shared__ float wv[32];
     __shared__ int wi[32];
+    griddep_launch();
+    griddep_wait();  // launched early (PDL): the logits are the previous kernel's output
     const float* row = x + (i64)blockIdx.y * cols;
     const float neg_inf = __uint_as_float(0xff800000u);
     const int B = blockDim.x;
@@ -395,10 +419,11 @@ extern "C" __global__ void argmax_rows(const float* x, int cols, int per, unsign
             int oi = __shfl_down_sync(FULL_MASK, bi, off);
             argmax_take(bv, bi, ov, oi);
         }
-        if (lane == 0 && bi != 0x7fffffff) {
+        if (lane == 0) {
             u32 u = __float_as_uint(bv == 0.0f ? 0.0f : bv);  // -0 reads as +0; bv is never NaN here
             u32 ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-            atomicMax(keys + blockIdx.y, ((unsigned long long)ord << 32) | (0xffffffffu - (u32)bi));
+            keys[(i64)blockIdx.y * gridDim.x + blockIdx.x] =
+                bi == 0x7fffffff ? 0ull : ((unsigned long long)ord << 32) | (0xffffffffu - (u32)bi);
         }
     }
 }

@@ -80,11 +80,20 @@ impl Drop for Slots {
     }
 }
 
+/// The ids of `rows` rows from `argmax_rows`' keys `[rows, slices]` (kernels/ops.cu): each row's maximum key, whose
+/// low half is 0xffffffff − id. Downloads them (a wait for the stream).
+pub(crate) fn download_ids(gpu: &Gpu, keys: &Buf, rows: usize, slices: usize) -> Vec<u32> {
+    let mut raw = vec![0u64; rows * slices];
+    gpu.download(keys, bytemuck::cast_slice_mut(&mut raw));
+    raw.chunks_exact(slices).map(|k| u32::MAX - *k.iter().max().expect("a slice") as u32).collect()
+}
+
 /// The device side of a `tf_core::QueuedIds`.
 pub(crate) struct Queued {
-    /// `[rows]` u64 argmax keys (kernels/ops.cu `argmax_rows`: the low half is 0xffffffff − id).
+    /// `[rows, slices]` u64 argmax keys (kernels/ops.cu `argmax_rows`).
     pub keys: Buf,
     pub rows: usize,
+    pub slices: usize,
     /// Set when a fed forward's `embed_keys` sends the ids to the host: the slot and the number of the wait its
     /// event stands for ([`Gpu::wait_begin`]).
     sent: Mutex<Option<(Slot, u64)>>,
@@ -102,8 +111,8 @@ impl Drop for Queued {
 }
 
 impl Queued {
-    pub(crate) fn new(keys: Buf, rows: usize, slots: Arc<Slots>) -> Queued {
-        Queued { keys, rows, sent: Mutex::new(None), slots }
+    pub(crate) fn new(keys: Buf, rows: usize, slices: usize, slots: Arc<Slots>) -> Queued {
+        Queued { keys, rows, slices, sent: Mutex::new(None), slots }
     }
 
     /// Launches `launch` (the fed forward's `embed_keys`, given the device address its ids go to, 0 for none) and,
@@ -131,9 +140,7 @@ impl Queued {
         let sent = lock(&self.sent);
         let Some((slot, wait)) = &*sent else {
             drop(sent);
-            let mut raw = vec![0u64; self.rows];
-            gpu.download(&self.keys, bytemuck::cast_slice_mut(&mut raw));
-            return raw.iter().map(|&k| u32::MAX - k as u32).collect();
+            return download_ids(gpu, &self.keys, self.rows, self.slices);
         };
         gpu.bind();
         // SAFETY: the event was recorded after the kernel that wrote `rows` ids to the slot; once it completes

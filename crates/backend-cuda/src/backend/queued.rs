@@ -3,50 +3,48 @@
 
 use super::{weight, CudaBackend, CudaTensor};
 use crate::device::Buf;
-use crate::geometry::elementwise_grid;
-use crate::host_ids::Queued;
+use crate::host_ids::{self, Queued};
 use std::sync::Arc;
 use tf_core::{QueuedIds, Tensor, Weight};
 
 impl CudaBackend {
-    /// `argmax_rows` (kernels/ops.cu) of `x`'s rows into `[R]` u64 keys: slices of 2,048 columns per block, each
-    /// block's best (value, id) folded into its row's key by atomicMax (the low half is 0xffffffff − id).
-    fn argmax_keys(&self, x: &Tensor) -> Buf {
+    /// `argmax_rows` (kernels/ops.cu) of `x`'s rows into `[R, slices]` u64 keys, one per slice of 2,048 columns
+    /// (each the slice's best (value, id) as an ordered key); returns them and `slices`.
+    fn argmax_keys(&self, x: &Tensor) -> (Buf, usize) {
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let keys = self.gpu.zeros(8 * x.rows).unwrap_or_else(|e| panic!("{e}"));
         // 256 threads (whole warps, no more than the row needs), 8 columns each per slice.
         let threads = x.cols.next_multiple_of(32).min(256) as u32;
         let per = 8 * threads as usize;
-        let slices = x.cols.div_ceil(per) as u32;
+        let slices = x.cols.div_ceil(per);
+        // Every slice writes its key: no zeroing.
+        let keys = self.gpu.uninit(8 * x.rows * slices).unwrap_or_else(|e| panic!("{e}"));
         self.gpu
             .launch("argmax_rows")
+            .pdl()
             .ptr(xb)
             .i32(x.cols)
             .i32(per)
             .ptr(&keys)
-            .go((slices, x.rows as u32, 1), (threads, 1, 1));
-        keys
+            .go((slices as u32, x.rows as u32, 1), (threads, 1, 1));
+        (keys, slices)
     }
 
-    /// `R` keys downloaded instead of `R × cols` floats.
+    /// `R × slices` keys downloaded instead of `R × cols` floats.
     pub(super) fn argmax_rows_impl(&self, x: &Tensor) -> Vec<u32> {
         if x.rows == 0 || x.cols == 0 {
             return vec![0; x.rows];
         }
-        let keys = self.argmax_keys(x);
-        let mut raw = vec![0u64; x.rows];
-        self.gpu.download(&keys, bytemuck::cast_slice_mut(&mut raw));
-        // Every row has a key (cols > 0): the low half is 0xffffffff − id.
-        raw.iter().map(|&k| u32::MAX - k as u32).collect()
+        let (keys, slices) = self.argmax_keys(x);
+        host_ids::download_ids(&self.gpu, &keys, x.rows, slices)
     }
 
     pub(super) fn argmax_rows_queued_impl(&self, x: &Tensor) -> QueuedIds {
         if x.rows == 0 || x.cols == 0 {
             return QueuedIds { rows: x.rows, host: Some(vec![0; x.rows]), device: None };
         }
-        let keys = self.argmax_keys(x);
-        let q = Queued::new(keys, x.rows, self.id_slots.clone());
+        let (keys, slices) = self.argmax_keys(x);
+        let q = Queued::new(keys, x.rows, slices, self.id_slots.clone());
         QueuedIds { rows: x.rows, host: None, device: Some(Arc::new(q)) }
     }
 
@@ -64,19 +62,19 @@ impl CudaBackend {
         let t = weight(table);
         let hidden = t.in_dim;
         let out = self.alloc_f32(q.rows * hidden);
-        let (g, b) = elementwise_grid(q.rows * hidden);
         q.send(&self.gpu, |host_ids| {
             self.gpu
                 .launch("embed_keys")
+                .pdl()
                 .ptr(&t.buf)
                 .int(t.tag())
                 .i32(hidden)
                 .ptr(&q.keys)
+                .i32(q.slices)
                 .i32(t.out_dim)
-                .i32(q.rows)
                 .ptr(&out)
                 .addr(host_ids)
-                .go(g, b)
+                .go((hidden.div_ceil(256) as u32, q.rows as u32, 1), (256, 1, 1))
         });
         self.tensor(q.rows, hidden, out)
     }
