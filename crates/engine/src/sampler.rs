@@ -10,7 +10,7 @@
 //! 3. Candidates ordered by logit descending, ties to the lower id; keep the first `top_k` (0 = all).
 //! 4. `scaled = logit / max(T, 1e-6)` (a division, as published; not a multiplication by the reciprocal).
 //! 5. Top-p (only when `0 < top_p < 1`): `p = exp(scaled − scaled[0])`, divided by their sum (NumPy's pairwise
-//!    summation order, see [`pairwise_sum`]); keep the first `count(cumsum(p) < top_p) + 1` (cumsum sequential).
+//!    summation order, see `pairwise_sum`); keep the first `count(cumsum(p) < top_p) + 1` (cumsum sequential).
 //! 6. Min-p (only when `min_p > 0`): keep candidates with `scaled ≥ scaled[0] + ln(min_p)` (a prefix).
 //! 7. Pick the argmax of `scaled + (−ln(−ln u))`, `u = uniform(seed, position, id)`; equal scores go to the
 //!    earlier candidate (higher logit, then lower id).
@@ -375,7 +375,7 @@ fn keyed(values: &[f64], params: &SamplingParams, seed: u64, position: u64) -> u
     ids[best]
 }
 
-/// ln softmax(values)[token], f64, the sum in id order.
+/// ln softmax(values)\[token\], f64, the sum in id order.
 /// The `k` likeliest tokens with their ln P under softmax of `values` (temperature 1), likeliest first, ties to
 /// the lower id — the alternatives a reply's `top_logprobs` reports. Same sum as [`Draw::logprob`].
 pub fn top_logprobs(values: &[f64], k: usize) -> Vec<(u32, f64)> {

@@ -10,7 +10,7 @@ use tf_core::{AttnParams, Backend, GluAct, KvCache, Rope, RopeKv, Tensor, Weight
 
 /// Names an intermediate of layer `layer` (`usize::MAX` for tensors outside the layer stack), so a failing golden
 /// can be bisected. A no-op unless the `trace` feature is on; then it hands the tensor to the hook installed with
-/// [`set_trace_hook`] on this thread.
+/// `set_trace_hook` on this thread.
 #[inline(always)]
 pub fn trace(name: &str, layer: usize, t: &Tensor) {
     #[cfg(feature = "trace")]

@@ -251,7 +251,7 @@ impl Proposer for NgramProposer {
         self.candidates(context, max_tokens)
     }
 
-    /// Like [`Proposer::propose`], with the class [`match_class`] of the best match's length: a copy backed by a
+    /// Like [`Proposer::propose`], with the class (`match_class`) of the best match's length: a copy backed by a
     /// long match is accepted far more often than one backed by two tokens.
     fn propose_by_class(
         &mut self,
