@@ -272,6 +272,34 @@ impl Backend for Timed<'_> {
             self.be.norm_qkv_rope_kv_write(x, norm, eps, ws, kv, layer, at)
         })
     }
+    fn qkv_rope_kv_write(
+        &self,
+        h: &Tensor,
+        ws: &[(&Weight, Option<&Weight>); 3],
+        kv: &mut KvCache,
+        layer: usize,
+        at: &RopeKv,
+    ) -> [Tensor; 3] {
+        if !self.fuse {
+            return tf_core::qkv_then_rope_kv_write(self, h, ws, kv, layer, at);
+        }
+        self.time("matmul layers + rope + kv_write", || self.be.qkv_rope_kv_write(h, ws, kv, layer, at))
+    }
+    fn matmul_add_rms_norm(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        bias: Option<&Weight>,
+        acc: &mut Tensor,
+        norm: &Weight,
+        eps: f32,
+    ) -> Tensor {
+        if !self.fuse {
+            self.matmul_add(x, w, bias, acc);
+            return self.rms_norm(acc, norm, acc.cols, eps);
+        }
+        self.time("matmul layers + add + rms_norm", || self.be.matmul_add_rms_norm(x, w, bias, acc, norm, eps))
+    }
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         if !self.fuse {
             return self.matmul_glu(&self.rms_norm(x, norm, x.cols, eps), gate, up, act);

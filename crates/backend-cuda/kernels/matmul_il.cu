@@ -373,6 +373,99 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     TR_EXIT(2);
 }
 
+// ---- the next block's RMSNorm in the last block of a one-row projection (Backend::matmul_add_rms_norm) --------
+
+// `_il1_add` whose blocks count themselves in *count once their outputs are written, the last one to finish then
+// norming the whole new row y [N] into out [N] with `rms_norm`'s arithmetic (norm_block in kernels/ops.cu: lane j
+// of 16 sums y_i² over i ≡ j (mod 16) in increasing order, tree16, inv = 1 / sqrt(ss / N + eps), out_i =
+// (y_i * inv) * w_i), and resetting *count to zero for the next launch. Saves the `rms_norm` launch, its boundary
+// and its wait at the end of every layer: the next layer's q/k/v reads out.
+// The last block's 16·Q threads (Q = blockDim.x / 16 parts per lane) split each lane's chain of fmas into Q
+// consecutive runs of P elements held in registers (loaded at once, one round trip); the runs go in order, each
+// starting from the sum its predecessor left in shared memory, so each lane's chain is the reference's. Rows
+// longer than 16·Q·TAIL_P go in chunks, the chain carried across them. TAIL_MUT (tests only) runs the parts in
+// reverse order, which a bitwise test must catch.
+#ifndef TAIL_P
+#define TAIL_P 64
+#endif
+#ifndef TAIL_MUT
+#define TAIL_MUT 0
+#endif
+__device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count, const u8* w, int w_dt, float eps,
+                                              float* out) {
+    __shared__ float carry[16];
+    __shared__ float inv_s;
+    __shared__ int last_s;
+    int t = threadIdx.x;
+    // This block's outputs visible to the whole GPU before it counts itself (the threadFenceReduction pattern).
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+        u32 seen = atomicAdd(count, 1u);
+        last_s = seen == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    // The norm weight on its way to L2 while the sums run.
+    int wbytes = N * (w_dt == DT_F32 ? 4 : 2);
+    for (int b = 128 * t; b < wbytes; b += 128 * blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + b));
+    int j = t % 16, q = t / 16, parts = blockDim.x / 16;
+    int steps = (N + 15) / 16;  // lane 0's chain length
+    int P = min(TAIL_P, (steps + parts - 1) / parts);
+    for (int c0 = 0; c0 < N; c0 += 16 * parts * P) {
+        int base = c0 + j + 16 * q * P;
+        float v[TAIL_P];  // y at base + 16u: this thread's run of lane j's chain
+#pragma unroll
+        for (int u = 0; u < TAIL_P; u++) v[u] = u < P && base + 16 * u < N ? __ldcg(y + base + 16 * u) : 0.0f;
+        for (int p = 0; p < parts; p++) {
+            if (q == (TAIL_MUT ? parts - 1 - p : p)) {
+                float a = c0 == 0 && p == 0 ? 0.0f : carry[j];
+#pragma unroll
+                for (int u = 0; u < TAIL_P; u++) {
+                    if (u < P && base + 16 * u < N) a = fmaf(v[u], v[u], a);
+                }
+                carry[j] = a;
+            }
+            __syncthreads();
+        }
+    }
+    if (t < 32) {
+        float ss = tree16(t < 16 ? carry[t] : 0.0f);
+        if (t == 0) inv_s = 1.0f / sqrtf(ss / (float)N + eps);
+    }
+    __syncthreads();
+    float inv = inv_s;
+    for (int i = t; i < N; i += blockDim.x) out[i] = (__ldcg(y + i) * inv) * deq_elem(w_dt, w, i);
+    if (t == 0) *count = 0;
+}
+
+// Arguments: `_il1_add`'s, then count ([1], zero at entry), the norm weight w [N] of type w_dt, eps and out [N].
+#define IL1_ADD_NORM(NAME, DT, D)                                                                                    \
+    extern "C" __global__ void NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,  \
+                                    float* y, u32* count, const u8* nw, int nw_dt, float eps, float* out) {         \
+        TR_ENTRY(2);                                                                                                 \
+        matmul_float_il1<DT, D, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                                    \
+        il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
+        TR_EXIT(2);                                                                                                  \
+    }
+IL1_ADD_NORM(matmul_f32w_il1_add_norm, DT_F32, IL1_DEPTH)
+IL1_ADD_NORM(matmul_f16w_il1_add_norm, DT_F16, IL1_DEPTH)
+IL1_ADD_NORM(matmul_bf16w_il1_add_norm, DT_BF16, IL1_DEPTH)
+// At `_il1_add_d`'s depth and register bound (chosen like it, by occupancy).
+#define IL1_ADD_NORM_D(NAME, DT)                                                                                     \
+    extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)                                                            \
+        NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y, u32* count,  \
+             const u8* nw, int nw_dt, float eps, float* out) {                                                      \
+        TR_ENTRY(2);                                                                                                 \
+        matmul_float_il1<DT, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                       \
+        il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
+        TR_EXIT(2);                                                                                                  \
+    }
+IL1_ADD_NORM_D(matmul_f32w_il1_add_norm_d, DT_F32)
+IL1_ADD_NORM_D(matmul_f16w_il1_add_norm_d, DT_F16)
+IL1_ADD_NORM_D(matmul_bf16w_il1_add_norm_d, DT_BF16)
+
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
 // Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for
 // weight 1, then the rest for weight 2; each block runs `_il1`'s code for its weight. Same outputs, same bits, one

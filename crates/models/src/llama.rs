@@ -94,9 +94,13 @@ impl Model for Llama {
         let eps = self.cfg.eps;
         let mut x = layers::embed(be, &self.embd, batch); // [R, H]
         trace("inp_embd", layers::NO_LAYER, &x);
+        // The next layer's attention norm, computed by this layer's down projection (`glu_mlp_residual`).
+        let mut normed: Option<Tensor> = None; // [R, H]
         for (l, layer) in self.layers.iter().enumerate() {
-            attention_residual(be, &mut x, &layer.attn_norm, eps, &layer.attn, &self.specs[l], l, batch, kv);
-            glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l);
+            let attn = &layer.attn;
+            attention_residual(be, &mut x, normed.take(), &layer.attn_norm, eps, attn, &self.specs[l], l, batch, kv);
+            let next_norm = self.layers.get(l + 1).map(|n| &n.attn_norm);
+            normed = glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l, next_norm);
             trace("l_out", l, &x);
         }
         logits(be, &x, &self.output_norm, &self.output, eps, batch)
