@@ -319,6 +319,15 @@ pub fn glu_mlp_residual(
     }
 }
 
+/// [`logits`] of rows already normed (`h [R, H]`, every row wanted in order: from the last layer's
+/// [`glu_mlp_residual`] with the output norm) → `[R, V]`.
+pub fn logits_of_normed(be: &dyn Backend, h: &Tensor, head: &Weight) -> Tensor {
+    trace("result_norm", NO_LAYER, h);
+    let logits = be.matmul(h, head, None); // [R, V]
+    trace("result_output", NO_LAYER, &logits);
+    logits
+}
+
 /// The last step of every decoder: keep the rows whose logits are wanted, norm them and project to the
 /// vocabulary. Selecting before the norm is the same bits as after (both ops are row-exact) and cheaper.
 /// `x [R, H]`, `norm [H]`, `head [V, H]` → `[batch.logit_rows.len(), V]`.
