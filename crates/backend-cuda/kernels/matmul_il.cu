@@ -388,17 +388,29 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
 #ifndef TAIL_P
 #define TAIL_P 64
 #endif
+// Norm weights per round trip in the tail's output pass (registers beside the row's TAIL_P).
+#ifndef TAIL_WB
+#define TAIL_WB 32
+#endif
 #ifndef TAIL_MUT
 #define TAIL_MUT 0
 #endif
+// Element i of a plain F32, F16 or BF16 vector (the norm weight), as deq_elem reads it.
+__device__ __forceinline__ float ld_norm_w(int dt, const u8* w, int i) {
+    if (dt == DT_F32) return __ldg((const float*)w + i);
+    u32 h = __ldg((const unsigned short*)w + i);
+    return dt == DT_F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+}
+
 __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count, const u8* w, int w_dt, float eps,
                                               float* out) {
     __shared__ float carry[16];
     __shared__ float inv_s;
     __shared__ int last_s;
     int t = threadIdx.x;
-    // This block's outputs visible to the whole GPU before it counts itself (the threadFenceReduction pattern).
-    __threadfence();
+    // This block's outputs visible to the whole GPU before it counts itself (release), and the other blocks'
+    // before the last one reads them (acquire).
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     __syncthreads();
     if (t == 0) {
         u32 seen = atomicAdd(count, 1u);
@@ -406,16 +418,18 @@ __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count,
     }
     __syncthreads();
     if (!last_s) return;
-    __threadfence();
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     // The norm weight on its way to L2 while the sums run.
     int wbytes = N * (w_dt == DT_F32 ? 4 : 2);
     for (int b = 128 * t; b < wbytes; b += 128 * blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + b));
     int j = t % 16, q = t / 16, parts = blockDim.x / 16;
     int steps = (N + 15) / 16;  // lane 0's chain length
     int P = min(TAIL_P, (steps + parts - 1) / parts);
-    for (int c0 = 0; c0 < N; c0 += 16 * parts * P) {
-        int base = c0 + j + 16 * q * P;
-        float v[TAIL_P];  // y at base + 16u: this thread's run of lane j's chain
+    int S = 16 * parts * P;  // elements per chunk
+    int base = 0;
+    float v[TAIL_P];  // y at base + 16u: this thread's run of lane j's chain in the chunk
+    for (int c0 = 0; c0 < N; c0 += S) {
+        base = c0 + j + 16 * q * P;
 #pragma unroll
         for (int u = 0; u < TAIL_P; u++) v[u] = u < P && base + 16 * u < N ? __ldcg(y + base + 16 * u) : 0.0f;
         for (int p = 0; p < parts; p++) {
@@ -436,7 +450,26 @@ __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count,
     }
     __syncthreads();
     float inv = inv_s;
-    for (int i = t; i < N; i += blockDim.x) out[i] = (__ldcg(y + i) * inv) * deq_elem(w_dt, w, i);
+    if (N <= S) {
+        // One chunk: v still holds this thread's values; the weights in batches of TAIL_WB per round trip.
+#pragma unroll
+        for (int u0 = 0; u0 < TAIL_P; u0 += TAIL_WB) {
+            float wv[TAIL_WB];
+#pragma unroll
+            for (int k = 0; k < TAIL_WB; k++) {
+                int u = u0 + k;
+                wv[k] = u < P && base + 16 * u < N ? ld_norm_w(w_dt, w, base + 16 * u) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < TAIL_WB; k++) {
+                int u = u0 + k;
+                if (u < P && base + 16 * u < N) out[base + 16 * u] = (v[u] * inv) * wv[k];
+            }
+        }
+    } else {
+#pragma unroll 8
+        for (int i = t; i < N; i += blockDim.x) out[i] = (__ldcg(y + i) * inv) * ld_norm_w(w_dt, w, i);
+    }
     if (t == 0) *count = 0;
 }
 
