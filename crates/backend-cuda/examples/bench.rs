@@ -533,7 +533,7 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
     const EVENTS: usize = 8;
     const STRIPES: usize = 16;
     // (name, kind, instance of layer l: l, 2l or 2l + 1, 0 = l + 1, event, first)
-    let list: [(&str, usize, u8, usize, bool); 25] = [
+    let list: [(&str, usize, u8, usize, bool); 30] = [
         ("norm entry (first)", 3, 0, 0, true),
         ("norm exit (last)", 3, 0, 3, false),
         ("qkv entry (first)", 0, 0, 0, true),
@@ -556,9 +556,14 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
         ("glu exit (last)", 4, 0, 3, false),
         ("down entry (first)", 2, 2, 0, true),
         ("down after wait (first)", 2, 2, 1, true),
+        ("down after wait (last)", 2, 2, 2, false),
+        ("down tail start", 2, 2, 4, true),
+        ("down tail sums done", 2, 2, 5, true),
+        ("down tail end", 2, 2, 6, true),
         ("down exit (last)", 2, 2, 3, false),
         ("next norm entry (first)", 3, 3, 0, true),
         ("next qkv entry (first)", 0, 3, 0, true),
+        ("next qkv after wait (first)", 0, 3, 1, true),
     ];
     let at = |t: &[u64], kind: usize, inst: usize, ev: usize, first: bool| -> Option<u64> {
         let base = ((kind * INST + inst) * EVENTS + ev) * STRIPES;

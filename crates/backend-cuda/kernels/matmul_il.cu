@@ -218,7 +218,7 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
 // for the TRACE define (kernels/common.cu), -1 for none.
-template <int DT, int D, bool PF = false, bool NORM = false>
+template <int DT, int D, bool PF = false, bool NORM = false, bool LAUNCH = true>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
                                          int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
@@ -228,7 +228,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     int nb = K / BLK;
     const float* xr = x + j;
     float acc = 0.0f;
-    griddep_launch();
+    if (LAUNCH) griddep_launch();
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
 #if BULK_PF
@@ -283,13 +283,14 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 // depth.
 // ADD: the residual add after the projection, y_n = y_n + s (`add`'s arithmetic, y the residual row). NORM: see
 // il1_dot.
-template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
+// LAUNCH: let the next kernel launch at entry (false: the caller triggers it later).
+template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false, bool LAUNCH = true>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM, LAUNCH>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
@@ -395,6 +396,19 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
 #ifndef TAIL_MUT
 #define TAIL_MUT 0
 #endif
+// Measurements: TAIL_LATE=1 lets the next kernel launch only as each block leaves (not at entry); TAIL_NOSMEM=1
+// passes the sums and the last-block flag through global memory (count[1..17]) instead of shared memory;
+// TAIL_SKIP=1 (timing only: the normed row is then never written) counts the blocks but skips the norm, 2 skips
+// the count too.
+#ifndef TAIL_LATE
+#define TAIL_LATE 0
+#endif
+#ifndef TAIL_NOSMEM
+#define TAIL_NOSMEM 0
+#endif
+#ifndef TAIL_SKIP
+#define TAIL_SKIP 0
+#endif
 // Element i of a plain F32, F16 or BF16 vector (the norm weight), as deq_elem reads it.
 __device__ __forceinline__ float ld_norm_w(int dt, const u8* w, int i) {
     if (dt == DT_F32) return __ldg((const float*)w + i);
@@ -404,20 +418,32 @@ __device__ __forceinline__ float ld_norm_w(int dt, const u8* w, int i) {
 
 __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count, const u8* w, int w_dt, float eps,
                                               float* out) {
+#if TAIL_NOSMEM
+    volatile float* carry = (volatile float*)(count + 1);
+    volatile float& inv_s = carry[16];
+#else
     __shared__ float carry[16];
     __shared__ float inv_s;
-    __shared__ int last_s;
+#endif
     int t = threadIdx.x;
+    if (TAIL_SKIP == 2) {
+        if (TAIL_LATE) griddep_launch();
+        return;
+    }
     // This block's outputs visible to the whole GPU before it counts itself (release), and the other blocks'
     // before the last one reads them (acquire).
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     __syncthreads();
-    if (t == 0) {
-        u32 seen = atomicAdd(count, 1u);
-        last_s = seen == gridDim.x - 1;
+    bool seen_last = false;
+    if (t == 0) seen_last = atomicAdd(count, 1u) == gridDim.x - 1;
+    bool last = __syncthreads_or(seen_last);
+    if (TAIL_LATE) griddep_launch();
+    if (!last) return;
+    if (TAIL_SKIP == 1) {
+        if (t == 0) *count = 0;
+        return;
     }
-    __syncthreads();
-    if (!last_s) return;
+    TR_FIRST(2, 4);
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     // The norm weight on its way to L2 while the sums run.
     int wbytes = N * (w_dt == DT_F32 ? 4 : 2);
@@ -450,6 +476,7 @@ __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count,
     }
     __syncthreads();
     float inv = inv_s;
+    TR_FIRST(2, 5);
     if (N <= S) {
         // One chunk: v still holds this thread's values; the weights in batches of TAIL_WB per round trip.
 #pragma unroll
@@ -471,6 +498,7 @@ __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count,
         for (int i = t; i < N; i += blockDim.x) out[i] = (__ldcg(y + i) * inv) * ld_norm_w(w_dt, w, i);
     }
     if (t == 0) *count = 0;
+    TR_FIRST(2, 6);
 }
 
 // Arguments: `_il1_add`'s, then count ([1], zero at entry), the norm weight w [N] of type w_dt, eps and out [N].
@@ -478,7 +506,7 @@ __device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count,
     extern "C" __global__ void NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,  \
                                     float* y, u32* count, const u8* nw, int nw_dt, float eps, float* out) {         \
         TR_ENTRY(2);                                                                                                 \
-        matmul_float_il1<DT, D, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                                    \
+        matmul_float_il1<DT, D, true, false, !TAIL_LATE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                 \
         il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
         TR_EXIT(2);                                                                                                  \
     }
@@ -491,7 +519,7 @@ IL1_ADD_NORM(matmul_bf16w_il1_add_norm, DT_BF16, IL1_DEPTH)
         NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y, u32* count,  \
              const u8* nw, int nw_dt, float eps, float* out) {                                                      \
         TR_ENTRY(2);                                                                                                 \
-        matmul_float_il1<DT, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                       \
+        matmul_float_il1<DT, ADD_DEEP_DEPTH, true, false, !TAIL_LATE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);    \
         il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
         TR_EXIT(2);                                                                                                  \
     }

@@ -105,8 +105,8 @@ pub struct CudaBackend {
     half_kind: AtomicU8,
     /// Pinned, device-mapped host slots for queued ids (src/host_ids.rs).
     id_slots: Arc<Slots>,
-    /// `[1]` u32, zero between launches: the blocks of an `_il1_add_norm` count themselves in it (the last one
-    /// norms the row and resets it).
+    /// `[32]` u32, the first zero between launches: the blocks of an `_il1_add_norm` count themselves in it (the
+    /// last one norms the row and resets it); the rest is scratch for a measurement variant (`TAIL_NOSMEM`).
     tail_count: Buf,
 }
 
@@ -232,7 +232,7 @@ impl CudaBackend {
             )));
         }
         let gpu_ctx = gpu.ctx.clone();
-        let tail_count = gpu.zeros(4)?;
+        let tail_count = gpu.zeros(128)?;
         Ok(CudaBackend {
             gpu,
             precision,
