@@ -272,34 +272,6 @@ impl Backend for Timed<'_> {
             self.be.norm_qkv_rope_kv_write(x, norm, eps, ws, kv, layer, at)
         })
     }
-    fn qkv_rope_kv_write(
-        &self,
-        h: &Tensor,
-        ws: &[(&Weight, Option<&Weight>); 3],
-        kv: &mut KvCache,
-        layer: usize,
-        at: &RopeKv,
-    ) -> [Tensor; 3] {
-        if !self.fuse {
-            return tf_core::qkv_then_rope_kv_write(self, h, ws, kv, layer, at);
-        }
-        self.time("matmul layers + rope + kv_write", || self.be.qkv_rope_kv_write(h, ws, kv, layer, at))
-    }
-    fn matmul_add_rms_norm(
-        &self,
-        x: &Tensor,
-        w: &Weight,
-        bias: Option<&Weight>,
-        acc: &mut Tensor,
-        norm: &Weight,
-        eps: f32,
-    ) -> Tensor {
-        if !self.fuse {
-            self.matmul_add(x, w, bias, acc);
-            return self.rms_norm(acc, norm, acc.cols, eps);
-        }
-        self.time("matmul layers + add + rms_norm", || self.be.matmul_add_rms_norm(x, w, bias, acc, norm, eps))
-    }
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         if !self.fuse {
             return self.matmul_glu(&self.rms_norm(x, norm, x.cols, eps), gate, up, act);
@@ -533,7 +505,7 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
     const EVENTS: usize = 8;
     const STRIPES: usize = 16;
     // (name, kind, instance of layer l: l, 2l or 2l + 1, 0 = l + 1, event, first)
-    let list: [(&str, usize, u8, usize, bool); 30] = [
+    let list: [(&str, usize, u8, usize, bool); 25] = [
         ("norm entry (first)", 3, 0, 0, true),
         ("norm exit (last)", 3, 0, 3, false),
         ("qkv entry (first)", 0, 0, 0, true),
@@ -556,14 +528,9 @@ fn trace_report(traces: &[Vec<u64>], layers: usize) {
         ("glu exit (last)", 4, 0, 3, false),
         ("down entry (first)", 2, 2, 0, true),
         ("down after wait (first)", 2, 2, 1, true),
-        ("down after wait (last)", 2, 2, 2, false),
-        ("down tail start", 2, 2, 4, true),
-        ("down tail sums done", 2, 2, 5, true),
-        ("down tail end", 2, 2, 6, true),
         ("down exit (last)", 2, 2, 3, false),
         ("next norm entry (first)", 3, 3, 0, true),
         ("next qkv entry (first)", 0, 3, 0, true),
-        ("next qkv after wait (first)", 0, 3, 1, true),
     ];
     let at = |t: &[u64], kind: usize, inst: usize, ev: usize, first: bool| -> Option<u64> {
         let base = ((kind * INST + inst) * EVENTS + ev) * STRIPES;

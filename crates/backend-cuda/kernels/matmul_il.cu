@@ -218,7 +218,7 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
 // for the TRACE define (kernels/common.cu), -1 for none.
-template <int DT, int D, bool PF = false, bool NORM = false, bool LAUNCH = true>
+template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
                                          int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
@@ -228,7 +228,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     int nb = K / BLK;
     const float* xr = x + j;
     float acc = 0.0f;
-    if (LAUNCH) griddep_launch();
+    griddep_launch();
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
 #if BULK_PF
@@ -283,14 +283,13 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 // depth.
 // ADD: the residual add after the projection, y_n = y_n + s (`add`'s arithmetic, y the residual row). NORM: see
 // il1_dot.
-// LAUNCH: let the next kernel launch at entry (false: the caller triggers it later).
-template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false, bool LAUNCH = true>
+template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM, LAUNCH>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
@@ -373,159 +372,6 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
     TR_EXIT(2);
 }
-
-// ---- the next block's RMSNorm in the last block of a one-row projection (Backend::matmul_add_rms_norm) --------
-
-// `_il1_add` whose blocks count themselves in *count once their outputs are written, the last one to finish then
-// norming the whole new row y [N] into out [N] with `rms_norm`'s arithmetic (norm_block in kernels/ops.cu: lane j
-// of 16 sums y_i² over i ≡ j (mod 16) in increasing order, tree16, inv = 1 / sqrt(ss / N + eps), out_i =
-// (y_i * inv) * w_i), and resetting *count to zero for the next launch. Saves the `rms_norm` launch, its boundary
-// and its wait at the end of every layer: the next layer's q/k/v reads out.
-// The last block's 16·Q threads (Q = blockDim.x / 16 parts per lane) split each lane's chain of fmas into Q
-// consecutive runs of P elements held in registers (loaded at once, one round trip); the runs go in order, each
-// starting from the sum its predecessor left in shared memory, so each lane's chain is the reference's. Rows
-// longer than 16·Q·TAIL_P go in chunks, the chain carried across them. TAIL_MUT (tests only) runs the parts in
-// reverse order, which a bitwise test must catch.
-#ifndef TAIL_P
-#define TAIL_P 64
-#endif
-// Norm weights per round trip in the tail's output pass (registers beside the row's TAIL_P).
-#ifndef TAIL_WB
-#define TAIL_WB 32
-#endif
-#ifndef TAIL_MUT
-#define TAIL_MUT 0
-#endif
-// Measurements: TAIL_LATE=1 lets the next kernel launch only as each block leaves (not at entry); TAIL_NOSMEM=1
-// passes the sums and the last-block flag through global memory (count[1..17]) instead of shared memory;
-// TAIL_SKIP=1 (timing only: the normed row is then never written) counts the blocks but skips the norm, 2 skips
-// the count too.
-#ifndef TAIL_LATE
-#define TAIL_LATE 0
-#endif
-#ifndef TAIL_NOSMEM
-#define TAIL_NOSMEM 0
-#endif
-#ifndef TAIL_SKIP
-#define TAIL_SKIP 0
-#endif
-// Element i of a plain F32, F16 or BF16 vector (the norm weight), as deq_elem reads it.
-__device__ __forceinline__ float ld_norm_w(int dt, const u8* w, int i) {
-    if (dt == DT_F32) return __ldg((const float*)w + i);
-    u32 h = __ldg((const unsigned short*)w + i);
-    return dt == DT_F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
-}
-
-__device__ __forceinline__ void il1_norm_tail(const float* y, int N, u32* count, const u8* w, int w_dt, float eps,
-                                              float* out) {
-#if TAIL_NOSMEM
-    volatile float* carry = (volatile float*)(count + 1);
-    volatile float& inv_s = carry[16];
-#else
-    __shared__ float carry[16];
-    __shared__ float inv_s;
-#endif
-    int t = threadIdx.x;
-    if (TAIL_SKIP == 2) {
-        if (TAIL_LATE) griddep_launch();
-        return;
-    }
-    // This block's outputs visible to the whole GPU before it counts itself (release), and the other blocks'
-    // before the last one reads them (acquire).
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    __syncthreads();
-    bool seen_last = false;
-    if (t == 0) seen_last = atomicAdd(count, 1u) == gridDim.x - 1;
-    bool last = __syncthreads_or(seen_last);
-    if (TAIL_LATE) griddep_launch();
-    if (!last) return;
-    if (TAIL_SKIP == 1) {
-        if (t == 0) *count = 0;
-        return;
-    }
-    TR_FIRST(2, 4);
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    // The norm weight on its way to L2 while the sums run.
-    int wbytes = N * (w_dt == DT_F32 ? 4 : 2);
-    for (int b = 128 * t; b < wbytes; b += 128 * blockDim.x) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + b));
-    int j = t % 16, q = t / 16, parts = blockDim.x / 16;
-    int steps = (N + 15) / 16;  // lane 0's chain length
-    int P = min(TAIL_P, (steps + parts - 1) / parts);
-    int S = 16 * parts * P;  // elements per chunk
-    int base = 0;
-    float v[TAIL_P];  // y at base + 16u: this thread's run of lane j's chain in the chunk
-    for (int c0 = 0; c0 < N; c0 += S) {
-        base = c0 + j + 16 * q * P;
-#pragma unroll
-        for (int u = 0; u < TAIL_P; u++) v[u] = u < P && base + 16 * u < N ? __ldcg(y + base + 16 * u) : 0.0f;
-        for (int p = 0; p < parts; p++) {
-            if (q == (TAIL_MUT ? parts - 1 - p : p)) {
-                float a = c0 == 0 && p == 0 ? 0.0f : carry[j];
-#pragma unroll
-                for (int u = 0; u < TAIL_P; u++) {
-                    if (u < P && base + 16 * u < N) a = fmaf(v[u], v[u], a);
-                }
-                carry[j] = a;
-            }
-            __syncthreads();
-        }
-    }
-    if (t < 32) {
-        float ss = tree16(t < 16 ? carry[t] : 0.0f);
-        if (t == 0) inv_s = 1.0f / sqrtf(ss / (float)N + eps);
-    }
-    __syncthreads();
-    float inv = inv_s;
-    TR_FIRST(2, 5);
-    if (N <= S) {
-        // One chunk: v still holds this thread's values; the weights in batches of TAIL_WB per round trip.
-#pragma unroll
-        for (int u0 = 0; u0 < TAIL_P; u0 += TAIL_WB) {
-            float wv[TAIL_WB];
-#pragma unroll
-            for (int k = 0; k < TAIL_WB; k++) {
-                int u = u0 + k;
-                wv[k] = u < P && base + 16 * u < N ? ld_norm_w(w_dt, w, base + 16 * u) : 0.0f;
-            }
-#pragma unroll
-            for (int k = 0; k < TAIL_WB; k++) {
-                int u = u0 + k;
-                if (u < P && base + 16 * u < N) out[base + 16 * u] = (v[u] * inv) * wv[k];
-            }
-        }
-    } else {
-#pragma unroll 8
-        for (int i = t; i < N; i += blockDim.x) out[i] = (__ldcg(y + i) * inv) * ld_norm_w(w_dt, w, i);
-    }
-    if (t == 0) *count = 0;
-    TR_FIRST(2, 6);
-}
-
-// Arguments: `_il1_add`'s, then count ([1], zero at entry), the norm weight w [N] of type w_dt, eps and out [N].
-#define IL1_ADD_NORM(NAME, DT, D)                                                                                    \
-    extern "C" __global__ void NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,  \
-                                    float* y, u32* count, const u8* nw, int nw_dt, float eps, float* out) {         \
-        TR_ENTRY(2);                                                                                                 \
-        matmul_float_il1<DT, D, true, false, !TAIL_LATE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);                 \
-        il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
-        TR_EXIT(2);                                                                                                  \
-    }
-IL1_ADD_NORM(matmul_f32w_il1_add_norm, DT_F32, IL1_DEPTH)
-IL1_ADD_NORM(matmul_f16w_il1_add_norm, DT_F16, IL1_DEPTH)
-IL1_ADD_NORM(matmul_bf16w_il1_add_norm, DT_BF16, IL1_DEPTH)
-// At `_il1_add_d`'s depth and register bound (chosen like it, by occupancy).
-#define IL1_ADD_NORM_D(NAME, DT)                                                                                     \
-    extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)                                                            \
-        NAME(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y, u32* count,  \
-             const u8* nw, int nw_dt, float eps, float* out) {                                                      \
-        TR_ENTRY(2);                                                                                                 \
-        matmul_float_il1<DT, ADD_DEEP_DEPTH, true, false, !TAIL_LATE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);    \
-        il1_norm_tail(y, N, count, nw, nw_dt, eps, out);                                                             \
-        TR_EXIT(2);                                                                                                  \
-    }
-IL1_ADD_NORM_D(matmul_f32w_il1_add_norm_d, DT_F32)
-IL1_ADD_NORM_D(matmul_f16w_il1_add_norm_d, DT_F16)
-IL1_ADD_NORM_D(matmul_bf16w_il1_add_norm_d, DT_BF16)
 
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
 // Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for

@@ -105,9 +105,6 @@ pub struct CudaBackend {
     half_kind: AtomicU8,
     /// Pinned, device-mapped host slots for queued ids (src/host_ids.rs).
     id_slots: Arc<Slots>,
-    /// `[32]` u32, the first zero between launches: the blocks of an `_il1_add_norm` count themselves in it (the
-    /// last one norms the row and resets it); the rest is scratch for a measurement variant (`TAIL_NOSMEM`).
-    tail_count: Buf,
 }
 
 /// A captured forward: the executable graph and the signature of the launches it holds.
@@ -232,7 +229,6 @@ impl CudaBackend {
             )));
         }
         let gpu_ctx = gpu.ctx.clone();
-        let tail_count = gpu.zeros(128)?;
         Ok(CudaBackend {
             gpu,
             precision,
@@ -246,7 +242,6 @@ impl CudaBackend {
             ),
             half_kind: AtomicU8::new(half::HALF_NONE),
             id_slots: Arc::new(Slots::new(gpu_ctx)),
-            tail_count,
         })
     }
 
@@ -845,30 +840,7 @@ impl Backend for CudaBackend {
         layer: usize,
         at: &RopeKv,
     ) -> [Tensor; 3] {
-        self.norm_qkv_rope_impl(x, Some((norm, eps)), ws, kv, layer, at)
-    }
-
-    fn qkv_rope_kv_write(
-        &self,
-        h: &Tensor,
-        ws: &[(&Weight, Option<&Weight>); 3],
-        kv: &mut KvCache,
-        layer: usize,
-        at: &RopeKv,
-    ) -> [Tensor; 3] {
-        self.norm_qkv_rope_impl(h, None, ws, kv, layer, at)
-    }
-
-    fn matmul_add_rms_norm(
-        &self,
-        x: &Tensor,
-        w: &Weight,
-        bias: Option<&Weight>,
-        acc: &mut Tensor,
-        norm: &Weight,
-        eps: f32,
-    ) -> Tensor {
-        self.matmul_add_rms_norm_impl(x, w, bias, acc, norm, eps)
+        self.norm_qkv_rope_impl(x, norm, eps, ws, kv, layer, at)
     }
 
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {

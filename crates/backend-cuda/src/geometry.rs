@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 89] = [
+pub const KERNELS: [&str; 83] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -39,12 +39,6 @@ pub const KERNELS: [&str; 89] = [
     "matmul_f32w_il1_add_d",
     "matmul_f16w_il1_add_d",
     "matmul_bf16w_il1_add_d",
-    "matmul_f32w_il1_add_norm",
-    "matmul_f16w_il1_add_norm",
-    "matmul_bf16w_il1_add_norm",
-    "matmul_f32w_il1_add_norm_d",
-    "matmul_f16w_il1_add_norm_d",
-    "matmul_bf16w_il1_add_norm_d",
     "matmul_f32w_il1_many_norm",
     "matmul_f16w_il1_many_norm",
     "matmul_bf16w_il1_many_norm",

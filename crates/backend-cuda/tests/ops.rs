@@ -16,9 +16,6 @@ use tf_core::{
 };
 use tf_testkit::rows::values;
 
-#[path = "ops/norm_tail.rs"]
-mod norm_tail;
-
 const ROW_COUNTS: [usize; 9] = [1, 2, 3, 5, 8, 16, 33, 64, 256];
 
 /// A row op under test: computes the op on the listed rows of the caller's pool, returns the host result.

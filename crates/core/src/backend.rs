@@ -336,19 +336,6 @@ pub trait Backend: Send + Sync {
     ) -> [Tensor; 3] {
         norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at)
     }
-    /// [`Backend::norm_qkv_rope_kv_write`] of a row already normed (`h`, from [`Backend::matmul_add_rms_norm`] at
-    /// the end of the previous layer): [`Backend::matmul_many`] of q, k, v, then [`Backend::rope_kv_write`] →
-    /// `[q, k, v]`. By default those two calls; a backend that fuses them must give exactly those bits.
-    fn qkv_rope_kv_write(
-        &self,
-        h: &Tensor,
-        ws: &[(&Weight, Option<&Weight>); 3],
-        kv: &mut KvCache,
-        layer: usize,
-        at: &RopeKv,
-    ) -> [Tensor; 3] {
-        qkv_then_rope_kv_write(self, h, ws, kv, layer, at)
-    }
     /// `a += b`, elementwise.
     fn add(&self, a: &mut Tensor, b: &Tensor);
     /// The residual add and the RMSNorm after it in one call: `a += b`, then the norm of the new `a` over whole
@@ -363,22 +350,6 @@ pub trait Backend: Send + Sync {
     fn matmul_add(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>, acc: &mut Tensor) {
         let y = self.matmul(x, w, bias);
         self.add(acc, &y);
-    }
-    /// A layer's last projection, its residual add and the next block's RMSNorm: `acc += x · wᵀ + b`, then the
-    /// norm of the new `acc` over whole rows (`norm [N]`) → `[R, N]`. By default [`Backend::matmul_add`] then
-    /// [`Backend::rms_norm`]; a backend that fuses them (the projection's last block to finish norming the row)
-    /// must give exactly those bits.
-    fn matmul_add_rms_norm(
-        &self,
-        x: &Tensor,
-        w: &Weight,
-        bias: Option<&Weight>,
-        acc: &mut Tensor,
-        norm: &Weight,
-        eps: f32,
-    ) -> Tensor {
-        self.matmul_add(x, w, bias, acc);
-        self.rms_norm(acc, norm, acc.cols, eps)
     }
     /// [`Backend::matmul_many`] of the RMSNorm of `x` over whole rows (`norm [cols]`): the attention block's
     /// first step. By default [`Backend::rms_norm`] then [`Backend::matmul_many`]; a backend that fuses them (each
@@ -459,21 +430,6 @@ pub fn norm_qkv_then_rope_kv_write<B: Backend + ?Sized>(
 ) -> [Tensor; 3] {
     let [mut q, mut k, v]: [Tensor; 3] =
         be.norm_matmul_many(x, norm, eps, ws).try_into().expect("one result per weight");
-    be.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
-    [q, k, v]
-}
-
-/// [`Backend::qkv_rope_kv_write`]'s default, on `be`: [`Backend::matmul_many`] of the normed row, then
-/// [`Backend::rope_kv_write`].
-pub fn qkv_then_rope_kv_write<B: Backend + ?Sized>(
-    be: &B,
-    h: &Tensor,
-    ws: &[(&Weight, Option<&Weight>); 3],
-    kv: &mut KvCache,
-    layer: usize,
-    at: &RopeKv,
-) -> [Tensor; 3] {
-    let [mut q, mut k, v]: [Tensor; 3] = be.matmul_many(h, ws).try_into().expect("one result per weight");
     be.rope_kv_write(&mut q, &mut k, &v, kv, layer, at);
     [q, k, v]
 }

@@ -166,13 +166,11 @@ pub fn attention(
 /// `x [R, H]`, `norm [H]`. The same bits as [`rms_norm`], [`attention`] and [`residual`] in turn, through the
 /// backend's fused ops ([`Backend::norm_qkv_rope_kv_write`] without q/k norms, else
 /// [`Backend::norm_matmul_many`]; [`Backend::matmul_add`]); with the `trace` feature, those three in turn, so every
-/// intermediate can be traced. `normed`: `rms_norm(x, norm)` when the previous block already computed it
-/// ([`glu_mlp_residual`] with the next norm), so only the projections remain.
+/// intermediate can be traced.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_residual(
     be: &dyn Backend,
     x: &mut Tensor,
-    normed: Option<Tensor>,
     norm: &Weight,
     eps: f32,
     w: &AttnWeights,
@@ -196,16 +194,10 @@ pub fn attention_residual(
             head_dim: spec.params.head_dim,
             rope: &spec.rope,
         };
-        let [q, _k, _v] = match &normed {
-            Some(h) => be.qkv_rope_kv_write(h, &qkv_weights(w), kv, layer, &at),
-            None => be.norm_qkv_rope_kv_write(x, norm, eps, &qkv_weights(w), kv, layer, &at),
-        };
+        let [q, _k, _v] = be.norm_qkv_rope_kv_write(x, norm, eps, &qkv_weights(w), kv, layer, &at);
         be.attention(&q, kv, layer, &batch.attn, &spec.params) // [R, Nq·Dh]
     } else {
-        let qkv = match &normed {
-            Some(h) => be.matmul_many(h, &qkv_weights(w)),
-            None => be.norm_matmul_many(x, norm, eps, &qkv_weights(w)),
-        };
+        let qkv = be.norm_matmul_many(x, norm, eps, &qkv_weights(w));
         attend(be, qkv, w, spec, layer, batch, kv) // [R, Nq·Dh]
     };
     be.matmul_add(&attn, &w.o.w, w.o.b.as_ref(), x);
@@ -286,10 +278,6 @@ pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usi
 /// The pre-norm feed-forward block with its residual connection: `x += glu_mlp(rms_norm(x, norm))` for `x [R, H]`,
 /// `norm [H]`. The same bits as [`rms_norm`], [`glu_mlp`] and [`residual`] in turn, through the backend's fused
 /// ops ([`Backend::norm_matmul_glu`], [`Backend::matmul_add`]); with the `trace` feature, those three in turn.
-/// `next_norm`: the next block's norm weight (`[H]`, the same eps); then the block also returns `rms_norm(x,
-/// next_norm)` of the new `x` ([`Backend::matmul_add_rms_norm`]) for [`attention_residual`]'s `normed`. Without
-/// it, or with the `trace` feature, `None`.
-#[allow(clippy::too_many_arguments)]
 pub fn glu_mlp_residual(
     be: &dyn Backend,
     x: &mut Tensor,
@@ -298,42 +286,30 @@ pub fn glu_mlp_residual(
     w: &GluMlp,
     act: GluAct,
     layer: usize,
-    next_norm: Option<&Weight>,
-) -> Option<Tensor> {
+) {
     if cfg!(feature = "trace") {
         let h = rms_norm(be, x, norm, eps);
         trace("ffn_norm", layer, &h);
         let out = glu_mlp(be, &h, w, act, layer);
         trace("ffn_out", layer, &out);
-        residual(be, x, &out);
-        return None;
+        return residual(be, x, &out);
     }
     let h = be.norm_matmul_glu(x, norm, eps, &w.gate, &w.up, act); // [R, F]
     trace("ffn_act", layer, &h);
-    match next_norm {
-        Some(n) => Some(be.matmul_add_rms_norm(&h, &w.down, None, x, n, eps)), // [R, H]
-        None => {
-            be.matmul_add(&h, &w.down, None, x);
-            None
-        }
-    }
-}
-
-/// [`logits`] of rows already normed (`h [R, H]`, every row wanted in order: from the last layer's
-/// [`glu_mlp_residual`] with the output norm) → `[R, V]`.
-pub fn logits_of_normed(be: &dyn Backend, h: &Tensor, head: &Weight) -> Tensor {
-    trace("result_norm", NO_LAYER, h);
-    let logits = be.matmul(h, head, None); // [R, V]
-    trace("result_output", NO_LAYER, &logits);
-    logits
+    be.matmul_add(&h, &w.down, None, x);
 }
 
 /// The last step of every decoder: keep the rows whose logits are wanted, norm them and project to the
 /// vocabulary. Selecting before the norm is the same bits as after (both ops are row-exact) and cheaper.
 /// `x [R, H]`, `norm [H]`, `head [V, H]` → `[batch.logit_rows.len(), V]`.
 pub fn logits(be: &dyn Backend, x: &Tensor, norm: &Weight, head: &Weight, eps: f32, batch: &Batch) -> Tensor {
-    let rows = be.select_rows(x, &batch.logit_rows); // [L, H]
-    let normed = rms_norm(be, &rows, norm, eps);
+    // Every row in order (a decode step): no copy.
+    let normed = if batch.logit_rows.iter().copied().eq(0..x.rows) {
+        rms_norm(be, x, norm, eps)
+    } else {
+        let rows = be.select_rows(x, &batch.logit_rows); // [L, H]
+        rms_norm(be, &rows, norm, eps)
+    };
     trace("result_norm", NO_LAYER, &normed);
     let logits = be.matmul(&normed, head, None); // [L, V]
     trace("result_output", NO_LAYER, &logits);

@@ -94,23 +94,11 @@ impl Model for Llama {
         let eps = self.cfg.eps;
         let mut x = layers::embed(be, &self.embd, batch); // [R, H]
         trace("inp_embd", layers::NO_LAYER, &x);
-        // The next layer's attention norm, computed by this layer's down projection (`glu_mlp_residual`); after
-        // the last layer the output norm, when every row's logits are wanted in order (a decode step).
-        let all_rows = batch.logit_rows.iter().copied().eq(0..batch.tokens.len());
-        let mut normed: Option<Tensor> = None; // [R, H]
         for (l, layer) in self.layers.iter().enumerate() {
-            let attn = &layer.attn;
-            attention_residual(be, &mut x, normed.take(), &layer.attn_norm, eps, attn, &self.specs[l], l, batch, kv);
-            let next_norm = match self.layers.get(l + 1) {
-                Some(next) => Some(&next.attn_norm),
-                None => all_rows.then_some(&self.output_norm),
-            };
-            normed = glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l, next_norm);
+            attention_residual(be, &mut x, &layer.attn_norm, eps, &layer.attn, &self.specs[l], l, batch, kv);
+            glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l);
             trace("l_out", l, &x);
         }
-        match normed {
-            Some(h) => layers::logits_of_normed(be, &h, &self.output),
-            None => logits(be, &x, &self.output_norm, &self.output, eps, batch),
-        }
+        logits(be, &x, &self.output_norm, &self.output, eps, batch)
     }
 }

@@ -12,8 +12,7 @@ use crate::geometry::{
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
 use tf_core::{
-    norm_qkv_then_rope_kv_write, qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle,
-    Tensor, Weight,
+    norm_qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight,
 };
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
@@ -212,75 +211,6 @@ impl CudaBackend {
             .go(grid, blk);
     }
 
-    /// [`Backend::matmul_add_rms_norm`]: one row against an interleaved float weight, the norm weight a plain F32,
-    /// F16 or BF16 vector: one launch of `_il1_add_norm` (`_il1_add` whose last block to finish norms the new row
-    /// with `rms_norm`'s arithmetic: the next layer's q/k/v then needs no `rms_norm` launch). Anything else, or
-    /// `TF_CUDA_NORM_TAIL=0`: [`Self::matmul_add_impl`], then `rms_norm`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn matmul_add_rms_norm_impl(
-        &self,
-        x: &Tensor,
-        w: &Weight,
-        bias: Option<&Weight>,
-        acc: &mut Tensor,
-        norm: &Weight,
-        eps: f32,
-    ) -> Tensor {
-        let (cw, cn) = (weight(w), weight(norm));
-        let n = cw.out_dim;
-        let tail = x.rows == 1
-            && !self.tune.no_norm_tail.load(Ordering::Relaxed)
-            && self.one_row_il(x, cw)
-            && n > 0
-            && acc.rows == 1
-            && acc.cols == n
-            && cn.out_dim * cn.in_dim == n
-            && matches!(cn.dtype, DType::F32 | DType::F16 | DType::BF16)
-            && !cn.interleaved
-            && self.half_out(1, n).is_none();
-        if !tail {
-            self.matmul_add_impl(x, w, bias, acc);
-            return self.rms_norm(acc, norm, acc.cols, eps);
-        }
-        let (kernel, deep) = match cw.dtype {
-            DType::F32 => ("matmul_f32w_il1_add_norm", "matmul_f32w_il1_add_norm_d"),
-            DType::F16 => ("matmul_f16w_il1_add_norm", "matmul_f16w_il1_add_norm_d"),
-            _ => ("matmul_bf16w_il1_add_norm", "matmul_bf16w_il1_add_norm_d"),
-        };
-        let (bias_ptr, bias_code) = bias_arg(bias, n);
-        let xs = self.input(x);
-        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let at = self.make_unique(acc);
-        let out = self.alloc_f32(n);
-        let (grid, blk) = matmul_il_grid(1, n, self.tune.il1_cols(n));
-        let kernel = match self.tune.add_deep.load(Ordering::Relaxed) {
-            NEVER => kernel,
-            ALWAYS => deep,
-            _ if grid.0 <= self.gpu.resident_blocks(deep, blk.0) => deep,
-            _ => kernel,
-        };
-        // `_il1_add`'s arguments, then the block counter (zero between launches), the norm weight, its type, eps
-        // and the normed row.
-        self.gpu
-            .launch(kernel)
-            .pdl()
-            .ptr(xb)
-            .i32(1)
-            .i32(x.cols)
-            .ptr(&cw.buf)
-            .i32(n)
-            .addr(bias_ptr)
-            .int(bias_code)
-            .ptr(&at.buf)
-            .ptr(&self.tail_count)
-            .ptr(&cn.buf)
-            .int(cn.tag())
-            .f32(eps)
-            .ptr(&out)
-            .go(grid, blk);
-        self.tensor_half(1, n, out, None)
-    }
-
     /// Whether [`Self::matmul_launch`] of `x` against `cw` picks a kernel that can add into its output (`EPI_ADD`):
     /// a tensor-core kernel, or `matmul_float`'s row groups (float weights, unless one row of an interleaved weight:
     /// `_il1`); not the quantized kernels. Off with `TF_CUDA_EPI_ADD=0`.
@@ -320,11 +250,12 @@ impl CudaBackend {
     /// `rms_norm`, then one launch of `_il1_qkv_rope` (the projections rotate q and k and write k and v into the
     /// cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, q/k/v norming their own row
     /// (`TF_CUDA_NORM_FUSE` bit 0) or `TF_CUDA_QKV_ROPE=0`: the projections, then `rope_kv_write`.
-    /// `norm`: `None` when `x` is already normed ([`Backend::qkv_rope_kv_write`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_qkv_rope_impl(
         &self,
         x: &Tensor,
-        norm: Option<(&Weight, f32)>,
+        norm: &Weight,
+        eps: f32,
         ws: &[(&Weight, Option<&Weight>); 3],
         kv: &mut KvCache,
         layer: usize,
@@ -334,7 +265,7 @@ impl CudaBackend {
         let cols = self.tune.il1_cols(weight(ws[0].0).out_dim);
         let (nq, nk, nv) = (weight(ws[0].0).out_dim, weight(ws[1].0).out_dim, weight(ws[2].0).out_dim);
         let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
-            && (norm.is_none() || self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0)
+            && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0
             && self.many_il1(x, ws)
             && hd > 0
             && hd.is_multiple_of(2)
@@ -346,10 +277,7 @@ impl CudaBackend {
             && at.positions.len() == 1
             && at.slots.len() == 1;
         if !fused {
-            return match norm {
-                Some((norm, eps)) => norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at),
-                None => qkv_then_rope_kv_write(self, x, ws, kv, layer, at),
-            };
+            return norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at);
         }
         let store = cuda_kv(kv);
         assert!(layer < store.spec.layers, "norm_qkv_rope_kv_write: layer {layer} of {}", store.spec.layers);
@@ -360,14 +288,7 @@ impl CudaBackend {
         let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
         let tables = self.rope_tables(at.positions, rope);
         let sb = self.slots_buf(at.slots);
-        let normed;
-        let h = match norm {
-            Some((norm, eps)) => {
-                normed = self.rms_norm(x, norm, x.cols, eps);
-                &normed
-            }
-            None => x,
-        };
+        let h = self.rms_norm(x, norm, x.cols, eps);
         let (kernel, wide) = match weight(ws[0].0).dtype {
             DType::F32 => ("matmul_f32w_il1_qkv_rope", "matmul_f32w_il1_qkv_rope_w"),
             DType::F16 => ("matmul_f16w_il1_qkv_rope", "matmul_f16w_il1_qkv_rope_w"),
@@ -384,7 +305,7 @@ impl CudaBackend {
             _ if blocks(nq) + blocks(nk) + blocks(nv) > self.gpu.resident_blocks(kernel, 16 * cols) => wide,
             _ => kernel,
         };
-        let outs = self.launch_many(kernel, h, false, ws, blocks, 16 * cols, None, |l| {
+        let outs = self.launch_many(kernel, &h, false, ws, blocks, 16 * cols, None, |l| {
             l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
         });
         self.kv_written(store, at.slots);

@@ -32,9 +32,6 @@ pub(super) struct FloatTuning {
     /// [`NEVER`] / [`ALWAYS`] forced (`TF_CUDA_ADD_DEEP=0` / `1`, for measurements and tests). Same bits either
     /// way.
     pub add_deep: AtomicU8,
-    /// `matmul_add_rms_norm` of one row as `matmul_add` then `rms_norm` (`TF_CUDA_NORM_TAIL=0`, for measurements
-    /// and tests) instead of `_il1_add_norm` (the projection's last block norming the row). Same bits either way.
-    pub no_norm_tail: AtomicBool,
 }
 
 /// Widths `TF_CUDA_IL_COLS` accepts (anything else: the default).
@@ -90,19 +87,11 @@ impl FloatTuning {
             qkv_wide: AtomicU8::new(choice_from_env("TF_CUDA_QKV_WIDE")),
             cols: AtomicU32::new(Some(env_u32("TF_CUDA_IL_COLS", 0)).filter(|c| IL_COLS.contains(c)).unwrap_or(0)),
             add_deep: AtomicU8::new(choice_from_env("TF_CUDA_ADD_DEEP")),
-            // Off until measured on the device (TF_CUDA_NORM_TAIL=1 turns it on).
-            no_norm_tail: AtomicBool::new(std::env::var("TF_CUDA_NORM_TAIL").map_or(true, |v| v != "1")),
         }
     }
 }
 
 impl super::CudaBackend {
-    /// Whether one row's `matmul_add_rms_norm` norms in the projection's last block (`true`, the default) or runs
-    /// `matmul_add` then `rms_norm` (`TF_CUDA_NORM_TAIL=0`). For tests and measurements: no bits change.
-    pub fn set_norm_tail(&self, on: bool) {
-        self.tune.no_norm_tail.store(!on, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// Which kernel one row's `matmul_add` runs (`TF_CUDA_ADD_DEEP`): `None` by occupancy (the default), `Some(true)`
     /// always the deeper `_il1_add_d`, `Some(false)` never. For tests and measurements: no bits change.
     pub fn set_add_deep(&self, deep: Option<bool>) {
