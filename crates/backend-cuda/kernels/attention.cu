@@ -348,30 +348,12 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         if (owns) {
             const float* vsf = (const float*)vs + d0;
             int i = 0;
-            // Eight visits per batch, the next batch's shared-memory loads issued before this batch's fmas.
-            if (i + 8 <= cnt) {
-                float4 ea = *(const float4*)(sc + base), eb = *(const float4*)(sc + base + 4);
+            for (; i + 8 <= cnt; i += 8) {
+                float4 ea = *(const float4*)(sc + base + i), eb = *(const float4*)(sc + base + i + 4);
+                float e[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
                 float2 v[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++) v[u] = *(const float2*)(vsf + u * hdv);
-                for (i = 8; i + 8 <= cnt; i += 8) {
-                    float4 na = *(const float4*)(sc + base + i), nb4 = *(const float4*)(sc + base + i + 4);
-                    float2 nv[8];
-#pragma unroll
-                    for (int u = 0; u < 8; u++) nv[u] = *(const float2*)(vsf + (i + u) * hdv);
-                    float e[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
-#pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        oc0 = fmaf(e[u], v[u].x, oc0);
-                        oc1 = fmaf(e[u], v[u].y, oc1);
-                        lc += e[u];
-                    }
-                    ea = na;
-                    eb = nb4;
-#pragma unroll
-                    for (int u = 0; u < 8; u++) v[u] = nv[u];
-                }
-                float e[8] = {ea.x, ea.y, ea.z, ea.w, eb.x, eb.y, eb.z, eb.w};
+                for (int u = 0; u < 8; u++) v[u] = *(const float2*)(vsf + (i + u) * hdv);
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     oc0 = fmaf(e[u], v[u].x, oc0);

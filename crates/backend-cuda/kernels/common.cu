@@ -257,33 +257,6 @@ __device__ __forceinline__ float tree16(float acc) {
     return acc;
 }
 
-// Lane `lane`'s share of dot16(x, x) over xs[0..m) in shared memory (rms_norm's sum of squares): acc =
-// fma(x_i, x_i, acc) for i = lane, lane + 16, ... < m in increasing order, from the given acc. Eight loads per
-// batch, the next batch's loads issued before this batch's fmas (software pipelining: the same fmas in the same
-// order; without it each batch waited a shared-memory round trip before its fmas, ~0.9 µs of a 224-long chain on
-// the H200 instead of ~0.5).
-__device__ __forceinline__ float sumsq_lane(const float* xs, int m, int lane, float acc) {
-    int i = lane;
-    if (i + 16 * 7 < m) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
-        for (i += 16 * 8; i + 16 * 7 < m; i += 16 * 8) {
-            float nv[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) nv[u] = xs[i + 16 * u];
-#pragma unroll
-            for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
-#pragma unroll
-            for (int u = 0; u < 8; u++) v[u] = nv[u];
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
-    }
-    for (; i < m; i += 16) acc = fmaf(xs[i], xs[i], acc);
-    return acc;
-}
-
 // ---- dequantization of one element (tf_quant::dequantize, bit for bit) --------------------------------------
 
 // Bytes per block and elements per block of each dtype tag.

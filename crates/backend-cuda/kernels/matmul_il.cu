@@ -173,7 +173,18 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
         }
     }
     __syncthreads();
-    float acc = tid < 16 ? sumsq_lane(xs, K, tid, 0.0f) : 0.0f;
+    float acc = 0.0f;
+    if (tid < 16) {
+        int i = tid;
+        for (; i + 16 * 7 < K; i += 16 * 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
+        }
+        for (; i < K; i += 16) acc = fmaf(xs[i], xs[i], acc);
+    }
     if (tid < 32) {
         float ss = tree16(tid < 16 ? acc : 0.0f);
         if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)K + nm.eps);

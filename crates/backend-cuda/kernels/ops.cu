@@ -3,8 +3,8 @@
 
 // RMSNorm of n consecutive floats x by one block (any whole number of warps; the host gives about n / 2 threads so
 // each loads few elements): threads 0..15 are dot16's lane accumulators of Σ x² (elements i ≡ lane mod 16,
-// increasing; sumsq_lane in common.cu), fed from shared memory that the whole block fills NORM_CHUNK elements at a
-// time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of
+// increasing; eight shared-memory loads ahead of their fmas), fed from shared memory that the whole block fills
+// NORM_CHUNK elements at a time; then y_i = (x_i * inv) * w_i with inv = 1 / sqrt(ss / n + eps). w: n values of
 // type w_dt. With ADD, the residual add comes first with exactly the arithmetic of `add`: x_i = x_i + b_i is
 // written back to x and to the shared chunk (the sums are what the norm sees), and the last loop reads the sums
 // back from x. The thread count changes no bits: the sums of squares are the 16 lanes' in any case. yh (may be
@@ -83,8 +83,18 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
             }
         }
         __syncthreads();
-        // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
-        if (tid < 16) acc = sumsq_lane(xs, m, tid, acc);
+        if (tid < 16) {
+            // NORM_CHUNK is a multiple of 16, so chunk index i ≡ element index (mod 16).
+            int i = tid;
+            for (; i + 16 * 7 < m; i += 16 * 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
+            }
+            for (; i < m; i += 16) acc = fmaf(xs[i], xs[i], acc);
+        }
         __syncthreads();
     }
     if (tid < 32) {
