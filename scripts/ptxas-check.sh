@@ -19,8 +19,8 @@ NVRTC_LIB=${NVRTC_LIB:-/work/nvrtc/nvidia/cuda_nvrtc/lib}
 PTXAS=${PTXAS:-/work/nvrtc/nvidia/cuda_nvcc/bin/ptxas}
 # The kernels are embedded by include_str! in src/geometry.rs: touching it makes cargo rebuild and copy the example
 # to release/examples/ptx even when its own unit is fresh, which it would otherwise leave as is; a build of the
-# same example from another checkout (a git worktree) sharing this target dir would then be what runs (session 22
-# measured an "old" module that was the current kernels that way).
+# same example from another checkout (a git worktree) sharing this target dir would then be what runs (in session
+# 22 a "new" module built that way held the worktree's old kernels).
 touch crates/backend-cuda/src/geometry.rs
 cargo build --release -q -p tf-backend-cuda --features cuda --example ptx
 tmp=$(mktemp -d)
