@@ -282,8 +282,9 @@ impl CudaBackend {
         self.tune.cols.store(cols, Ordering::Relaxed);
     }
 
-    /// Which one-row projections norm their input in their own kernel (bit 0: q/k/v through `norm_matmul_many`,
-    /// bit 1: gate/up through `norm_matmul_glu`), for tests and measurements; no output's bits change.
+    /// Which one-row normed projections run in one kernel (bit 0: q/k/v and any `norm_matmul_many`, bit 1:
+    /// gate/up through `norm_matmul_glu`; the others by parts: `rms_split`, the matmuls, `scale_rows`), for tests
+    /// and measurements; no output's bits change.
     #[doc(hidden)]
     pub fn set_norm_fuse(&self, bits: u8) {
         self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
@@ -680,6 +681,14 @@ impl Backend for CudaBackend {
                 .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group, self.gpu.norm_per), 1, 1));
         }
         self.tensor_half(x.rows, x.cols, out, half)
+    }
+
+    fn rms_split(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor) {
+        self.rms_split_impl(x, w, eps)
+    }
+
+    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
+        self.scale_rows_impl(y, inv, bias)
     }
 
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {

@@ -166,10 +166,6 @@ pub fn il_cols(_n: usize) -> u32 {
     4
 }
 
-/// Widest row the one-row kernels norm in front of a projection (`IL_NORM_MAX_K` floats of shared memory in
-/// kernels/matmul_il.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
-pub const IL_NORM_MAX_K: usize = 4096;
-
 /// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
 pub fn matmul_il_grid(rows: usize, n: usize, cols: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(cols as usize) as u32, rows.div_ceil(FLOAT_ROWS as usize) as u32, 1), (16 * cols, 1, 1))
