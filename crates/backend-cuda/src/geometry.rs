@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 83] = [
+pub const KERNELS: [&str; 85] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -55,6 +55,8 @@ pub const KERNELS: [&str; 83] = [
     "matmul_quant",
     "rms_norm",
     "add_rms_norm",
+    "rms_split",
+    "scale_rows",
     "rope",
     "glu",
     "add",
