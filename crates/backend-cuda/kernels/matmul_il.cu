@@ -117,16 +117,24 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
 // The RMSNorm of a normed projection (Backend::norm_matmul_many / norm_matmul_glu / norm_qkv_rope_kv_write for one
 // row; docs/arithmetic.md, "Normed projections"): the projection's dot products run over u_k = x_k * w_k, and each
 // half-warp also sums x_k² in the same lane order (lane j: k ≡ j mod 16, increasing), which is dot16(x, x); after
-// tree16 the output is scaled by inv = 1 / sqrt(ss / K + eps). w [K] of type dt (F32, F16 or BF16, not
-// interleaved; the host checks), which the kernels take as the template parameter NT (NT_NONE: no norm) so that
-// the loop has no branch on it (norm_dispatch). No prologue and no shared memory: the first batch's fmas need only
-// x and w.
+// tree16 the output is scaled by inv = 1 / sqrt(ss / K + eps). w [K] of type dt, which the kernels take as the
+// template parameter NT (NT_NONE: no norm) so that the loop has no branch on it (NORM_DISPATCH): F32 as uploaded
+// (one 4-byte load per element), F16 or BF16 in lane order (the host passes CudaWeight::lanes: lane j's eight
+// elements of block b are one 16-byte vector, as the matrices' weights). No prologue and no shared memory: the first
+// batch's fmas need only x and w.
 #define NT_NONE (-1)
 struct NormIn {
     const u8* w;
     int dt;
     float eps;
 };
+
+// A norm weight vector, where it is written (volatile: hoisted, the loads held registers across the batch).
+__device__ __forceinline__ uint4 ld_norm_vec(const u8* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
 
 template <int NT>
 __device__ __forceinline__ float norm_elem(const NormIn& nm, int k) {
@@ -211,9 +219,14 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
                 // NORM: the norm weight of this vector's elements, loaded here (L1 hits after the first block) so
                 // that no more registers than these EPV stay live across the batch.
                 float gv[NORM ? EPV : 1];
-                if (NORM) {
+                if (NT == DT_F32) {
 #pragma unroll
                     for (int e = 0; e < EPV; e++) gv[NORM ? e : 0] = norm_elem<NT>(nm, (b0 + u) * BLK + 16 * e + j);
+                } else if (NORM) {
+                    // 8 elements per vector (a 16-bit norm goes with 16-bit weights: EPV 8, checked on the host).
+                    uint4 gq = ld_norm_vec(nm.w + 16 * ((i64)(b0 + u) * 16 + j));
+#pragma unroll
+                    for (int e = 0; e < EPV; e++) gv[NORM ? e : 0] = vec_elem<NT == DT_F16 ? DT_F16 : DT_BF16>(gq, e);
                 }
 #pragma unroll
                 for (int e = 0; e < EPV; e++) {

@@ -48,6 +48,10 @@ pub struct CudaWeight {
     /// or more dimensions whose rows are whole blocks. Every kernel reading such a weight reads through the map:
     /// the matmul's `_il*` kernels by construction, the others by [`Self::tag`].
     pub interleaved: bool,
+    /// For a vector (one dimension) of F16 or BF16 in whole blocks, uploaded under the same conditions: a copy
+    /// permuted as the matrices are, so that a one-row kernel's lane j reads its eight elements of block b as one
+    /// 16-byte vector (a norm weight inside the normed projections' dot products, kernels/matmul_il.cu).
+    pub lanes: Option<Buf>,
 }
 
 impl CudaWeight {
@@ -629,8 +633,22 @@ impl Backend for CudaBackend {
             let epv = 16 / dtype.block_bytes();
             self.gpu.launch("interleave_rows").ptr(&buf).i64(nblk).int(epv as i32).go(g, b);
         }
+        let lanes = if self.arithmetic == Arithmetic::Portable
+            && !self.tune.no_interleave.load(Ordering::Relaxed)
+            && shape.len() == 1
+            && matches!(dtype, DType::F16 | DType::BF16)
+            && interleave_block(dtype).is_some_and(|b| in_dim.is_multiple_of(b) && in_dim > 0)
+        {
+            let copy = self.gpu.upload(bytes)?;
+            let nblk = bytes.len() / 256;
+            let (g, b) = elementwise_grid(16 * nblk);
+            self.gpu.launch("interleave_rows").ptr(&copy).i64(nblk).int(8).go(g, b);
+            Some(copy)
+        } else {
+            None
+        };
         self.note_matrix_type(dtype, shape.len());
-        let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved };
+        let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved, lanes };
         Ok(Weight { name: info.name.clone(), dtype, shape, storage: Arc::new(w) })
     }
 

@@ -650,14 +650,16 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
     ];
     let (hq, hk, k) = (6, 2, 512);
     // Each case at its own block width (TF_CUDA_IL_COLS; 0: the default): the same bits at any width.
-    for ((dtype, hd, rope), cols) in cases.into_iter().zip([0, 16, 2, 8]) {
+    // Norm weights of each float type (16-bit ones read in lane order inside the kernels).
+    let norm_types = [DType::BF16, DType::F32, DType::F16, DType::BF16];
+    for (((dtype, hd, rope), cols), ndt) in cases.into_iter().zip([0, 16, 2, 8]).zip(norm_types) {
         g.set_float_tuning(true, cols);
         let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
         let nslots = spec.blocks * spec.block_size;
         let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
         let ns = [hq * hd, hk * hd, hk * hd];
-        let nw = random_weight(DType::F32, 1, k, &mut rng);
-        let (ng, nc) = (up(&g, "norm", DType::F32, &[k], &nw), up(&c, "norm", DType::F32, &[k], &nw));
+        let nw = random_weight(ndt, 1, k, &mut rng);
+        let (ng, nc) = (up(&g, "norm", ndt, &[k], &nw), up(&c, "norm", ndt, &[k], &nw));
         let (mut wg, mut wc, mut bg, mut bc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for n in ns {
             let w = random_weight(dtype, n, k, &mut rng);
@@ -669,7 +671,7 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             bc.push(c.upload_f32("b", &[n], b).unwrap());
         }
         for (rows, biased) in [(1usize, [true, true, true]), (1, [false, true, false]), (3, [true, false, true])] {
-            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}, {cols} cols");
+            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}, {cols} cols, norm {ndt}");
             let list = |ws: &[Weight], bs: &[Weight]| -> Vec<(Weight, Option<Weight>)> {
                 (0..3).map(|i| (ws[i].clone(), biased[i].then(|| bs[i].clone()))).collect()
             };

@@ -281,7 +281,9 @@ impl CudaBackend {
         eps: f32,
         ws: &[(&Weight, Option<&Weight>)],
     ) -> Vec<Tensor> {
-        if self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0 && self.many_il1(x, ws, 1) && Self::norm_in_dot(x, norm)
+        if self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0
+            && self.many_il1(x, ws, 1)
+            && Self::norm_in_dot(x, norm, weight(ws[0].0).dtype)
         {
             return self.many_il1_launch(x, ws, Some((norm, eps)));
         }
@@ -309,7 +311,7 @@ impl CudaBackend {
         let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
             && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0
             && self.many_il1(x, ws, 2)
-            && Self::norm_in_dot(x, norm)
+            && Self::norm_in_dot(x, norm, weight(ws[0].0).dtype)
             && hd > 0
             && hd.is_multiple_of(2)
             && rope.rot_dims == hd
@@ -350,17 +352,25 @@ impl CudaBackend {
         };
         let outs = self.launch_many(kernel, x, false, ws, blocks, 16 * cols, None, |l| {
             let l = l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb);
-            l.ptr(&cn.buf).int(cn.tag()).f32(eps)
+            l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps)
         });
         self.kv_written(store, at.slots);
         outs.try_into().expect("one result per weight")
     }
 
-    /// Whether the one-row kernels can norm `x` in their dot products: the norm weight a plain F32, F16 or BF16
-    /// vector of x's width.
-    fn norm_in_dot(x: &Tensor, norm: &Weight) -> bool {
+    /// Whether the one-row kernels can norm `x` in their dot products against weights of type `wdt`: the norm
+    /// weight a plain F32 vector of x's width, or an F16 or BF16 one with its lane-ordered copy against 16-bit
+    /// weights (the copy has their eight elements per lane and block).
+    fn norm_in_dot(x: &Tensor, norm: &Weight, wdt: DType) -> bool {
         let cn = weight(norm);
-        cn.out_dim * cn.in_dim == x.cols && matches!(cn.dtype, DType::F32 | DType::F16 | DType::BF16) && !cn.interleaved
+        let half = matches!(cn.dtype, DType::F16 | DType::BF16) && cn.lanes.is_some() && wdt != DType::F32;
+        cn.out_dim * cn.in_dim == x.cols && !cn.interleaved && (cn.dtype == DType::F32 || half)
+    }
+
+    /// The norm weight as the normed kernels read it: an F32 vector as uploaded, an F16 or BF16 one through its
+    /// lane-ordered copy ([`CudaWeight::lanes`]).
+    fn norm_buf(cn: &CudaWeight) -> &Buf {
+        cn.lanes.as_ref().unwrap_or(&cn.buf)
     }
 
     /// Whether one row against `ws` runs as one launch of `_il1_many`: `min..=3` interleaved float weights of one
@@ -469,7 +479,7 @@ impl CudaBackend {
         if let Some((nw, eps)) = norm {
             let cn = weight(nw);
             assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_many: norm weight length");
-            l = l.ptr(&cn.buf).int(cn.tag()).f32(eps);
+            l = l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps);
         }
         let total: u32 = blocks.iter().sum();
         tail(l).go((total, 1, 1), (threads, 1, 1));
@@ -490,7 +500,7 @@ impl CudaBackend {
     ) -> Tensor {
         if self.tune.norm_fuse.load(Ordering::Relaxed) & 2 != 0
             && self.glu_il1(x, gate, up)
-            && Self::norm_in_dot(x, norm)
+            && Self::norm_in_dot(x, norm, weight(gate).dtype)
         {
             return self.glu_il1_launch(x, gate, up, act, Some((norm, eps)));
         }
@@ -591,7 +601,7 @@ impl CudaBackend {
             Some((nw, eps)) => {
                 let cn = weight(nw);
                 assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_glu: norm weight length");
-                l.ptr(&cn.buf).int(cn.tag()).f32(eps)
+                l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps)
             }
             None => l,
         };
