@@ -186,16 +186,6 @@ impl Backend for CpuBackend {
         norm::rms_norm(&self.pool, self.isa, x, &values, group, eps)
     }
 
-    fn rms_split(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor) {
-        let values = self.vectors.get(w);
-        norm::rms_split(&self.pool, self.isa, x, &values, eps)
-    }
-
-    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
-        let b = bias.map(|b| self.vectors.get(b));
-        norm::scale_rows(&self.pool, y, inv, b.as_deref().map(|v| v.as_slice()))
-    }
-
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
         rope::rope(&self.pool, &self.rope, x, positions, head_dim, rope)
     }

@@ -139,53 +139,6 @@ fn rms_norm_matches_reference_and_is_row_exact() {
     }
 }
 
-#[test]
-fn rms_split_and_scale_rows_match_reference_and_are_row_exact() {
-    let (mut rng, _g) = rng();
-    let bes = backends();
-    for &cols in &[1, 15, 64, 67, 896, 2048] {
-        let n = 70;
-        let x = Tensor::host(n, cols, values(&mut rng, n * cols, 3.0));
-        let dtype = [DType::F32, DType::F16, DType::BF16][rng.gen_range(0..3)];
-        let w_bytes = float_bytes(&mut rng, cols, dtype);
-        let eps = [1e-5f32, 1e-6, 0.0][rng.gen_range(0..3)];
-        let weights: Vec<_> = bes.iter().map(|be| vector_weight(be, &w_bytes, cols, dtype)).collect();
-        let (want_u, want_inv) = r::rms_split(&x, &weights[0].1, eps);
-        // The split's inv is rms_norm's: (x * inv) * w from its parts is rms_norm's output.
-        let normed = r::rms_norm(&x, &weights[0].1, cols, eps);
-        for (r_, (&inv, xr)) in want_inv.host.iter().zip(x.host.chunks(cols)).enumerate() {
-            let again: Vec<f32> = xr.iter().zip(&weights[0].1).map(|(&a, &w)| (a * inv) * w).collect();
-            same(&again, normed.row(r_), "rms_split's inv against rms_norm");
-        }
-        // scale_rows with and without a bias, the bias of any float type.
-        let y = Tensor::host(n, cols, values(&mut rng, n * cols, 2.0));
-        let b_bytes = float_bytes(&mut rng, cols, dtype);
-        let biases: Vec<_> = bes.iter().map(|be| vector_weight(be, &b_bytes, cols, dtype)).collect();
-        for (i, be) in bes.iter().enumerate() {
-            let what = format!("{} cols {cols} {dtype}", be.describe());
-            let (u, inv) = be.rms_split(&x, &weights[i].0, eps);
-            same(&u.host, &want_u.host, &format!("rms_split u {what}"));
-            same(&inv.host, &want_inv.host, &format!("rms_split inv {what}"));
-            for bias in [None, Some(&biases[i])] {
-                let mut got = y.clone();
-                be.scale_rows(&mut got, &want_inv, bias.map(|b| &b.0));
-                let mut want = y.clone();
-                for r_ in 0..n {
-                    r::scale_row(want.row_mut(r_), want_inv.host[r_], bias.map(|b| &b.1[..]));
-                }
-                same(&got.host, &want.host, &format!("scale_rows {what} bias {}", bias.is_some()));
-            }
-        }
-        let op = |be: &CpuBackend, rows: &[usize]| {
-            let i = bes.iter().position(|b| std::ptr::eq(b, be)).unwrap();
-            let (mut u, inv) = be.rms_split(&gather(&x, rows), &weights[i].0, eps);
-            be.scale_rows(&mut u, &inv, Some(&biases[i].0));
-            u
-        };
-        check_row_exact(&mut rng, &bes, n, &op, &format!("rms_split + scale_rows cols {cols}"));
-    }
-}
-
 fn random_rope(rng: &mut StdRng, head_dim: usize) -> Rope {
     let rot_dims = [head_dim, head_dim / 2 / 2 * 2, 2][rng.gen_range(0..3)].max(2);
     let scaling = match rng.gen_range(0..3) {

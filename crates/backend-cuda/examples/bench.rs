@@ -214,12 +214,6 @@ impl Backend for Timed<'_> {
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor {
         self.time("rms_norm", || self.be.rms_norm(x, w, group, eps))
     }
-    fn rms_split(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor) {
-        self.time("rms_split", || self.be.rms_split(x, w, eps))
-    }
-    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
-        self.time("scale_rows", || self.be.scale_rows(y, inv, bias))
-    }
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
         self.time("rope", || self.be.rope(x, positions, head_dim, rope))
     }
@@ -257,9 +251,9 @@ impl Backend for Timed<'_> {
     }
     fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
         if !self.fuse {
-            return tf_core::norm_matmul_many_by_parts(self, x, norm, eps, ws);
+            return self.matmul_many(&self.rms_norm(x, norm, x.cols, eps), ws);
         }
-        self.time("normed matmul layers", || self.be.norm_matmul_many(x, norm, eps, ws))
+        self.time("rms_norm + matmul layers", || self.be.norm_matmul_many(x, norm, eps, ws))
     }
     fn norm_qkv_rope_kv_write(
         &self,
@@ -274,15 +268,15 @@ impl Backend for Timed<'_> {
         if !self.fuse {
             return tf_core::norm_qkv_then_rope_kv_write(self, x, norm, eps, ws, kv, layer, at);
         }
-        self.time("normed matmul layers + rope + kv_write", || {
+        self.time("rms_norm + matmul layers + rope + kv_write", || {
             self.be.norm_qkv_rope_kv_write(x, norm, eps, ws, kv, layer, at)
         })
     }
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
         if !self.fuse {
-            return tf_core::norm_matmul_glu_by_parts(self, x, norm, eps, gate, up, act);
+            return self.matmul_glu(&self.rms_norm(x, norm, x.cols, eps), gate, up, act);
         }
-        self.time("normed matmul layers + glu", || self.be.norm_matmul_glu(x, norm, eps, gate, up, act))
+        self.time("rms_norm + matmul layers + glu", || self.be.norm_matmul_glu(x, norm, eps, gate, up, act))
     }
     fn scale(&self, x: &mut Tensor, s: f32) {
         self.time("scale", || self.be.scale(x, s))

@@ -114,64 +114,111 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
     for (int u = 0; u < D; u++) v[u] = b0 + u < nb ? ld_stream(wq + 16 * (b0 + u)) : make_uint4(0, 0, 0, 0);
 }
 
-// The RMSNorm of a normed projection (Backend::norm_matmul_many / norm_matmul_glu / norm_qkv_rope_kv_write for one
-// row; docs/arithmetic.md, "Normed projections"): the projection's dot products run over u_k = x_k * w_k, and each
-// half-warp also sums x_k² in the same lane order (lane j: k ≡ j mod 16, increasing), which is dot16(x, x); after
-// tree16 the output is scaled by inv = 1 / sqrt(ss / K + eps). w [K] of type dt, which the kernels take as the
-// template parameter NT (NT_NONE: no norm) so that the loop has no branch on it (NORM_DISPATCH): F32 as uploaded
-// (one 4-byte load per element), F16 or BF16 in lane order (the host passes CudaWeight::lanes: lane j's eight
-// elements of block b are one 16-byte vector, as the matrices' weights). No prologue and no shared memory: the first
-// batch's fmas need only x and w.
-#define NT_NONE (-1)
+// The RMSNorm in front of a one-row projection (Backend::norm_matmul_many / norm_matmul_glu), run by every block of
+// the projection on the row it reads: w [K] of type dt, and xs, K floats of the block's shared memory that end up
+// holding the normed row. The arithmetic is norm_block's (kernels/ops.cu) for one chunk: lanes 0..15 sum x_i² over
+// i ≡ lane (mod 16) in increasing order, tree16, inv = 1 / sqrt(ss / K + eps), then (x_i * inv) * w_i, so the
+// projection sees the very floats `rms_norm` would have written. K ≤ IL_NORM_MAX_K, a multiple of 4.
+#define IL_NORM_MAX_K 4096
+#ifndef PRO_N
+#define PRO_N 8
+#endif
+// ready: the block has already normed the row into xs (a later pass of a block looping over its work).
 struct NormIn {
     const u8* w;
     int dt;
     float eps;
+    float* xs;
+    bool ready;
 };
 
-// A norm weight vector, where it is written (volatile: hoisted, the loads held registers across the batch).
-__device__ __forceinline__ uint4 ld_norm_vec(const u8* p) {
-    uint4 r;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
-
-template <int NT>
-__device__ __forceinline__ float norm_elem(const NormIn& nm, int k) {
-    if (NT == DT_F32) return __ldg((const float*)nm.w + k);
-    u32 h = __ldg((const unsigned short*)nm.w + k);
-    return NT == DT_F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
-}
-
-// NORM_DEPTH_DROP (default 1): the normed kernels load one weight vector fewer per batch than their plain forms
-// (ND): the x_k² sums and the norm weight's loads take the registers (ptxas: at the plain depths `_il1_qkv_rope_w`,
-// `_il1_many_norm` and `_il1_glu_norm` spill 64-192 bytes; one fewer, none).
-#ifndef NORM_DEPTH_DROP
-#define NORM_DEPTH_DROP 1
-#endif
-#define ND(D, NT) ((NT) == NT_NONE ? (D) : (D) - NORM_DEPTH_DROP)
-
-// NORM_DISPATCH(dt, CALL): CALL with NT defined as the norm weight's type (F32, F16, else BF16), a compile-time
-// constant: one branch per kernel, not per element.
-#define NORM_DISPATCH(dt, CALL)        \
-    if ((dt) == DT_F32) {              \
-        constexpr int NT = DT_F32;     \
-        CALL;                          \
-    } else if ((dt) == DT_F16) {       \
-        constexpr int NT = DT_F16;     \
-        CALL;                          \
-    } else {                           \
-        constexpr int NT = DT_BF16;    \
-        CALL;                          \
+// Elements 4v..4v+3 of a vector of type dt: F32, F16 or BF16, not interleaved (the host checks), 16-byte aligned.
+// The loads are volatile asm so the compiler keeps them where they are written (hoisted, they held registers
+// through the whole norm).
+__device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w, int v) {
+    if (dt == DT_F32) {
+        float4 f;
+        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(f.x), "=f"(f.y), "=f"(f.z), "=f"(f.w)
+                     : "l"(w + 16 * (i64)v));
+        return f;
     }
+    uint2 h;
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h.x), "=r"(h.y) : "l"(w + 8 * (i64)v));
+    if (dt == DT_F16) {
+        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
+                           f16_bits_to_f32(h.y >> 16));
+    }
+    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
+                       bf16_bits_to_f32(h.y >> 16));
+}
+
+__device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, int K, const NormIn& nm) {
+    __shared__ float inv_s;
+    float* __restrict__ xs = nm.xs;
+    int tid = threadIdx.x, nt = blockDim.x;
+    // The row into shared memory, eight 16-byte loads in flight per thread.
+    const float4* h4 = (const float4*)h;
+    float4* x4 = (float4*)xs;
+    int nv = K / 4;
+    for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
+        float4 r[PRO_N];
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) r[u] = h4[v0 + u * nt];
+        }
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) x4[v0 + u * nt] = r[u];
+        }
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    if (tid < 16) {
+        int i = tid;
+        for (; i + 16 * 7 < K; i += 16 * 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = xs[i + 16 * u];
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc = fmaf(v[u], v[u], acc);
+        }
+        for (; i < K; i += 16) acc = fmaf(xs[i], xs[i], acc);
+    }
+    if (tid < 32) {
+        float ss = tree16(tid < 16 ? acc : 0.0f);
+        if (tid == 0) inv_s = 1.0f / sqrtf(ss / (float)K + nm.eps);
+    }
+    __syncthreads();
+    float inv = inv_s;
+    // (x_i * inv) * w_i, the norm weight read as 16-byte (F32) or 8-byte vectors, eight in flight per thread.
+    for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
+        float4 wv[PRO_N];
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            if (v0 + u * nt < nv) wv[u] = ld_float4_of(nm.dt, nm.w, v0 + u * nt);
+        }
+#pragma unroll
+        for (int u = 0; u < PRO_N; u++) {
+            int v = v0 + u * nt;
+            if (v < nv) {
+                float4 a = x4[v];
+                x4[v] = make_float4((a.x * inv) * wv[u].x, (a.y * inv) * wv[u].y, (a.z * inv) * wv[u].z,
+                                    (a.w * inv) * wv[u].w);
+            }
+        }
+    }
+    __syncthreads();
+}
 
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
 // D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
-// the row before its RMSNorm (NormIn above): the dot runs over x_k * w_k and the result is scaled by the row's inv.
-// trk: the kernel's kind for the TRACE define (kernels/common.cu), -1 for none.
-template <int DT, int D, bool PF = false, int NT = NT_NONE>
+// the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
+// so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
+// for the TRACE define (kernels/common.cu), -1 for none.
+template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
                                          int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
@@ -200,8 +247,10 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     }
     TR_FIRST(trk, 1);
     TR_LAST(trk, 2);
-    const bool NORM = NT != NT_NONE;
-    float ss = 0.0f;  // NORM: lane j's sum of x_k²
+    if (NORM) {
+        if (!nm.ready) il1_norm_prologue(x, K, nm);
+        xr = nm.xs + j;
+    }
     for (int b0 = 0; b0 < nb; b0 += D) {
         float xv[D][EPV];
 #pragma unroll
@@ -216,27 +265,8 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 #pragma unroll
         for (int u = 0; u < D; u++) {
             if (b0 + u < nb) {
-                // NORM: the norm weight of this vector's elements, loaded here (L1 hits after the first block) so
-                // that no more registers than these EPV stay live across the batch.
-                float gv[NORM ? EPV : 1];
-                if (NT == DT_F32) {
 #pragma unroll
-                    for (int e = 0; e < EPV; e++) gv[NORM ? e : 0] = norm_elem<NT>(nm, (b0 + u) * BLK + 16 * e + j);
-                } else if (NORM) {
-                    // 8 elements per vector (a 16-bit norm goes with 16-bit weights: EPV 8, checked on the host).
-                    uint4 gq = ld_norm_vec(nm.w + 16 * ((i64)(b0 + u) * 16 + j));
-#pragma unroll
-                    for (int e = 0; e < EPV; e++) gv[NORM ? e : 0] = vec_elem<NT == DT_F16 ? DT_F16 : DT_BF16>(gq, e);
-                }
-#pragma unroll
-                for (int e = 0; e < EPV; e++) {
-                    float a = xv[u][e];
-                    if (NORM) {
-                        ss = fmaf(a, a, ss);
-                        a = a * gv[NORM ? e : 0];
-                    }
-                    acc = fmaf(a, vec_elem<DT>(v[u], e), acc);
-                }
+                for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
             }
         }
 #if IL_PIPE
@@ -246,25 +276,20 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         if (b0 + D < nb) il1_batch(v, wq, b0 + D, nb);
 #endif
     }
-    float d = tree16(acc);
-    if (NORM) {
-        float sq = tree16(ss);
-        d = d * (1.0f / sqrtf(sq / (float)K + nm.eps));
-    }
-    return d;
+    return tree16(acc);
 }
 
 // bx: this block's index among the weight's blocks (blockIdx.x when one weight is launched alone); D: il1_dot's
 // depth.
 // ADD: the residual add after the projection, y_n = y_n + s (`add`'s arithmetic, y the residual row). NORM: see
 // il1_dot.
-template <int DT, int D = IL1_DEPTH, bool ADD = false, int NT = NT_NONE>
+template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NT>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
@@ -352,55 +377,62 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
 // Backend::matmul_many): the grid is the weights' one-row grids side by side, nb0 blocks for weight 0, then nb1 for
 // weight 1, then the rest for weight 2; each block runs `_il1`'s code for its weight. Same outputs, same bits, one
 // launch instead of three. grid (nb0 + nb1 + nb2, 1), 16 · cols threads.
-template <int DT, int NT = NT_NONE>
+template <int DT, bool NORM = false>
 __device__ __forceinline__ void matmul_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                                 const u8* b0, int bdt0, float* y0, const u8* w1, int n1,
                                                 const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
                                                 const u8* b2, int bdt2, float* y2, const NormIn& nm = {},
                                                 int bx = blockIdx.x) {
     if (bx < nb0) {
-        matmul_float_il1<DT, ND(MANY_DEPTH, NT), false, NT>(x, K, w0, n0, b0, bdt0, y0, bx, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w0, n0, b0, bdt0, y0, bx, nm);
     } else if (bx < nb0 + nb1) {
-        matmul_float_il1<DT, ND(MANY_DEPTH, NT), false, NT>(x, K, w1, n1, b1, bdt1, y1, bx - nb0, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w1, n1, b1, bdt1, y1, bx - nb0, nm);
     } else {
-        matmul_float_il1<DT, ND(MANY_DEPTH, NT), false, NT>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1, nm);
     }
 }
 
-// `_il1_many` of the RMSNorm of x (Backend::norm_matmul_many for one row): the same grid and blocks, each
-// projection normed as NormIn says. The arguments of `_il1_many`, then nw, nw_dt, eps.
+// `_il1_many` of the RMSNorm of x (Backend::norm_matmul_many for one row): every block norms x into shared memory
+// once (il1_norm_prologue; nw [K] of type nw_dt), then runs `_il1_many`'s blocks vb = blockIdx.x, + gridDim.x, ...
+// below nvb (the host launches at most the resident blocks). The first pass is written apart from the loop so each
+// copy knows whether it norms: in one loop the norm's registers stayed held through the matmul (173 registers);
+// __maxnreg__ keeps 9 blocks per SM, as `_il1_many`. The arguments of `_il1_many`, then nw, nw_dt, eps, nvb.
 template <int DT>
 __device__ __forceinline__ void il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                               const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
                                               int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
-                                              float* y2, const u8* nw, int nw_dt, float eps) {
-    const NormIn nm{nw, nw_dt, eps};
-    NORM_DISPATCH(nw_dt, (matmul_il1_many<DT, NT>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2,
-                                                  b2, bdt2, y2, nm)));
+                                              float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
+    __shared__ __align__(16) float xs[IL_NORM_MAX_K];
+    matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
+                              NormIn{nw, nw_dt, eps, xs, false});
+    for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
+        matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
+                                  NormIn{nw, nw_dt, eps, xs, true}, vb);
+    }
 }
 
 extern "C" __global__ void __maxnreg__(112)
     matmul_f32w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
                               float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
-                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps) {
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
     il1_many_norm<DT_F32>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
-                        eps);
+                        eps, nvb);
 }
 
 extern "C" __global__ void __maxnreg__(112)
     matmul_f16w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
                               float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
-                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps) {
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
     il1_many_norm<DT_F16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
-                        eps);
+                        eps, nvb);
 }
 
 extern "C" __global__ void __maxnreg__(112)
     matmul_bf16w_il1_many_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
                               float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
-                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps) {
+                              const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
     il1_many_norm<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, nw_dt,
-                        eps);
+                        eps, nvb);
 }
 
 extern "C" __global__ void matmul_f32w_il1_many(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
@@ -425,24 +457,21 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 }
 
 
-// `_il1_many_norm` of q, k and v (weights 0, 1, 2) with `rope_kv_write` in its epilogue
-// (Backend::norm_qkv_rope_kv_write for one row): the same outputs, the same bits, one launch fewer per layer. The
-// blocks of q and k compute rotation pairs instead of consecutive columns: the two half-warps of warp p compute the
-// columns (i0, i1) of pair p (neox: (h·hd + i, h·hd + i + half), else (2p, 2p + 1)), each as `_il1_many_norm` with
-// its bias; the half-warps swap their sums and each writes its own element of the rotation with exactly `rope`'s
-// arithmetic (two products and one sum or difference), k's also into the cache. v's blocks are `_il1_many_norm`'s
-// writing the cache too. Needs the whole head rotated (rot == head_dim) and an even number of columns per block;
-// cos_t / sin_t [half] are the row's table rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2).
-// The arguments of `_il1_many`, then head_dim, half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the
-// row's), then the norm's nw, nw_dt, eps.
-template <int DT, int D, int NT>
-__device__ __forceinline__ void il1_qkv_rope_nt(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
+// `_il1_many` of q, k and v (weights 0, 1, 2) with `rope_kv_write` in its epilogue (Backend::norm_qkv_rope_kv_write
+// for one row, after its norm): the same outputs, the same bits, one launch fewer per layer. The blocks of q and k
+// compute rotation pairs instead of consecutive columns: the two half-warps of warp p compute the columns (i0, i1)
+// of pair p (neox: (h·hd + i, h·hd + i + half), else (2p, 2p + 1)), each as `_il1` with its bias; the half-warps
+// swap their sums and each writes its own element of the rotation with exactly `rope`'s arithmetic (two products
+// and one sum or difference), k's also into the cache. v's blocks are `_il1` writing the cache too. Needs the whole
+// head rotated (rot == head_dim) and an even number of columns per block; cos_t / sin_t [half] are the row's table
+// rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2). The arguments of `_il1_many`, then head_dim,
+// half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's).
+template <int DT, int D = MANY_DEPTH>
+__device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                              const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
                                              int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
                                              float* y2, int hd, int half, const float* cos_t, const float* sin_t,
-                                             int neox, float* k_layer, float* v_layer, const u32* slots,
-                                             const u8* nw, int nw_dt, float eps) {
-    const NormIn nm{nw, nw_dt, eps};
+                                             int neox, float* k_layer, float* v_layer, const u32* slots) {
     int bx = blockIdx.x;
     int hw = threadIdx.x / 16, j = threadIdx.x % 16;
     // The slot is a host upload (ordered after every earlier kernel): read before the wait inside il1_dot.
@@ -450,7 +479,7 @@ __device__ __forceinline__ void il1_qkv_rope_nt(const float* x, int K, int nb0, 
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
-        float s = il1_dot<DT, D, false, NT>(x, K, w2, live ? n : n2 - 1, j, nm, 0);
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
             y2[n] = s;
@@ -468,7 +497,7 @@ __device__ __forceinline__ void il1_qkv_rope_nt(const float* x, int K, int nb0, 
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
-    float s = il1_dot<DT, D, false, NT>(x, K, is_q ? w0 : w1, n, j, nm, 0);
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
@@ -479,44 +508,32 @@ __device__ __forceinline__ void il1_qkv_rope_nt(const float* x, int K, int nb0, 
     }
 }
 
-template <int DT, int D = MANY_DEPTH>
-__device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
-                                             const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
-                                             int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
-                                             float* y2, int hd, int half, const float* cos_t, const float* sin_t,
-                                             int neox, float* k_layer, float* v_layer, const u32* slots,
-                                             const u8* nw, int nw_dt, float eps) {
-    NORM_DISPATCH(nw_dt, (il1_qkv_rope_nt<DT, ND(D, NT), NT>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1,
-                                                              y1, w2, n2, b2, bdt2, y2, hd, half, cos_t, sin_t, neox,
-                                                              k_layer, v_layer, slots, nw, nw_dt, eps)));
-}
-
 extern "C" __global__ void __maxnreg__(112)
     matmul_f32w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F32>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
-                         half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(112)
     matmul_f16w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
-                         half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(112)
     matmul_bf16w_il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     TR_ENTRY(0);
     il1_qkv_rope<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
-                         half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                         half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
 
@@ -533,28 +550,28 @@ extern "C" __global__ void __maxnreg__(80)
     matmul_f32w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F32, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(80)
     matmul_f16w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     il1_qkv_rope<DT_F16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                                      y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
 extern "C" __global__ void __maxnreg__(80)
     matmul_bf16w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
-        float* v_layer, const u32* slots, const u8* nw, int nw_dt, float eps) {
+        float* v_layer, const u32* slots) {
     TR_ENTRY(0);
     il1_qkv_rope<DT_BF16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots, nw, nw_dt, eps);
+                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
 
@@ -562,7 +579,7 @@ extern "C" __global__ void __maxnreg__(80)
 // 0..cols-1 of a block compute gate columns n0..n0+cols-1 and half-warps cols..2·cols-1 the up columns of the same
 // n (each as `_il1`), then thread t < cols writes act(g) * u for column n0 + t with exactly `glu`'s arithmetic.
 // grid (ceil(N / cols)), 32 · cols threads; act 0 = SiLU, 1 = GELU (tanh form).
-template <int DT, int NT = NT_NONE>
+template <int DT, bool NORM = false>
 __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
                                         float* out, const NormIn& nm = {}, int bx = blockIdx.x) {
     __shared__ float gu[64];  // [2 · cols]: the block's gate sums, then its up sums
@@ -570,7 +587,7 @@ __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, c
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
     int n = bx * cols + (is_up ? half - cols : half);
-    float s = il1_dot<DT, ND(GLU_DEPTH, NT), BULK_PF >= 2, NT>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
+    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;
@@ -597,14 +614,20 @@ extern "C" __global__ void matmul_bf16w_il1_glu(const float* x, int K, const u8*
     il1_glu<DT_BF16>(x, K, gate, up, N, act, out);
 }
 
-// `_il1_glu` of the RMSNorm of x (Backend::norm_matmul_glu for one row): the same grid and blocks, gate and up each
-// normed as NormIn says before the GLU (80 registers: 6 blocks per SM, as `_il1_glu`). The arguments of
-// `_il1_glu`, then nw, nw_dt, eps.
+// `_il1_glu` of the RMSNorm of x (Backend::norm_matmul_glu for one row), as `_il1_many_norm`: each block norms x
+// once, then runs `_il1_glu`'s column groups vb = blockIdx.x, + gridDim.x, ... (80 registers: 6 blocks per SM, as
+// `_il1_glu`). The arguments of `_il1_glu`, then nw, nw_dt, eps.
 template <int DT>
 __device__ __forceinline__ void il1_glu_norm(const float* x, int K, const u8* gate, const u8* up, int N, int act,
                                              float* out, const u8* nw, int nw_dt, float eps) {
-    const NormIn nm{nw, nw_dt, eps};
-    NORM_DISPATCH(nw_dt, (il1_glu<DT, NT>(x, K, gate, up, N, act, out, nm)));
+    __shared__ __align__(16) float xs[IL_NORM_MAX_K];
+    int cols = blockDim.x / 32;
+    int nvb = (N + cols - 1) / cols;
+    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false});
+    for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
+        __syncthreads();  // the block's gate/up sums are read before the next pass writes them
+        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb);
+    }
 }
 
 extern "C" __global__ void __maxnreg__(80) matmul_f32w_il1_glu_norm(const float* x, int K, const u8* gate,

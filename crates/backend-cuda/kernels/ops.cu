@@ -17,11 +17,10 @@
 #else
 #define NORM_PER_DEF 4
 #endif
-// SPLIT (rms_split): y_i = x_i * w_i instead, and thread 0 writes inv to *inv_out.
-template <bool ADD, bool SPLIT = false>
+template <bool ADD>
 __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* __restrict__ b, int n,
                                            const u8* __restrict__ w, int w_dt, float eps, float* __restrict__ y,
-                                           u16* __restrict__ yh, int yh_f16, float* __restrict__ inv_out = nullptr) {
+                                           u16* __restrict__ yh, int yh_f16) {
     __shared__ float xs[NORM_CHUNK];
     __shared__ float inv_s;
     ELIDED(2)
@@ -104,13 +103,12 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
     }
     __syncthreads();
     float inv = inv_s;
-    if (SPLIT && tid == 0) *inv_out = inv;
     if (small) {
 #pragma unroll
         for (int u = 0; u < NPER; u++) {
             int i = tid + u * blockDim.x;
             if (i < n) {
-                float v = SPLIT ? xs[i] * wv[u] : (xs[i] * inv) * wv[u];
+                float v = (xs[i] * inv) * wv[u];
                 y[i] = v;
                 if (yh) yh[i] = round_half(v, yh_f16);
             }
@@ -118,7 +116,7 @@ __device__ __forceinline__ void norm_block(float* __restrict__ x, const float* _
         return;
     }
     for (int i = tid; i < n; i += blockDim.x) {
-        float v = SPLIT ? x[i] * deq_elem(w_dt, w, i) : (x[i] * inv) * deq_elem(w_dt, w, i);
+        float v = (x[i] * inv) * deq_elem(w_dt, w, i);
         y[i] = v;
         if (yh) yh[i] = round_half(v, yh_f16);
     }
@@ -133,26 +131,6 @@ extern "C" __global__ void rms_norm(const float* x, int cols, int group, const u
     // Not written: without ADD norm_block only reads x.
     norm_block<false>((float*)(x + off), nullptr, group, w, w_dt, eps, y + off, yh ? yh + off : nullptr, yh_f16);
     TR_EXIT(3);
-}
-
-// The two parts of the RMSNorm of whole rows that a normed projection uses (docs/arithmetic.md, "Normed
-// projections"): u = x_i * w_i into y (and its half copy yh when not null), inv [R] = rms_norm's 1 / sqrt(ss / n
-// + eps). One block per row, norm_block's arithmetic. grid (R).
-extern "C" __global__ void rms_split(const float* x, int cols, const u8* w, int w_dt, float eps, float* y, u16* yh,
-                                     int yh_f16, float* inv) {
-    i64 off = (i64)blockIdx.x * cols;
-    norm_block<false, true>((float*)(x + off), nullptr, cols, w, w_dt, eps, y + off, yh ? yh + off : nullptr, yh_f16,
-                            inv + blockIdx.x);
-}
-
-// The end of a normed projection: y [R, N] = y * inv[r], then + bias[n] (type bias_dt) when bias is not null (no
-// fma: the NVRTC options turn contraction off). total = R · N.
-extern "C" __global__ void scale_rows(float* y, i64 total, int N, const float* inv, const u8* bias, int bias_dt) {
-    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    float v = y[i] * inv[i / N];
-    if (bias) v = v + deq_elem(bias_dt, bias, (int)(i % N));
-    y[i] = v;
 }
 
 // The residual add and the RMSNorm after it, over whole rows: a [R, cols] += b, then y = rms_norm(a) with group =

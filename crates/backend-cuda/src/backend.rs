@@ -48,10 +48,6 @@ pub struct CudaWeight {
     /// or more dimensions whose rows are whole blocks. Every kernel reading such a weight reads through the map:
     /// the matmul's `_il*` kernels by construction, the others by [`Self::tag`].
     pub interleaved: bool,
-    /// For a vector (one dimension) of F16 or BF16 in whole blocks, uploaded under the same conditions: a copy
-    /// permuted as the matrices are, so that a one-row kernel's lane j reads its eight elements of block b as one
-    /// 16-byte vector (a norm weight inside the normed projections' dot products, kernels/matmul_il.cu).
-    pub lanes: Option<Buf>,
 }
 
 impl CudaWeight {
@@ -286,9 +282,8 @@ impl CudaBackend {
         self.tune.cols.store(cols, Ordering::Relaxed);
     }
 
-    /// Which one-row normed projections run in one kernel (bit 0: q/k/v and any `norm_matmul_many`, bit 1:
-    /// gate/up through `norm_matmul_glu`; the others by parts: `rms_split`, the matmuls, `scale_rows`), for tests
-    /// and measurements; no output's bits change.
+    /// Which one-row projections norm their input in their own kernel (bit 0: q/k/v through `norm_matmul_many`,
+    /// bit 1: gate/up through `norm_matmul_glu`), for tests and measurements; no output's bits change.
     #[doc(hidden)]
     pub fn set_norm_fuse(&self, bits: u8) {
         self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
@@ -633,22 +628,8 @@ impl Backend for CudaBackend {
             let epv = 16 / dtype.block_bytes();
             self.gpu.launch("interleave_rows").ptr(&buf).i64(nblk).int(epv as i32).go(g, b);
         }
-        let lanes = if self.arithmetic == Arithmetic::Portable
-            && !self.tune.no_interleave.load(Ordering::Relaxed)
-            && shape.len() == 1
-            && matches!(dtype, DType::F16 | DType::BF16)
-            && interleave_block(dtype).is_some_and(|b| in_dim.is_multiple_of(b) && in_dim > 0)
-        {
-            let copy = self.gpu.upload(bytes)?;
-            let nblk = bytes.len() / 256;
-            let (g, b) = elementwise_grid(16 * nblk);
-            self.gpu.launch("interleave_rows").ptr(&copy).i64(nblk).int(8).go(g, b);
-            Some(copy)
-        } else {
-            None
-        };
         self.note_matrix_type(dtype, shape.len());
-        let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved, lanes };
+        let w = CudaWeight { dtype, code, out_dim, in_dim, buf, interleaved };
         Ok(Weight { name: info.name.clone(), dtype, shape, storage: Arc::new(w) })
     }
 
@@ -699,14 +680,6 @@ impl Backend for CudaBackend {
                 .go(((x.cols / group) as u32, x.rows as u32, 1), (norm_threads(group, self.gpu.norm_per), 1, 1));
         }
         self.tensor_half(x.rows, x.cols, out, half)
-    }
-
-    fn rms_split(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor) {
-        self.rms_split_impl(x, w, eps)
-    }
-
-    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
-        self.scale_rows_impl(y, inv, bias)
     }
 
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {

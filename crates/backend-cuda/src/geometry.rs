@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 85] = [
+pub const KERNELS: [&str; 83] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -55,8 +55,6 @@ pub const KERNELS: [&str; 85] = [
     "matmul_quant",
     "rms_norm",
     "add_rms_norm",
-    "rms_split",
-    "scale_rows",
     "rope",
     "glu",
     "add",
@@ -167,6 +165,10 @@ pub fn il_index(i: usize, block: usize) -> usize {
 pub fn il_cols(_n: usize) -> u32 {
     4
 }
+
+/// Widest row the one-row kernels norm in front of a projection (`IL_NORM_MAX_K` floats of shared memory in
+/// kernels/matmul_il.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
+pub const IL_NORM_MAX_K: usize = 4096;
 
 /// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
 pub fn matmul_il_grid(rows: usize, n: usize, cols: u32) -> ((u32, u32, u32), (u32, u32, u32)) {

@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 use tf_backend_cpu::CpuBackend;
 use tf_backend_cuda::CudaBackend;
 use tf_core::{
-    norm_matmul_glu_by_parts, norm_matmul_many_by_parts, AttnMeta, AttnParams, Backend, DType, GluAct, KvSpec,
-    Precision, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Tensor, TensorInfo, Weight,
+    AttnMeta, AttnParams, Backend, DType, GluAct, KvSpec, Precision, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn,
+    Tensor, TensorInfo, Weight,
 };
 use tf_testkit::rows::values;
 
@@ -204,37 +204,6 @@ fn rms_norm_rows_and_heads() {
             be.to_host(&be.rms_norm(&pick(&x, cols, rows), w, group, 1e-6))
         };
         check_rows(&mut rng, pool, cols, &op, &g, &c, &format!("rms_norm {cols}/{group}"));
-    }
-}
-
-/// The parts of a normed projection, `rms_split` (u and each row's inv) and `scale_rows` (with and without a bias),
-/// are row-exact and equal the CPU, bitwise: norm weights and biases of every float type, rows up to 4224 wide.
-#[test]
-fn rms_split_and_scale_rows() {
-    let (mut rng, _g) = rng();
-    let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    for (cols, wdt) in [(576, DType::F32), (4224, DType::BF16), (1536, DType::F16), (40, DType::BF16)] {
-        let pool = 300;
-        let x = values(&mut rng, pool * cols, 4.0);
-        let (w, b) = (random_weight(wdt, 1, cols, &mut rng), random_weight(wdt, 1, cols, &mut rng));
-        let (wg, wc) = (up(&g, "n", wdt, &[cols], &w), up(&c, "n", wdt, &[cols], &w));
-        let (bg, bc) = (up(&g, "b", wdt, &[cols], &b), up(&c, "b", wdt, &[cols], &b));
-        // Per row: u, inv, u scaled, u scaled plus the bias.
-        let op = |be: &dyn Backend, rows: &[usize]| {
-            let (w, b) = if be.describe().starts_with("cuda") { (&wg, &bg) } else { (&wc, &bc) };
-            let (u, inv) = be.rms_split(&pick(&x, cols, rows), w, 1e-6);
-            let (mut y, mut z) = (u.clone(), u.clone());
-            be.scale_rows(&mut y, &inv, None);
-            be.scale_rows(&mut z, &inv, Some(b));
-            let parts = [be.to_host(&u), be.to_host(&inv), be.to_host(&y), be.to_host(&z)];
-            (0..rows.len())
-                .flat_map(|r| {
-                    let [u, inv, y, z] = &parts;
-                    [&u[r * cols..][..cols], &inv[r..r + 1], &y[r * cols..][..cols], &z[r * cols..][..cols]].concat()
-                })
-                .collect()
-        };
-        check_rows(&mut rng, pool, 3 * cols + 1, &op, &g, &c, &format!("rms_split + scale_rows {cols} {wdt}"));
     }
 }
 
@@ -628,11 +597,10 @@ fn rope_kv_write_equals_rope_then_kv_write() {
     }
 }
 
-/// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, one launch of
-/// normed projections whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into
-/// the cache) equals the same call with the epilogue off (the normed projections, then `rope_kv_write`), all by parts
-/// (`rms_split`, the matmuls, `scale_rows`, `rope_kv_write`), the shallower kernel for large grids
-/// (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both
+/// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, `rms_norm` then
+/// one launch whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into the
+/// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`), the shallower kernel for
+/// large grids (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both
 /// rotation styles with the whole head rotated (fused), a partial rotation (not fused), every float weight type, biases
 /// on some projections, 1 and 3 rows.
 #[test]
@@ -640,7 +608,7 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
     g.set_float_tuning(true, 0);
-    g.set_norm_fuse(3);
+    g.set_norm_fuse(0);
     let eps = 1e-6;
     let cases = [
         (DType::BF16, 128, Rope { theta: 1e6, rot_dims: 128, style: RopeStyle::Neox, scaling: RopeScaling::None }),
@@ -650,16 +618,14 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
     ];
     let (hq, hk, k) = (6, 2, 512);
     // Each case at its own block width (TF_CUDA_IL_COLS; 0: the default): the same bits at any width.
-    // Norm weights of each float type (16-bit ones read in lane order inside the kernels).
-    let norm_types = [DType::BF16, DType::F32, DType::F16, DType::BF16];
-    for (((dtype, hd, rope), cols), ndt) in cases.into_iter().zip([0, 16, 2, 8]).zip(norm_types) {
+    for ((dtype, hd, rope), cols) in cases.into_iter().zip([0, 16, 2, 8]) {
         g.set_float_tuning(true, cols);
         let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
         let nslots = spec.blocks * spec.block_size;
         let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
         let ns = [hq * hd, hk * hd, hk * hd];
-        let nw = random_weight(ndt, 1, k, &mut rng);
-        let (ng, nc) = (up(&g, "norm", ndt, &[k], &nw), up(&c, "norm", ndt, &[k], &nw));
+        let nw = random_weight(DType::F32, 1, k, &mut rng);
+        let (ng, nc) = (up(&g, "norm", DType::F32, &[k], &nw), up(&c, "norm", DType::F32, &[k], &nw));
         let (mut wg, mut wc, mut bg, mut bc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for n in ns {
             let w = random_weight(dtype, n, k, &mut rng);
@@ -671,7 +637,7 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             bc.push(c.upload_f32("b", &[n], b).unwrap());
         }
         for (rows, biased) in [(1usize, [true, true, true]), (1, [false, true, false]), (3, [true, false, true])] {
-            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}, {cols} cols, norm {ndt}");
+            let what = format!("{dtype} hd {hd} {rope:?}, {rows} rows, biases {biased:?}, {cols} cols");
             let list = |ws: &[Weight], bs: &[Weight]| -> Vec<(Weight, Option<Weight>)> {
                 (0..3).map(|i| (ws[i].clone(), biased[i].then(|| bs[i].clone()))).collect()
             };
@@ -702,11 +668,8 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             g.set_qkv_rope(false);
             let split = run(&g, list(&wg, &bg), &ng);
             g.set_qkv_rope(true);
-            g.set_norm_fuse(0);
-            let parts = run(&g, list(&wg, &bg), &ng);
-            g.set_norm_fuse(3);
             let cpu = run(&c, list(&wc, &bc), &nc);
-            for (name, other) in [("wide", &wide), ("split", &split), ("parts", &parts), ("cpu", &cpu)] {
+            for (name, other) in [("wide", &wide), ("split", &split), ("cpu", &cpu)] {
                 for (i, t) in ["q", "k", "v"].iter().enumerate() {
                     same(&fused.0[i], &other.0[i], &format!("{what}: {t}, fused vs {name}"));
                 }
@@ -775,12 +738,11 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
 }
 
 /// The decode step's fused projections equal their unfused ops on the GPU and the CPU's defaults, bitwise:
-/// `norm_matmul_many` (q/k/v-like sets and a single head) and `norm_matmul_glu` (one launch for one row, each dot
-/// product normed as it goes; several rows by parts) against the by-parts definitions (`rms_split`, the matmuls,
-/// `scale_rows`, the GLU), and `matmul_add` (the one-row kernel adding into the residual) against `matmul`
+/// `norm_matmul_many` (q/k/v-like sets) and `norm_matmul_glu` (every block norming the row itself in one launch for
+/// one row up to 4096 wide; several rows or a wider row take rms_norm then the projection) against `rms_norm` then
+/// `matmul_many` / `matmul_glu`, and `matmul_add` (the one-row kernel adding into the residual) against `matmul`
 /// then `add`, with and without a bias, the residual's shared storage left untouched. Residual values up to ±30, so
-/// the norm's scale matters; norm weights of every float type; more column groups than resident blocks; rows wider
-/// than one register batch and than 4096.
+/// the norm's scale matters; norm weights of every float type; more column groups than resident blocks.
 #[test]
 fn fused_norm_and_residual_projections_match_the_unfused_ops() {
     let (mut rng, _g) = rng();
@@ -804,9 +766,9 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
     g.set_float_tuning(interleave, cols);
     g.set_norm_fuse(3); // both fused kernels, whatever the default
     let eps = 1e-6;
-    // The last three have more column groups than the GPU holds blocks at once (an H200 holds ~1,200 of
-    // `_il1_many_norm`'s and ~800 of `_il1_glu_norm`'s); one weight alone is the output head's case.
-    let cases: [(DType, usize, &[usize], DType); 8] = [
+    // The last two have more column groups than the GPU holds blocks (an H200 holds ~1,200 of `_il1_many_norm`'s
+    // and ~800 of `_il1_glu_norm`'s), so blocks loop over several after norming once.
+    let cases: [(DType, usize, &[usize], DType); 7] = [
         (DType::BF16, 3584, &[300, 64, 64], DType::BF16),
         (DType::F16, 1024, &[129, 3, 65], DType::F32),
         (DType::F32, 512, &[37, 1], DType::F16),
@@ -814,7 +776,6 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
         (DType::BF16, 4224, &[16, 16], DType::BF16),
         (DType::BF16, 1024, &[4096, 512, 512], DType::F32),
         (DType::F16, 512, &[8960, 8960], DType::BF16),
-        (DType::BF16, 1536, &[9000], DType::BF16),
     ];
     for (dtype, k, ns, ndt) in cases {
         let nw = random_weight(ndt, 1, k, rng);
@@ -843,11 +804,11 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
             // The residual on the device, as the model holds it.
             let xd = g.select_rows(&x, &(0..rows).collect::<Vec<_>>());
             let fused = g.norm_matmul_many(&xd, &ng, eps, &lg);
-            let split = norm_matmul_many_by_parts(g, &xd, &ng, eps, &lg);
+            let split = g.matmul_many(&g.rms_norm(&xd, &ng, k, eps), &lg);
             let cpu = c.norm_matmul_many(&x, &nc, eps, &lc);
             for i in 0..ns.len() {
                 let got = g.to_host(&fused[i]);
-                same(&got, &g.to_host(&split[i]), &format!("{what}: weight {i}, norm_matmul_many vs by parts"));
+                same(&got, &g.to_host(&split[i]), &format!("{what}: weight {i}, norm_matmul_many vs rms_norm + many"));
                 same(&got, &c.to_host(&cpu[i]), &format!("{what}: weight {i}, norm_matmul_many cuda vs cpu"));
             }
             same(&g.to_host(&xd), &x.host, &format!("{what}: the residual is only read"));
@@ -856,8 +817,8 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                 let j = if ns.len() > 1 && ns[1] == ns[0] { 1 } else { 0 };
                 let (gate, upw) = (&wg[0], &wg[j]);
                 let fused = g.to_host(&g.norm_matmul_glu(&xd, &ng, eps, gate, upw, act));
-                let split = norm_matmul_glu_by_parts(g, &xd, &ng, eps, gate, upw, act);
-                same(&fused, &g.to_host(&split), &format!("{what}: norm_matmul_glu {act:?} vs by parts"));
+                let split = g.matmul_glu(&g.rms_norm(&xd, &ng, k, eps), gate, upw, act);
+                same(&fused, &g.to_host(&split), &format!("{what}: norm_matmul_glu {act:?} vs rms_norm + glu"));
                 let cpu = c.norm_matmul_glu(&x, &nc, eps, &wc[0], &wc[j], act);
                 same(&fused, &c.to_host(&cpu), &format!("{what}: norm_matmul_glu {act:?} cuda vs cpu"));
             }

@@ -291,13 +291,6 @@ pub trait Backend: Send + Sync {
     /// RMSNorm over groups of `group` columns (`group == cols` for a plain norm, `head_dim` for per-head q/k
     /// norms), each scaled by `w [group]`.
     fn rms_norm(&self, x: &Tensor, w: &Weight, group: usize, eps: f32) -> Tensor;
-    /// The RMSNorm of whole rows in the two parts a projection finishes (docs/arithmetic.md, "Normed
-    /// projections"): `u_i = x_i * w_i` → `u [R, cols]`, and each row's `inv = 1 / sqrt(dot16(x, x) / cols + eps)`
-    /// (rms_norm's) → `inv [R, 1]`.
-    fn rms_split(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor);
-    /// `y[r][n] = y[r][n] * inv[r]`, then `+ bias[n]` when there is a bias (`y [R, N]`, `inv [R, 1]`,
-    /// `bias [N]`): the end of a normed projection.
-    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>);
     /// Rotates each `head_dim` group of every row by its position (`positions[r]`) in place.
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope);
     /// Allocates a zeroed KV cache.
@@ -358,18 +351,19 @@ pub trait Backend: Send + Sync {
         let y = self.matmul(x, w, bias);
         self.add(acc, &y);
     }
-    /// The projections of the RMSNorm of `x` over whole rows (`norm [cols]`) by `ws` (`[(w, bias)]`): the
-    /// attention block's first step, with the norm's scale applied after the projection (docs/arithmetic.md,
-    /// "Normed projections"): [`norm_matmul_many_by_parts`] by default; a backend that fuses them (each projection
-    /// scaling its own sums) must give exactly those bits.
+    /// [`Backend::matmul_many`] of the RMSNorm of `x` over whole rows (`norm [cols]`): the attention block's
+    /// first step. By default [`Backend::rms_norm`] then [`Backend::matmul_many`]; a backend that fuses them (each
+    /// block norming the row it reads) must give exactly those bits.
     fn norm_matmul_many(&self, x: &Tensor, norm: &Weight, eps: f32, ws: &[(&Weight, Option<&Weight>)]) -> Vec<Tensor> {
-        norm_matmul_many_by_parts(self, x, norm, eps, ws)
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_many(&h, ws)
     }
-    /// The feed-forward block's first step on the RMSNorm of `x` over whole rows (`norm [cols]`): gate and up as
-    /// normed projections, then [`Backend::glu`] ([`norm_matmul_glu_by_parts`] by default; a backend that fuses
-    /// them must give exactly those bits).
+    /// [`Backend::matmul_glu`] of the RMSNorm of `x` over whole rows (`norm [cols]`): the feed-forward block's first
+    /// step. By default [`Backend::rms_norm`] then [`Backend::matmul_glu`]; a backend that fuses them must give
+    /// exactly those bits.
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
-        norm_matmul_glu_by_parts(self, x, norm, eps, gate, up, act)
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_glu(&h, gate, up, act)
     }
     /// `x *= s`, elementwise.
     fn scale(&self, x: &mut Tensor, s: f32);
@@ -419,40 +413,6 @@ impl std::fmt::Debug for QueuedIds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "QueuedIds({} rows, host {:?}, device {})", self.rows, self.host, self.device.is_some())
     }
-}
-
-/// [`Backend::norm_matmul_many`]'s definition, on `be`: [`Backend::rms_split`] of `x`, the projections of `u`
-/// without their biases ([`Backend::matmul_many`]), then [`Backend::scale_rows`] of each with its bias.
-pub fn norm_matmul_many_by_parts<B: Backend + ?Sized>(
-    be: &B,
-    x: &Tensor,
-    norm: &Weight,
-    eps: f32,
-    ws: &[(&Weight, Option<&Weight>)],
-) -> Vec<Tensor> {
-    let (u, inv) = be.rms_split(x, norm, eps); // [R, cols], [R, 1]
-    let plain: Vec<(&Weight, Option<&Weight>)> = ws.iter().map(|&(w, _)| (w, None)).collect();
-    let mut ys = be.matmul_many(&u, &plain);
-    for (y, &(_, bias)) in ys.iter_mut().zip(ws) {
-        be.scale_rows(y, &inv, bias);
-    }
-    ys
-}
-
-/// [`Backend::norm_matmul_glu`]'s definition, on `be`: gate and up by [`norm_matmul_many_by_parts`], then
-/// [`Backend::glu`].
-pub fn norm_matmul_glu_by_parts<B: Backend + ?Sized>(
-    be: &B,
-    x: &Tensor,
-    norm: &Weight,
-    eps: f32,
-    gate: &Weight,
-    up: &Weight,
-    act: GluAct,
-) -> Tensor {
-    let [g, u]: [Tensor; 2] =
-        norm_matmul_many_by_parts(be, x, norm, eps, &[(gate, None), (up, None)]).try_into().expect("two results");
-    be.glu(&g, &u, act)
 }
 
 /// [`Backend::norm_qkv_rope_kv_write`]'s default, on `be`: [`Backend::norm_matmul_many`], then

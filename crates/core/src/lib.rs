@@ -10,9 +10,8 @@ mod rng;
 mod weights;
 
 pub use backend::{
-    argmax_row, argmax_rows_of, norm_matmul_glu_by_parts, norm_matmul_many_by_parts, norm_qkv_then_rope_kv_write,
-    AttnMeta, AttnParams, Backend, BackendError, GluAct, KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv,
-    RopeScaling, RopeStyle, RowAttn, Storage, Tensor, Weight,
+    argmax_row, argmax_rows_of, norm_qkv_then_rope_kv_write, AttnMeta, AttnParams, Backend, BackendError, GluAct,
+    KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Storage, Tensor, Weight,
 };
 pub use config::{ConfigFormat, ConfigView};
 pub use dtype::DType;

@@ -163,10 +163,10 @@ pub fn attention(
 }
 
 /// The pre-norm attention block with its residual connection: `x += o(attention(rms_norm(x, norm)))` for
-/// `x [R, H]`, `norm [H]`, with q/k/v as normed projections (docs/arithmetic.md: the norm's scale applied after
-/// them), through the backend's fused ops ([`Backend::norm_qkv_rope_kv_write`] without q/k norms, else
-/// [`Backend::norm_matmul_many`]; [`Backend::matmul_add`]); with the `trace` feature, the same ops one at a time
-/// (and the normed row, which the projections never materialize, traced for bisecting).
+/// `x [R, H]`, `norm [H]`. The same bits as [`rms_norm`], [`attention`] and [`residual`] in turn, through the
+/// backend's fused ops ([`Backend::norm_qkv_rope_kv_write`] without q/k norms, else
+/// [`Backend::norm_matmul_many`]; [`Backend::matmul_add`]); with the `trace` feature, those three in turn, so every
+/// intermediate can be traced.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_residual(
     be: &dyn Backend,
@@ -180,10 +180,9 @@ pub fn attention_residual(
     kv: &mut KvCache,
 ) {
     if cfg!(feature = "trace") {
-        trace("attn_norm", layer, &rms_norm(be, x, norm, eps));
-        let qkv = be.norm_matmul_many(x, norm, eps, &qkv_weights(w));
-        let attn = attend(be, qkv, w, spec, layer, batch, kv); // [R, Nq·Dh]
-        let out = linear(be, &attn, &w.o);
+        let h = rms_norm(be, x, norm, eps);
+        trace("attn_norm", layer, &h);
+        let out = attention(be, &h, w, spec, layer, batch, kv);
         trace("attn_out", layer, &out);
         return residual(be, x, &out);
     }
@@ -277,8 +276,8 @@ pub fn glu_mlp(be: &dyn Backend, x: &Tensor, w: &GluMlp, act: GluAct, layer: usi
 }
 
 /// The pre-norm feed-forward block with its residual connection: `x += glu_mlp(rms_norm(x, norm))` for `x [R, H]`,
-/// `norm [H]`, gate and up as normed projections, through the backend's fused ops ([`Backend::norm_matmul_glu`],
-/// [`Backend::matmul_add`]); with the `trace` feature, the same ops one at a time (and the normed row traced).
+/// `norm [H]`. The same bits as [`rms_norm`], [`glu_mlp`] and [`residual`] in turn, through the backend's fused
+/// ops ([`Backend::norm_matmul_glu`], [`Backend::matmul_add`]); with the `trace` feature, those three in turn.
 pub fn glu_mlp_residual(
     be: &dyn Backend,
     x: &mut Tensor,
@@ -289,10 +288,9 @@ pub fn glu_mlp_residual(
     layer: usize,
 ) {
     if cfg!(feature = "trace") {
-        trace("ffn_norm", layer, &rms_norm(be, x, norm, eps));
-        let h = be.norm_matmul_glu(x, norm, eps, &w.gate, &w.up, act); // [R, F]
-        trace("ffn_act", layer, &h);
-        let out = be.matmul(&h, &w.down, None); // [R, H]
+        let h = rms_norm(be, x, norm, eps);
+        trace("ffn_norm", layer, &h);
+        let out = glu_mlp(be, &h, w, act, layer);
         trace("ffn_out", layer, &out);
         return residual(be, x, &out);
     }
@@ -301,22 +299,19 @@ pub fn glu_mlp_residual(
     be.matmul_add(&h, &w.down, None, x);
 }
 
-/// The last step of every decoder: keep the rows whose logits are wanted, and project them to the vocabulary as a
-/// normed projection ([`Backend::norm_matmul_many`]). Selecting first is the same bits (every op is row-exact) and
-/// cheaper. `x [R, H]`, `norm [H]`, `head [V, H]` → `[batch.logit_rows.len(), V]`.
+/// The last step of every decoder: keep the rows whose logits are wanted, norm them and project to the
+/// vocabulary. Selecting before the norm is the same bits as after (both ops are row-exact) and cheaper.
+/// `x [R, H]`, `norm [H]`, `head [V, H]` → `[batch.logit_rows.len(), V]`.
 pub fn logits(be: &dyn Backend, x: &Tensor, norm: &Weight, head: &Weight, eps: f32, batch: &Batch) -> Tensor {
     // Every row in order (a decode step): no copy.
-    let selected;
-    let rows = if batch.logit_rows.iter().copied().eq(0..x.rows) {
-        x
+    let normed = if batch.logit_rows.iter().copied().eq(0..x.rows) {
+        rms_norm(be, x, norm, eps)
     } else {
-        selected = be.select_rows(x, &batch.logit_rows); // [L, H]
-        &selected
+        let rows = be.select_rows(x, &batch.logit_rows); // [L, H]
+        rms_norm(be, &rows, norm, eps)
     };
-    if cfg!(feature = "trace") {
-        trace("result_norm", NO_LAYER, &rms_norm(be, rows, norm, eps));
-    }
-    let logits = be.norm_matmul_many(rows, norm, eps, &[(head, None)]).pop().expect("one result"); // [L, V]
+    trace("result_norm", NO_LAYER, &normed);
+    let logits = be.matmul(&normed, head, None); // [L, V]
     trace("result_output", NO_LAYER, &logits);
     logits
 }

@@ -6,14 +6,13 @@ use super::tuning::{ALWAYS, NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
-    elementwise_grid, half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch,
-    mma_many_launch, norm_threads, EPI_ADD, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
+    EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
 use tf_core::{
-    norm_matmul_glu_by_parts, norm_matmul_many_by_parts, norm_qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache,
-    Precision, RopeKv, RopeStyle, Tensor, Weight,
+    norm_qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight,
 };
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
@@ -227,53 +226,9 @@ impl CudaBackend {
         cw.interleaved && cw.in_dim == x.cols
     }
 
-    /// [`Backend::rms_split`]: one block per row (`rms_split` in kernels/ops.cu); a window's `u` gets a half copy
-    /// (it feeds matmuls).
-    pub(super) fn rms_split_impl(&self, x: &Tensor, w: &Weight, eps: f32) -> (Tensor, Tensor) {
-        let cw = weight(w);
-        assert_eq!(cw.out_dim * cw.in_dim, x.cols, "rms_split: weight length");
-        let (rows, cols) = (x.rows, x.cols);
-        let u = self.alloc_f32(rows * cols);
-        let inv = self.alloc_f32(rows);
-        let half = self.half_out(rows, cols);
-        if rows > 0 && cols > 0 {
-            let xs = self.input(x);
-            let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-            self.gpu
-                .launch("rms_split")
-                .pdl()
-                .ptr(xb)
-                .i32(cols)
-                .ptr(&cw.buf)
-                .int(cw.tag())
-                .f32(eps)
-                .ptr(&u)
-                .addr(half.as_ref().map_or(0, |h| h.0.ptr))
-                .int(half.as_ref().is_some_and(|h| h.1) as i32)
-                .ptr(&inv)
-                .go((rows as u32, 1, 1), (norm_threads(cols, self.gpu.norm_per), 1, 1));
-        }
-        (self.tensor_half(rows, cols, u, half), self.tensor(rows, 1, inv))
-    }
-
-    /// [`Backend::scale_rows`]: one thread per element (`scale_rows` in kernels/ops.cu).
-    pub(super) fn scale_rows_impl(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
-        assert_eq!(inv.rows * inv.cols, y.rows, "scale_rows: one inv per row");
-        let (rows, n) = (y.rows, y.cols);
-        let (bias_ptr, bias_code) = bias_arg(bias, n);
-        if rows * n == 0 {
-            return;
-        }
-        let is = self.input(inv);
-        let ib = &is.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
-        let yt = self.make_unique(y);
-        let (g, b) = elementwise_grid(rows * n);
-        self.gpu.launch("scale_rows").ptr(&yt.buf).i64(rows * n).i32(n).ptr(ib).addr(bias_ptr).int(bias_code).go(g, b);
-    }
-
-    /// [`Backend::norm_matmul_many`]: one row against one to three interleaved float weights of one type with a
-    /// plain norm weight: one launch of `_il1_many_norm` (each projection normed in its own dot products,
-    /// kernels/matmul_il.cu); anything else (or `TF_CUDA_NORM_FUSE` without bit 0): by parts.
+    /// [`Self::matmul_many_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): one row with the weights on the
+    /// one-row kernels (`_il1_many_norm`, every block norming the row into shared memory first) and at most
+    /// [`IL_NORM_MAX_K`] wide: one launch; anything else: `rms_norm`, then matmul_many.
     pub(super) fn norm_matmul_many_impl(
         &self,
         x: &Tensor,
@@ -282,18 +237,19 @@ impl CudaBackend {
         ws: &[(&Weight, Option<&Weight>)],
     ) -> Vec<Tensor> {
         if self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0
-            && self.many_il1(x, ws, 1)
-            && Self::norm_in_dot(x, norm, weight(ws[0].0).dtype)
+            && self.many_il1(x, ws)
+            && Self::norm_in_prologue(x, norm)
         {
             return self.many_il1_launch(x, ws, Some((norm, eps)));
         }
-        norm_matmul_many_by_parts(self, x, norm, eps, ws)
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_many_impl(&h, ws)
     }
 
-    /// [`Backend::norm_qkv_rope_kv_write`]: one row with q/k/v on the one-row kernels, a plain norm weight and the
-    /// whole head rotated: one launch of `_il1_qkv_rope` (the normed projections rotate q and k and write k and v
-    /// into the cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, `TF_CUDA_NORM_FUSE`
-    /// without bit 0 or `TF_CUDA_QKV_ROPE=0`: [`Backend::norm_matmul_many`], then `rope_kv_write`.
+    /// [`Backend::norm_qkv_rope_kv_write`]: one row with q/k/v on the one-row kernels and the whole head rotated:
+    /// `rms_norm`, then one launch of `_il1_qkv_rope` (the projections rotate q and k and write k and v into the
+    /// cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, q/k/v norming their own row
+    /// (`TF_CUDA_NORM_FUSE` bit 0) or `TF_CUDA_QKV_ROPE=0`: the projections, then `rope_kv_write`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_qkv_rope_impl(
         &self,
@@ -309,9 +265,8 @@ impl CudaBackend {
         let cols = self.tune.il1_cols(weight(ws[0].0).out_dim);
         let (nq, nk, nv) = (weight(ws[0].0).out_dim, weight(ws[1].0).out_dim, weight(ws[2].0).out_dim);
         let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
-            && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0
-            && self.many_il1(x, ws, 2)
-            && Self::norm_in_dot(x, norm, weight(ws[0].0).dtype)
+            && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0
+            && self.many_il1(x, ws)
             && hd > 0
             && hd.is_multiple_of(2)
             && rope.rot_dims == hd
@@ -333,7 +288,7 @@ impl CudaBackend {
         let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
         let tables = self.rope_tables(at.positions, rope);
         let sb = self.slots_buf(at.slots);
-        let cn = weight(norm);
+        let h = self.rms_norm(x, norm, x.cols, eps);
         let (kernel, wide) = match weight(ws[0].0).dtype {
             DType::F32 => ("matmul_f32w_il1_qkv_rope", "matmul_f32w_il1_qkv_rope_w"),
             DType::F16 => ("matmul_f16w_il1_qkv_rope", "matmul_f16w_il1_qkv_rope_w"),
@@ -350,35 +305,30 @@ impl CudaBackend {
             _ if blocks(nq) + blocks(nk) + blocks(nv) > self.gpu.resident_blocks(kernel, 16 * cols) => wide,
             _ => kernel,
         };
-        let outs = self.launch_many(kernel, x, false, ws, blocks, 16 * cols, None, |l| {
-            let l = l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb);
-            l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps)
+        let outs = self.launch_many(kernel, &h, false, ws, blocks, 16 * cols, None, |l| {
+            l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
         });
         self.kv_written(store, at.slots);
         outs.try_into().expect("one result per weight")
     }
 
-    /// Whether the one-row kernels can norm `x` in their dot products against weights of type `wdt`: the norm
-    /// weight a plain F32 vector of x's width, or an F16 or BF16 one with its lane-ordered copy against 16-bit
-    /// weights (the copy has their eight elements per lane and block).
-    fn norm_in_dot(x: &Tensor, norm: &Weight, wdt: DType) -> bool {
+    /// Whether the one-row kernels can norm `x` themselves: at most [`IL_NORM_MAX_K`] wide and a multiple of 4,
+    /// the norm weight a plain F32, F16 or BF16 vector of that length (read four elements at a time).
+    fn norm_in_prologue(x: &Tensor, norm: &Weight) -> bool {
         let cn = weight(norm);
-        let half = matches!(cn.dtype, DType::F16 | DType::BF16) && cn.lanes.is_some() && wdt != DType::F32;
-        cn.out_dim * cn.in_dim == x.cols && !cn.interleaved && (cn.dtype == DType::F32 || half)
+        x.cols <= IL_NORM_MAX_K
+            && x.cols.is_multiple_of(4)
+            && cn.out_dim * cn.in_dim == x.cols
+            && matches!(cn.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && !cn.interleaved
     }
 
-    /// The norm weight as the normed kernels read it: an F32 vector as uploaded, an F16 or BF16 one through its
-    /// lane-ordered copy ([`CudaWeight::lanes`]).
-    fn norm_buf(cn: &CudaWeight) -> &Buf {
-        cn.lanes.as_ref().unwrap_or(&cn.buf)
-    }
-
-    /// Whether one row against `ws` runs as one launch of `_il1_many`: `min..=3` interleaved float weights of one
-    /// type and K.
-    fn many_il1(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)], min: usize) -> bool {
+    /// Whether one row against `ws` runs as one launch of `_il1_many`: two or three interleaved float weights of
+    /// one type and K.
+    fn many_il1(&self, x: &Tensor, ws: &[(&Weight, Option<&Weight>)]) -> bool {
         let first = ws.first().map(|(w, _)| weight(w));
         x.rows == 1
-            && (min..=3).contains(&ws.len())
+            && (2..=3).contains(&ws.len())
             && first.is_some_and(|f| {
                 self.one_row_il(x, f)
                     && ws.iter().all(|(w, _)| {
@@ -415,7 +365,7 @@ impl CudaBackend {
         // One row against two or three interleaved float weights of one type (q/k/v, gate/up in decode): one launch
         // of `_il1_many`, each block running `_il1` for its weight (kernels/matmul_il.cu). Anything else: one call
         // each.
-        if self.many_il1(x, ws, 2) {
+        if self.many_il1(x, ws) {
             return self.many_il1_launch(x, ws, None);
         }
         ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect()
@@ -476,19 +426,22 @@ impl CudaBackend {
         if kernel.ends_with("_h") {
             l = l.addr(Self::half_arg(xt, weight(ws[0].0).dtype));
         }
+        let total: u32 = blocks.iter().sum();
+        let mut grid = total;
         if let Some((nw, eps)) = norm {
+            // Each block norms the row once, then loops over the blocks' work (all of it resident at once).
             let cn = weight(nw);
             assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_many: norm weight length");
-            l = l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps);
+            l = l.ptr(&cn.buf).int(cn.tag()).f32(eps).int(total as i32);
+            grid = total.min(self.gpu.resident_blocks(kernel, threads));
         }
-        let total: u32 = blocks.iter().sum();
-        tail(l).go((total, 1, 1), (threads, 1, 1));
+        tail(l).go((grid, 1, 1), (threads, 1, 1));
         outs.into_iter().map(|(n, out)| self.tensor(x.rows, n, out)).collect()
     }
 
-    /// [`Backend::norm_matmul_glu`]: one row on the one-row GLU kernel (`_il1_glu_norm`, gate and up normed in
-    /// their own dot products) with a plain norm weight; anything else (or `TF_CUDA_NORM_FUSE` without bit 1): by
-    /// parts.
+    /// [`Self::matmul_glu_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): on the one-row GLU kernel
+    /// (`_il1_glu_norm`, every block norming the row into shared memory first) when x is at most
+    /// [`IL_NORM_MAX_K`] wide; anything else: `rms_norm`, then matmul_glu.
     pub(super) fn norm_matmul_glu_impl(
         &self,
         x: &Tensor,
@@ -500,11 +453,12 @@ impl CudaBackend {
     ) -> Tensor {
         if self.tune.norm_fuse.load(Ordering::Relaxed) & 2 != 0
             && self.glu_il1(x, gate, up)
-            && Self::norm_in_dot(x, norm, weight(gate).dtype)
+            && Self::norm_in_prologue(x, norm)
         {
             return self.glu_il1_launch(x, gate, up, act, Some((norm, eps)));
         }
-        norm_matmul_glu_by_parts(self, x, norm, eps, gate, up, act)
+        let h = self.rms_norm(x, norm, x.cols, eps);
+        self.matmul_glu_impl(&h, gate, up, act)
     }
 
     /// Whether one row against gate and up runs on `_il1_glu`: interleaved, of one type, x's width and the same
@@ -597,15 +551,16 @@ impl CudaBackend {
             .int(act_code(act))
             .ptr(&out);
         let blocks = n.div_ceil(cols as usize) as u32;
-        let l = match norm {
+        match norm {
             Some((nw, eps)) => {
+                // Each block norms the row once, then loops over the column groups (all of it resident at once).
                 let cn = weight(nw);
                 assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_glu: norm weight length");
-                l.ptr(Self::norm_buf(cn)).int(cn.tag()).f32(eps)
+                let grid = blocks.min(self.gpu.resident_blocks(kernel, 32 * cols));
+                l.ptr(&cn.buf).int(cn.tag()).f32(eps).go((grid, 1, 1), (32 * cols, 1, 1));
             }
-            None => l,
-        };
-        l.go((blocks, 1, 1), (32 * cols, 1, 1));
+            None => l.go((blocks, 1, 1), (32 * cols, 1, 1)),
+        }
         self.tensor(1, n, out)
     }
 }

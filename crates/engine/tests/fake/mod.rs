@@ -51,12 +51,6 @@ macro_rules! forward_backend_to_inner {
         fn rms_norm(&self, x: &tf_core::Tensor, w: &tf_core::Weight, group: usize, eps: f32) -> tf_core::Tensor {
             self.inner.rms_norm(x, w, group, eps)
         }
-        fn rms_split(&self, x: &tf_core::Tensor, w: &tf_core::Weight, eps: f32) -> (tf_core::Tensor, tf_core::Tensor) {
-            self.inner.rms_split(x, w, eps)
-        }
-        fn scale_rows(&self, y: &mut tf_core::Tensor, inv: &tf_core::Tensor, bias: Option<&tf_core::Weight>) {
-            self.inner.scale_rows(y, inv, bias)
-        }
         fn rope(&self, x: &mut tf_core::Tensor, positions: &[u32], head_dim: usize, rope: &tf_core::Rope) {
             self.inner.rope(x, positions, head_dim, rope)
         }
@@ -125,12 +119,6 @@ impl Backend for FakeBackend {
     }
     fn rms_norm(&self, _: &Tensor, _: &Weight, _: usize, _: f32) -> Tensor {
         unimplemented!("fake backend: rms_norm")
-    }
-    fn rms_split(&self, _: &Tensor, _: &Weight, _: f32) -> (Tensor, Tensor) {
-        unimplemented!("fake backend: rms_split")
-    }
-    fn scale_rows(&self, _: &mut Tensor, _: &Tensor, _: Option<&Weight>) {
-        unimplemented!("fake backend: scale_rows")
     }
     fn rope(&self, _: &mut Tensor, _: &[u32], _: usize, _: &Rope) {
         unimplemented!("fake backend: rope")

@@ -83,30 +83,6 @@ impl Backend for Naive {
         Tensor::host(x.rows, x.cols, out)
     }
 
-    fn rms_split(&self, x: &Tensor, wt: &Weight, eps: f32) -> (Tensor, Tensor) {
-        let g = w(wt);
-        let mut u = x.host.clone();
-        let mut inv = Vec::with_capacity(x.rows);
-        for row in u.chunks_mut(x.cols.max(1)) {
-            let ms: f64 = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.cols as f64;
-            inv.push((1.0 / (ms + eps as f64).sqrt()) as f32);
-            for (v, &gi) in row.iter_mut().zip(g.iter()) {
-                *v *= gi;
-            }
-        }
-        (Tensor::host(x.rows, x.cols, u), Tensor::host(x.rows, 1, inv))
-    }
-
-    fn scale_rows(&self, y: &mut Tensor, inv: &Tensor, bias: Option<&Weight>) {
-        let b = bias.map(w);
-        let cols = y.cols.max(1);
-        for (r, row) in y.host.chunks_mut(cols).enumerate() {
-            for (n, v) in row.iter_mut().enumerate() {
-                *v = (*v as f64 * inv.host[r] as f64 + b.as_ref().map_or(0.0, |b| b[n] as f64)) as f32;
-            }
-        }
-    }
-
     fn rope(&self, x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
         let half = rope.rot_dims / 2;
         let inv: Vec<f64> = (0..half)

@@ -36,42 +36,6 @@ pub fn rms_norm(x: &Tensor, w: &[f32], group: usize, eps: f32) -> Tensor {
     out
 }
 
-/// The two parts of the RMSNorm of one whole row `x [cols]` that a normed projection uses (docs/arithmetic.md,
-/// "Normed projections"): `u_i = x_i * w_i` into `u [cols]`, and `inv = 1 / sqrt(dot16(x, x) / cols + eps)` (the
-/// same `inv` as [`rms_norm_row`]'s), returned.
-pub fn rms_split_row(x: &[f32], w: &[f32], eps: f32, u: &mut [f32]) -> f32 {
-    assert!(w.len() == x.len() && u.len() == x.len(), "rms_split: weight and output lengths");
-    for ((o, &xi), &wi) in u.iter_mut().zip(x).zip(w) {
-        *o = xi * wi;
-    }
-    let ss = dot16(x, x);
-    1.0 / (ss / x.len() as f32 + eps).sqrt()
-}
-
-/// [`rms_split_row`] over every row of `x [R, cols]` → (`u [R, cols]`, `inv [R, 1]`).
-pub fn rms_split(x: &Tensor, w: &[f32], eps: f32) -> (Tensor, Tensor) {
-    let mut u = Tensor::zeros(x.rows, x.cols);
-    let mut inv = Tensor::zeros(x.rows, 1);
-    for r in 0..x.rows {
-        inv.host[r] = rms_split_row(x.row(r), w, eps, u.row_mut(r));
-    }
-    (u, inv)
-}
-
-/// The end of a normed projection, in place: `y_n = y_n * inv`, then `y_n = y_n + bias[n]` when there is a bias
-/// (no fma). `y [N]`, `bias [N]`.
-pub fn scale_row(y: &mut [f32], inv: f32, bias: Option<&[f32]>) {
-    match bias {
-        Some(b) => {
-            assert_eq!(b.len(), y.len(), "scale_rows: bias length");
-            for (v, &bi) in y.iter_mut().zip(b) {
-                *v = *v * inv + bi;
-            }
-        }
-        None => y.iter_mut().for_each(|v| *v *= inv),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // RoPE
 
