@@ -74,9 +74,6 @@
 #ifndef IL_EARLY
 #define IL_EARLY 1
 #endif
-#ifndef XPIPE
-#define XPIPE 0
-#endif
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
@@ -255,43 +252,22 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         xr = nm.xs + j;
     }
     for (int b0 = 0; b0 < nb; b0 += D) {
-#if XPIPE
-        // XPIPE (measurement): the activations one vector ahead of their fmas instead of the whole batch's at once
-        // (2·EPV registers instead of D·EPV, room for a deeper batch of weights). Same fmas in the same order.
-        float xa[EPV], xb[EPV];
-#pragma unroll
-        for (int e = 0; e < EPV; e++) xa[e] = b0 < nb ? xr[b0 * BLK + 16 * e] : 0.0f;
-#else
         float xv[D][EPV];
 #pragma unroll
         for (int u = 0; u < D; u++) {
 #pragma unroll
             for (int e = 0; e < EPV; e++) xv[u][e] = b0 + u < nb ? xr[(b0 + u) * BLK + 16 * e] : 0.0f;
         }
-#endif
 #if IL_PIPE
         uint4 nv[D];
         il1_batch(nv, wq, b0 + D, nb);
 #endif
 #pragma unroll
         for (int u = 0; u < D; u++) {
-#if XPIPE
-            if (u + 1 < D) {
-#pragma unroll
-                for (int e = 0; e < EPV; e++) xb[e] = b0 + u + 1 < nb ? xr[(b0 + u + 1) * BLK + 16 * e] : 0.0f;
-            }
-            if (b0 + u < nb) {
-#pragma unroll
-                for (int e = 0; e < EPV; e++) acc = fmaf(xa[e], vec_elem<DT>(v[u], e), acc);
-            }
-#pragma unroll
-            for (int e = 0; e < EPV; e++) xa[e] = xb[e];
-#else
             if (b0 + u < nb) {
 #pragma unroll
                 for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(v[u], e), acc);
             }
-#endif
         }
 #if IL_PIPE
 #pragma unroll
