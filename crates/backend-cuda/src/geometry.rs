@@ -170,6 +170,11 @@ pub fn il_cols(_n: usize) -> u32 {
 /// kernels/matmul_il.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.
 pub const IL_NORM_MAX_K: usize = 4096;
 
+/// The GLU kernel norms its own row (`_il1_glu_norm`) only for rows narrower than this; wider ones take `rms_norm`
+/// first. Measured on the H200 (docs/perf-notes-cuda.md, session 23): fused, the 1.5B shape (K 1,536) decodes 2.6%
+/// faster and the 7B (K 3,584) the same, while Llama-3-8B and Llama-2-7B (K 4,096) decode 1.2% and 1.4% slower.
+pub const GLU_NORM_BELOW_K: usize = 4096;
+
 /// `(grid, block)` of the interleaved float kernels for `rows × n` outputs, `cols` columns per block.
 pub fn matmul_il_grid(rows: usize, n: usize, cols: u32) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(cols as usize) as u32, rows.div_ceil(FLOAT_ROWS as usize) as u32, 1), (16 * cols, 1, 1))

@@ -739,10 +739,11 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
 
 /// The decode step's fused projections equal their unfused ops on the GPU and the CPU's defaults, bitwise:
 /// `norm_matmul_many` (q/k/v-like sets) and `norm_matmul_glu` (every block norming the row itself in one launch for
-/// one row up to 4096 wide; several rows or a wider row take rms_norm then the projection) against `rms_norm` then
-/// `matmul_many` / `matmul_glu`, and `matmul_add` (the one-row kernel adding into the residual) against `matmul`
-/// then `add`, with and without a bias, the residual's shared storage left untouched. Residual values up to ±30, so
-/// the norm's scale matters; norm weights of every float type; more column groups than resident blocks.
+/// one row up to 4096 wide, the GLU narrower than 4096; more rows or wider ones take rms_norm then the projection)
+/// against `rms_norm` then `matmul_many` / `matmul_glu`, and `matmul_add` (the one-row kernel adding into the
+/// residual) against `matmul` then `add`, with and without a bias, the residual's shared storage left untouched.
+/// Residual values up to ±30, so the norm's scale matters; norm weights of every float type; more column groups
+/// than resident blocks.
 #[test]
 fn fused_norm_and_residual_projections_match_the_unfused_ops() {
     let (mut rng, _g) = rng();
