@@ -14,8 +14,9 @@ pub(super) struct FloatTuning {
     /// Make no half copies of window activations (`TF_CUDA_HALF_X=0`, for measurements; backend/half.rs).
     pub no_half_x: AtomicBool,
     /// Which one-row projections norm their input themselves (bit 0 q/k/v, bit 1 gate/up; the others take
-    /// `rms_norm` first): gate/up only by default, `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12)
-    /// the gate/up kernel norming its row gained 3% on the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
+    /// `rms_norm` first): gate/up only by default (and only below K 4,096, `geometry::GLU_NORM_BELOW_K`),
+    /// `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12) the gate/up kernel norming its row gained 3% on
+    /// the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
     pub norm_fuse: AtomicU8,
     /// `matmul_add` on the tensor-core and `matmul_float` kernels as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for
     /// measurements) instead of the kernels adding into the residual themselves.
