@@ -5,18 +5,17 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 6] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("matmul_il.cu", include_str!("../kernels/matmul_il.cu")),
-    ("matmul_tma.cu", include_str!("../kernels/matmul_tma.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 86] = [
+pub const KERNELS: [&str; 83] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -40,9 +39,6 @@ pub const KERNELS: [&str; 86] = [
     "matmul_f32w_il1_add_d",
     "matmul_f16w_il1_add_d",
     "matmul_bf16w_il1_add_d",
-    "matmul_f32w_il1_add_t",
-    "matmul_f16w_il1_add_t",
-    "matmul_bf16w_il1_add_t",
     "matmul_f32w_il1_many_norm",
     "matmul_f16w_il1_many_norm",
     "matmul_bf16w_il1_many_norm",
@@ -169,9 +165,6 @@ pub fn il_index(i: usize, block: usize) -> usize {
 pub fn il_cols(_n: usize) -> u32 {
     4
 }
-
-/// Columns per block of `_il1_add_t` (`TMA_COLS` in kernels/matmul_tma.cu: two warps, two columns each).
-pub const TMA_COLS: u32 = 4;
 
 /// Widest row the one-row kernels norm in front of a projection (`IL_NORM_MAX_K` floats of shared memory in
 /// kernels/matmul_il.cu): `Backend::norm_matmul_many` / `norm_matmul_glu` of wider rows norm in a kernel of their own.

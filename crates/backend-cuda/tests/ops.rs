@@ -848,12 +848,6 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                     same(&got, &g.to_host(&other), &format!("{what}: vs the deeper kernel {forced}"));
                 }
                 g.set_add_deep(None);
-                // The shared-memory staged kernel (`_il1_add_t`, sm_90+; elsewhere the default runs again).
-                g.set_add_tma(Some(true));
-                let mut staged = xd.clone();
-                g.matmul_add(&h, &og, bias.then_some(&obg), &mut staged);
-                g.set_add_tma(None);
-                same(&got, &g.to_host(&staged), &format!("{what}: vs the staged kernel"));
                 let mut accc = x.clone();
                 c.matmul_add(&h, &oc, bias.then_some(&obc), &mut accc);
                 same(&got, &c.to_host(&accc), &format!("{what}: cuda vs cpu"));

@@ -7,7 +7,7 @@ use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWe
 use crate::device::{Buf, Launch};
 use crate::geometry::{
     half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
-    EPI_ADD, GLU_NORM_BELOW_K, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS, TMA_COLS,
+    EPI_ADD, GLU_NORM_BELOW_K, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -178,22 +178,19 @@ impl CudaBackend {
             let y = self.matmul_impl(x, w, bias);
             return self.add(acc, &y);
         }
-        let (kernel, deep, tma) = match cw.dtype {
-            DType::F32 => ("matmul_f32w_il1_add", "matmul_f32w_il1_add_d", "matmul_f32w_il1_add_t"),
-            DType::F16 => ("matmul_f16w_il1_add", "matmul_f16w_il1_add_d", "matmul_f16w_il1_add_t"),
-            _ => ("matmul_bf16w_il1_add", "matmul_bf16w_il1_add_d", "matmul_bf16w_il1_add_t"),
+        let (kernel, deep) = match cw.dtype {
+            DType::F32 => ("matmul_f32w_il1_add", "matmul_f32w_il1_add_d"),
+            DType::F16 => ("matmul_f16w_il1_add", "matmul_f16w_il1_add_d"),
+            _ => ("matmul_bf16w_il1_add", "matmul_bf16w_il1_add_d"),
         };
         let (bias_ptr, bias_code) = bias_arg(bias, n);
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let at = self.make_unique(acc);
-        let staged = self.tune.add_tma.load(Ordering::Relaxed) == ALWAYS && self.gpu.cc.0 >= 9;
-        let cols = if staged { TMA_COLS } else { self.tune.il1_cols(n) };
-        let (grid, blk) = matmul_il_grid(1, n, cols);
+        let (grid, blk) = matmul_il_grid(1, n, self.tune.il1_cols(n));
         // Few columns leave each lane a long chain of dependent batches: the deeper kernel where its grid still fits
         // the GPU at once (its 212 registers hold 8 warps per SM).
         let kernel = match self.tune.add_deep.load(Ordering::Relaxed) {
-            _ if staged => tma,
             NEVER => kernel,
             ALWAYS => deep,
             _ if grid.0 <= self.gpu.resident_blocks(deep, blk.0) => deep,

@@ -33,10 +33,6 @@ pub(super) struct FloatTuning {
     /// [`NEVER`] / [`ALWAYS`] forced (`TF_CUDA_ADD_DEEP=0` / `1`, for measurements and tests). Same bits either
     /// way.
     pub add_deep: AtomicU8,
-    /// Whether a one-row `matmul_add` runs `_il1_add_t` (weights staged through shared memory by bulk copies,
-    /// sm_90+, kernels/matmul_tma.cu) instead of the `_il1_add` kernels: [`NEVER`] by default, [`ALWAYS`] with
-    /// `TF_CUDA_ADD_TMA=1` (for measurements and tests). Same bits either way.
-    pub add_tma: AtomicU8,
 }
 
 /// Widths `TF_CUDA_IL_COLS` accepts (anything else: the default).
@@ -92,10 +88,6 @@ impl FloatTuning {
             qkv_wide: AtomicU8::new(choice_from_env("TF_CUDA_QKV_WIDE")),
             cols: AtomicU32::new(Some(env_u32("TF_CUDA_IL_COLS", 0)).filter(|c| IL_COLS.contains(c)).unwrap_or(0)),
             add_deep: AtomicU8::new(choice_from_env("TF_CUDA_ADD_DEEP")),
-            add_tma: AtomicU8::new(match choice_from_env("TF_CUDA_ADD_TMA") {
-                BY_OCCUPANCY => NEVER,
-                c => c,
-            }),
         }
     }
 }
@@ -105,16 +97,6 @@ impl super::CudaBackend {
     /// always the deeper `_il1_add_d`, `Some(false)` never. For tests and measurements: no bits change.
     pub fn set_add_deep(&self, deep: Option<bool>) {
         self.tune.add_deep.store(choice(deep), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether one row's `matmul_add` runs the shared-memory staged `_il1_add_t` (`Some(true)`, on sm_90+ only),
-    /// or the register kernels (`Some(false)`, `None`: the default). For tests and measurements: no bits change.
-    pub fn set_add_tma(&self, tma: Option<bool>) {
-        let c = match tma {
-            Some(true) => ALWAYS,
-            _ => NEVER,
-        };
-        self.tune.add_tma.store(c, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Which kernel one row's fused q/k/v runs (`TF_CUDA_QKV_WIDE`): `None` by occupancy (the default), `Some(true)`
