@@ -59,24 +59,6 @@
 #ifndef MANY_DEPTH
 #define MANY_DEPTH IL1_DEPTH
 #endif
-// Weight batches each thread holds (il1_dot's P; measurement defines, 2 by default): IL1_PIPE for `_il1` and
-// `_il1_add`, ADD_DEEP_PIPE for `_il1_add_d`, MANY_PIPE for `_il1_many` and `_il1_qkv_rope`, QKV_W_PIPE for
-// `_il1_qkv_rope_w`, GLU_PIPE for the GLU kernels.
-#ifndef IL1_PIPE
-#define IL1_PIPE 2
-#endif
-#ifndef ADD_DEEP_PIPE
-#define ADD_DEEP_PIPE 2
-#endif
-#ifndef MANY_PIPE
-#define MANY_PIPE 2
-#endif
-#ifndef QKV_W_PIPE
-#define QKV_W_PIPE 2
-#endif
-#ifndef GLU_PIPE
-#define GLU_PIPE 2
-#endif
 // BULK_PF (measurement, sm_90 only): 1 = the `_il1` / `_il1_many` kernels ask L2 for each weight row past the
 // first batch with one bulk prefetch before griddep_wait; 2 = the GLU kernel too. 0 (default): no prefetch.
 #ifndef BULK_PF
@@ -236,11 +218,7 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
 // for the TRACE define (kernels/common.cu), -1 for none.
-// P (PIPE defines below): weight batches per thread in registers. With the default 2 the next batch is requested
-// before the current batch's fmas (IL_PIPE). With P > 2 a thread keeps P - 1 batches in flight while it consumes
-// one, and holds the activations of only that one: P·D weight vectors in registers with D vectors' activations,
-// where P = 2 holds 2·D with D's. The same fmas in the same order (the batches only move loads).
-template <int DT, int D, bool PF = false, bool NORM = false, int P = 2>
+template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
                                          int trk = -1) {
     const int EPV = DT == DT_F32 ? 4 : 8;
@@ -272,37 +250,6 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     if (NORM) {
         if (!nm.ready) il1_norm_prologue(x, K, nm);
         xr = nm.xs + j;
-    }
-    if (P > 2) {
-        // vb[p]: batch b0 + p·D of the round; batch 0 (v) arrived before the wait, 1..P-2 are asked for now.
-        uint4 vb[P][D];
-#pragma unroll
-        for (int u = 0; u < D; u++) vb[0][u] = v[u];
-#pragma unroll
-        for (int p = 1; p < P - 1; p++) il1_batch(vb[p], wq, p * D, nb);
-        for (int b0 = 0; b0 < nb; b0 += P * D) {
-#pragma unroll
-            for (int p = 0; p < P; p++) {
-                int bb = b0 + p * D;
-                if (bb < nb) {
-                    float xv[D][EPV];
-#pragma unroll
-                    for (int u = 0; u < D; u++) {
-#pragma unroll
-                        for (int e = 0; e < EPV; e++) xv[u][e] = bb + u < nb ? xr[(bb + u) * BLK + 16 * e] : 0.0f;
-                    }
-                    il1_batch(vb[(p + P - 1) % P], wq, bb + (P - 1) * D, nb);
-#pragma unroll
-                    for (int u = 0; u < D; u++) {
-                        if (bb + u < nb) {
-#pragma unroll
-                            for (int e = 0; e < EPV; e++) acc = fmaf(xv[u][e], vec_elem<DT>(vb[p][u], e), acc);
-                        }
-                    }
-                }
-            }
-        }
-        return tree16(acc);
     }
     for (int b0 = 0; b0 < nb; b0 += D) {
         float xv[D][EPV];
@@ -336,13 +283,13 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 // depth.
 // ADD: the residual add after the projection, y_n = y_n + s (`add`'s arithmetic, y the residual row). NORM: see
 // il1_dot.
-template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false, int P = IL1_PIPE>
+template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM, P>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
     if (live && j == 0) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
@@ -411,18 +358,18 @@ extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, co
 #endif
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_f32w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
-    matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true, false, ADD_DEEP_PIPE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+    matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_f16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
-    matmul_float_il1<DT_F16, ADD_DEEP_DEPTH, true, false, ADD_DEEP_PIPE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+    matmul_float_il1<DT_F16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_bf16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
     TR_ENTRY(2);
-    matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true, false, ADD_DEEP_PIPE>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
+    matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
     TR_EXIT(2);
 }
 
@@ -437,11 +384,11 @@ __device__ __forceinline__ void matmul_il1_many(const float* x, int K, int nb0, 
                                                 const u8* b2, int bdt2, float* y2, const NormIn& nm = {},
                                                 int bx = blockIdx.x) {
     if (bx < nb0) {
-        matmul_float_il1<DT, MANY_DEPTH, false, NORM, MANY_PIPE>(x, K, w0, n0, b0, bdt0, y0, bx, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w0, n0, b0, bdt0, y0, bx, nm);
     } else if (bx < nb0 + nb1) {
-        matmul_float_il1<DT, MANY_DEPTH, false, NORM, MANY_PIPE>(x, K, w1, n1, b1, bdt1, y1, bx - nb0, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w1, n1, b1, bdt1, y1, bx - nb0, nm);
     } else {
-        matmul_float_il1<DT, MANY_DEPTH, false, NORM, MANY_PIPE>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1, nm);
+        matmul_float_il1<DT, MANY_DEPTH, false, NORM>(x, K, w2, n2, b2, bdt2, y2, bx - nb0 - nb1, nm);
     }
 }
 
@@ -519,7 +466,7 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 // head rotated (rot == head_dim) and an even number of columns per block; cos_t / sin_t [half] are the row's table
 // rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2). The arguments of `_il1_many`, then head_dim,
 // half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's).
-template <int DT, int D = MANY_DEPTH, int P = MANY_PIPE>
+template <int DT, int D = MANY_DEPTH>
 __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                              const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
                                              int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
@@ -532,7 +479,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
-        float s = il1_dot<DT, D, false, false, P>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
             y2[n] = s;
@@ -550,7 +497,7 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
-    float s = il1_dot<DT, D, false, false, P>(x, K, is_q ? w0 : w1, n, j, {}, 0);
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
@@ -604,7 +551,7 @@ extern "C" __global__ void __maxnreg__(80)
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
-    il1_qkv_rope<DT_F32, QKV_W_DEPTH, QKV_W_PIPE>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+    il1_qkv_rope<DT_F32, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
@@ -613,7 +560,7 @@ extern "C" __global__ void __maxnreg__(80)
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
-    il1_qkv_rope<DT_F16, QKV_W_DEPTH, QKV_W_PIPE>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+    il1_qkv_rope<DT_F16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
 }
 
@@ -623,7 +570,7 @@ extern "C" __global__ void __maxnreg__(80)
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
     TR_ENTRY(0);
-    il1_qkv_rope<DT_BF16, QKV_W_DEPTH, QKV_W_PIPE>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
+    il1_qkv_rope<DT_BF16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
                                        y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
@@ -640,7 +587,7 @@ __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, c
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     bool is_up = half >= cols;
     int n = bx * cols + (is_up ? half - cols : half);
-    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM, GLU_PIPE>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
+    float s = il1_dot<DT, GLU_DEPTH, BULK_PF >= 2, NORM>(x, K, is_up ? up : gate, n < N ? n : N - 1, j, nm);
     if (j == 0) gu[half] = s;
     __syncthreads();
     int t = threadIdx.x;
