@@ -8,7 +8,8 @@
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them), and for
 //! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s), in the portable arithmetic for both
 //! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=0` loads the model's float matrices unpermuted
-//! (the default is interleaved, `CudaWeight::interleaved`), for an A/B of whole steps.
+//! (the default is interleaved, `CudaWeight::interleaved`), for an A/B of whole steps. `TF_BENCH_BOUNDARY=1` and
+//! `TF_BENCH_CHAIN=1` measure one launch boundary and one dependent one-row matmul alone (see their functions).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -608,6 +609,70 @@ fn boundary(arithmetic: Arithmetic) {
     }
 }
 
+/// `TF_BENCH_CHAIN=1`: what a dependent one-row matmul costs beyond its bytes. Chains of 200 `matmul_add` of one
+/// row against square interleaved bf16 weights [K, K], each reading the residual row the previous one wrote (two rows
+/// taking turns: a += b · W, then b += a · W'), launched as the decode chain launches them (programmatic), behind a
+/// 3 ms spin so that the host is never what the GPU waits on. Enough distinct weights that the chain reads ≥ 256 MB
+/// before it reuses one (none is in L2 when it runs). For each K: GPU µs per launch (median of 5 chains) with the
+/// kernel the backend picks, `_il1_add` and `_il1_add_d` forced; the fit µs = a + bytes / bandwidth over K gives
+/// the per-kernel cost that no bandwidth pays.
+fn chain() {
+    let be = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Portable).unwrap_or_else(|e| panic!("{e}"));
+    be.set_float_tuning(true, 0);
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    println!("chain: K, MB per weight, µs per launch (GB/s): picked, _il1_add, _il1_add_d");
+    for k in [1024usize, 1536, 2048, 3072, 3584, 4096, 6144, 8192] {
+        let wbytes = 2 * k * k;
+        let m = (256_000_000usize.div_ceil(wbytes)).max(2);
+        let info = TensorInfo { name: "w".into(), dtype: DType::BF16, shape: vec![k as u64, k as u64] };
+        let ws: Vec<Weight> = (0..m)
+            .map(|_| {
+                // bf16 patterns of magnitude ~2^-6: the rows stay finite over a chain.
+                let bytes: Vec<u8> =
+                    (0..k * k).flat_map(|_| (0x3c80u16 | (next() as u16 & 0x807f)).to_le_bytes()).collect();
+                be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        let row = |next: &mut dyn FnMut() -> u64| {
+            let h: Vec<f32> = (0..k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+            be.select_rows(&Tensor::host(1, k, h), &[0])
+        };
+        let (mut a, mut b) = (row(&mut next), row(&mut next));
+        let mut run = |forced: Option<bool>| {
+            be.set_add_deep(forced);
+            let mut times = Vec::new();
+            for rep in 0..6 {
+                be.spin(3_000_000);
+                let t0 = be.mark();
+                for i in 0..200 {
+                    let w = &ws[i % m];
+                    if i % 2 == 0 {
+                        be.matmul_add(&b, w, None, &mut a);
+                    } else {
+                        be.matmul_add(&a, w, None, &mut b);
+                    }
+                }
+                let t1 = be.mark();
+                be.synchronize();
+                if rep > 0 {
+                    times.push(be.elapsed_ms(&t0, &t1) as f64 * 1e3 / 200.0);
+                }
+            }
+            let us = median(times);
+            format!("{us:7.2} ({:5.0})", wbytes as f64 / us / 1e3)
+        };
+        let (picked, plain, deep) = (run(None), run(Some(false)), run(Some(true)));
+        be.set_add_deep(None);
+        println!("  {k:5} {:7.1}  {picked}  {plain}  {deep}", wbytes as f64 / 1e6);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let shape_name = args.get(1).map_or("qwen2.5-1.5b", String::as_str);
@@ -624,6 +689,10 @@ fn main() {
     let arithmetic = Arithmetic::parse(args.get(4).map_or("portable", String::as_str)).expect("arithmetic");
     if std::env::var_os("TF_BENCH_BOUNDARY").is_some() {
         boundary(arithmetic);
+        return;
+    }
+    if std::env::var_os("TF_BENCH_CHAIN").is_some() {
+        chain();
         return;
     }
     let shape = SHAPES.iter().find(|s| s.0 == shape_name).unwrap_or_else(|| panic!("unknown shape {shape_name}"));

@@ -105,6 +105,13 @@ impl super::CudaBackend {
         self.tune.qkv_wide.store(choice(wide), std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Queues one plain launch of `pdl_probe` (one block spinning `spin_ns` on the GPU) and returns at once: work
+    /// ahead of a measured chain so that the host, enqueueing, is never what the GPU waits on.
+    #[doc(hidden)]
+    pub fn spin(&self, spin_ns: i32) {
+        self.gpu.launch("pdl_probe").int(spin_ns).go((1, 1, 1), (32, 1, 1));
+    }
+
     /// One programmatic launch boundary measured alone (the bench example's `TF_BENCH_BOUNDARY`): `launches`
     /// launches of `pdl_probe` (`blocks` blocks of `threads` threads, each spinning `spin_ns` after its wait), queued
     /// behind a 2 ms spin so that the host is never what the GPU waits on; GPU microseconds per launch. With `pdl`
