@@ -614,8 +614,8 @@ fn boundary(arithmetic: Arithmetic) {
 /// taking turns: a += b · W, then b += a · W'), launched as the decode chain launches them (programmatic), behind a
 /// 3 ms spin so that the host is never what the GPU waits on. Enough distinct weights that the chain reads ≥ 256 MB
 /// before it reuses one (none is in L2 when it runs). For each K: GPU µs per launch (median of 5 chains) with the
-/// kernel the backend picks, `_il1_add` and `_il1_add_d` forced; the fit µs = a + bytes / bandwidth over K gives
-/// the per-kernel cost that no bandwidth pays.
+/// kernel the backend picks, `_il1_add` and `_il1_add_d` forced, and GB/s; the time beyond the bytes at the copy
+/// bandwidth is what each dependent kernel costs.
 fn chain() {
     let be = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Portable).unwrap_or_else(|e| panic!("{e}"));
     be.set_float_tuning(true, 0);

@@ -119,15 +119,12 @@ impl super::CudaBackend {
     /// time over the spin is one boundary's cost with nothing to overlap.
     #[doc(hidden)]
     pub fn boundary_probe(&self, launches: usize, blocks: u32, threads: u32, spin_ns: i32, pdl: bool) -> f64 {
-        let go = |ns: i32, blocks: u32, pdl: bool| {
-            let l = self.gpu.launch("pdl_probe");
-            let l = if pdl { l.pdl() } else { l };
-            l.int(ns).go((blocks, 1, 1), (threads, 1, 1));
-        };
-        go(2_000_000, 1, false);
+        self.spin(2_000_000);
         let a = self.gpu.mark();
         for _ in 0..launches {
-            go(spin_ns, blocks, pdl);
+            let l = self.gpu.launch("pdl_probe");
+            let l = if pdl { l.pdl() } else { l };
+            l.int(spin_ns).go((blocks, 1, 1), (threads, 1, 1));
         }
         let b = self.gpu.mark();
         self.gpu.sync();
