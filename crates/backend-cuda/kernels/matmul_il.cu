@@ -75,6 +75,16 @@
 #define IL_EARLY 1
 #endif
 
+// TAIL_EARLY (1 by default; 0 for measurements): the epilogue's other inputs are read early instead of after the
+// last batch, where each was one more dependent round trip at the end of every warp (DRAM for the bias, and for
+// the residual row when the layer's weight stream has evicted it from L2). The bias (a weight, never written after
+// upload) is loaded before griddepcontrol.wait and folded into the wait's predicate, so it is really in flight
+// there; the residual (an earlier kernel's output) right after the wait, by a volatile load the compiler keeps
+// ahead of the batches. The same additions in the same order: only the loads move.
+#ifndef TAIL_EARLY
+#define TAIL_EARLY 1
+#endif
+
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
 __device__ __forceinline__ float vec_elem(const uint4& v, int e) {
@@ -100,8 +110,8 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 
 // griddepcontrol.wait after the batch v has arrived (IL_EARLY above): the wait depends on a fold of every vector.
 template <int D>
-__device__ __forceinline__ void il1_wait_after(const uint4 (&v)[D]) {
-    u32 f = 0;
+__device__ __forceinline__ void il1_wait_after(const uint4 (&v)[D], u32 pre) {
+    u32 f = pre;
 #pragma unroll
     for (int u = 0; u < D; u++) f ^= v[u].x ^ v[u].w;
     griddep_wait_on(f);
@@ -217,10 +227,13 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
-// for the TRACE define (kernels/common.cu), -1 for none.
+// for the TRACE define (kernels/common.cu), -1 for none. pre: bits of values the caller loaded before the call
+// (TAIL_EARLY's bias), which the wait then follows; after (if not null): a float an earlier kernel wrote, read into
+// *after_v right after the wait.
 template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
-                                         int trk = -1) {
+                                         int trk = -1, u32 pre = 0, const float* after = nullptr,
+                                         float* after_v = nullptr) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     // Lane j's vector of block b: wq[16 b].
@@ -241,12 +254,17 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 #endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
     if (IL_EARLY && __CUDA_ARCH__ >= 900) {
-        il1_wait_after(v);
+        il1_wait_after(v, pre);
     } else {
-        griddep_wait();
+        griddep_wait_on(pre);
     }
     TR_FIRST(trk, 1);
     TR_LAST(trk, 2);
+    if (after) {
+        float a;
+        asm volatile("ld.global.f32 %0, [%1];" : "=f"(a) : "l"(after));
+        *after_v = a;
+    }
     if (NORM) {
         if (!nm.ready) il1_norm_prologue(x, K, nm);
         xr = nm.xs + j;
@@ -289,12 +307,24 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
+    bool out = live && j == 0;
+#if TAIL_EARLY
+    float bv = out && bias ? deq_elem(bias_dt, bias, n) : 0.0f, yv = 0.0f;
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1, __float_as_uint(bv),
+                                                 ADD && out ? y + n : nullptr, &yv);
+    if (out) {
+        if (bias) s = s + bv;
+        if (ADD) s = yv + s;
+        y[n] = s;
+    }
+#else
     float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
-    if (live && j == 0) {
+    if (out) {
         if (bias) s = s + deq_elem(bias_dt, bias, n);
         if (ADD) s = y[n] + s;
         y[n] = s;
     }
+#endif
 }
 
 extern "C" __global__ void matmul_f32w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
@@ -479,9 +509,16 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
+#if TAIL_EARLY
+        float bv = live && j == 0 && b2 ? deq_elem(bdt2, b2, n) : 0.0f;
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0, __float_as_uint(bv));
+        if (live && j == 0) {
+            if (b2) s = s + bv;
+#else
         float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
+#endif
             y2[n] = s;
             v_layer[slot * n2 + n] = s;
         }
@@ -497,8 +534,14 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
+#if TAIL_EARLY
+    float bv = j == 0 && bias ? deq_elem(is_q ? bdt0 : bdt1, bias, n) : 0.0f;
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0, __float_as_uint(bv));
+    if (j == 0 && bias) s = s + bv;
+#else
     float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
+#endif
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
     float r = second ? x0 * sn + x1 * c : x0 * c - x1 * sn;
