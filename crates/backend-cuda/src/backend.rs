@@ -67,8 +67,6 @@ pub struct CudaKv {
     pub spec: KvSpec,
     pub k: Buf,
     pub v: Buf,
-    /// K and V in one allocation when the cache is kept in L2 (src/l2.rs; k and v are then views of it).
-    _both: Option<Buf>,
     /// The cache writes no completed wait for the stream has covered yet (src/kv_writes.rs).
     writes: Mutex<crate::kv_writes::KvWrites>,
 }
@@ -771,13 +769,7 @@ impl Backend for CudaBackend {
             .and_then(|v| v.checked_mul(spec.kv_heads * spec.head_dim))
             .and_then(|v| v.checked_mul(4))
             .ok_or_else(|| BackendError(format!("KV cache {spec:?} is too large")))?;
-        let kv = if crate::l2::kv_l2_wanted() {
-            let both = self.gpu.zeros(2 * n)?;
-            self.gpu.persist_in_l2(&both)?;
-            CudaKv { spec, k: both.view(0, n), v: both.view(n, n), _both: Some(both), writes: Mutex::default() }
-        } else {
-            CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)?, _both: None, writes: Mutex::default() }
-        };
+        let kv = CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)?, writes: Mutex::default() };
         Ok(KvCache { spec, storage: Arc::new(kv) })
     }
 

@@ -186,14 +186,6 @@ pub struct Buf {
     pub bytes: usize,
 }
 
-impl Buf {
-    /// `bytes` bytes of this buffer from `offset`, not owning them (the owner must outlive the view).
-    pub(crate) fn view(&self, offset: usize, bytes: usize) -> Buf {
-        assert!(offset + bytes <= self.bytes, "view of {bytes} bytes at {offset} in a buffer of {}", self.bytes);
-        Buf { slice: None, pool: None, ptr: self.ptr + offset as u64, bytes }
-    }
-}
-
 impl Drop for Buf {
     fn drop(&mut self) {
         if let (Some(slice), Some(pool)) = (self.slice.take(), &self.pool) {
@@ -284,8 +276,6 @@ pub struct Gpu {
     waits_done: AtomicU64,
     /// (kernel, threads per block) → blocks resident on the whole GPU at once ([`Gpu::resident_blocks`]).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
-    /// The access-policy window every launch carries (src/l2.rs), if any.
-    pub(crate) l2_window: Mutex<Option<crate::l2::L2Window>>,
 }
 
 impl Drop for Gpu {
@@ -383,7 +373,6 @@ impl Gpu {
             resident,
             waits_started: AtomicU64::new(0),
             waits_done: AtomicU64::new(0),
-            l2_window: Mutex::new(None),
             gaps: std::env::var("TF_CUDA_GAPS").is_ok_and(|v| v == "1").then(|| Mutex::new(Gaps::default())),
         })
     }
@@ -929,8 +918,6 @@ impl Launch<'_> {
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = PSS;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        let window = *self.gpu.l2_window.lock().unwrap_or_else(|e| e.into_inner());
-        let mut attrs = [attr, window.map_or(attr, |w| w.attribute())];
         let cfg = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -940,8 +927,8 @@ impl Launch<'_> {
             blockDimZ: block.2,
             sharedMemBytes: 0,
             hStream: self.gpu.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: if window.is_some() { 2 } else { 1 },
+            attrs: &mut attr,
+            numAttrs: 1,
         };
         // SAFETY: `params` points at this launch's arguments, which live until the call returns and match the
         // kernel's signature (as in `go`); the stream and function belong to the bound context.

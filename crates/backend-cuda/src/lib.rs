@@ -52,8 +52,6 @@ pub mod device;
 mod graph;
 #[cfg(feature = "cuda")]
 mod host_ids;
-#[cfg(feature = "cuda")]
-mod l2;
 
 #[cfg(feature = "cuda")]
 pub use backend::{available, CudaBackend, CudaKv, CudaTensor, CudaWeight};
