@@ -133,35 +133,18 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
 #ifndef PRO_N
 #define PRO_N 8
 #endif
-// NORM_W_EARLY (1 by default; 0 for measurements): the norm weight is copied into shared memory (ws, by cp.async:
-// no registers) before griddepcontrol.wait instead of loaded after the sum of squares, where it was a DRAM round
-// trip (the weight stream evicts it every step) between the wait and the first fma of every block.
-#ifndef NORM_W_EARLY
-#define NORM_W_EARLY 1
-#endif
-// ready: the block has already normed the row into xs (a later pass of a block looping over its work). ws: shared
-// memory for the norm weight's K elements of type dt (IL_NORM_MAX_K · 4 bytes; NORM_W_EARLY).
+// ready: the block has already normed the row into xs (a later pass of a block looping over its work).
 struct NormIn {
     const u8* w;
     int dt;
     float eps;
     float* xs;
     bool ready;
-    u8* ws;
 };
 
 // Elements 4v..4v+3 of a vector of type dt: F32, F16 or BF16, not interleaved (the host checks), 16-byte aligned.
 // The loads are volatile asm so the compiler keeps them where they are written (hoisted, they held registers
 // through the whole norm).
-__device__ __forceinline__ float4 float4_of_halves(int dt, uint2 h) {
-    if (dt == DT_F16) {
-        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
-                           f16_bits_to_f32(h.y >> 16));
-    }
-    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
-                       bf16_bits_to_f32(h.y >> 16));
-}
-
 __device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w, int v) {
     if (dt == DT_F32) {
         float4 f;
@@ -172,29 +155,12 @@ __device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w,
     }
     uint2 h;
     asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h.x), "=r"(h.y) : "l"(w + 8 * (i64)v));
-    return float4_of_halves(dt, h);
-}
-
-// The same vector from the norm weight's copy in shared memory (il1_norm_weight_async).
-__device__ __forceinline__ float4 sh_float4_of(int dt, const u8* ws, int v) {
-    if (dt == DT_F32) return ((const float4*)ws)[v];
-    return float4_of_halves(dt, ((const uint2*)ws)[v]);
-}
-
-// NORM_W_EARLY: thread t copies the norm weight's vectors t, t + threads, ... (those il1_norm_prologue has it
-// scale) into nm.ws, asynchronously; the prologue waits for its own copies only.
-__device__ __forceinline__ void il1_norm_weight_async(int K, const NormIn& nm) {
-    int nv = K / 4, es = nm.dt == DT_F32 ? 16 : 8;
-    for (int v = threadIdx.x; v < nv; v += blockDim.x) {
-        u32 dst = (u32)__cvta_generic_to_shared(nm.ws + v * es);
-        const u8* src = nm.w + (i64)v * es;
-        if (es == 16) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-        } else {
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-        }
+    if (dt == DT_F16) {
+        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
+                           f16_bits_to_f32(h.y >> 16));
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
+                       bf16_bits_to_f32(h.y >> 16));
 }
 
 __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, int K, const NormIn& nm) {
@@ -235,17 +201,12 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
     }
     __syncthreads();
     float inv = inv_s;
-#if NORM_W_EARLY
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
     // (x_i * inv) * w_i, the norm weight read as 16-byte (F32) or 8-byte vectors, eight in flight per thread.
     for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
         float4 wv[PRO_N];
 #pragma unroll
         for (int u = 0; u < PRO_N; u++) {
-            if (v0 + u * nt < nv) {
-                wv[u] = NORM_W_EARLY ? sh_float4_of(nm.dt, nm.ws, v0 + u * nt) : ld_float4_of(nm.dt, nm.w, v0 + u * nt);
-            }
+            if (v0 + u * nt < nv) wv[u] = ld_float4_of(nm.dt, nm.w, v0 + u * nt);
         }
 #pragma unroll
         for (int u = 0; u < PRO_N; u++) {
@@ -281,7 +242,6 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     const float* xr = x + j;
     float acc = 0.0f;
     griddep_launch();
-    if (NORM && NORM_W_EARLY && !nm.ready) il1_norm_weight_async(K, nm);
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
 #if BULK_PF
@@ -473,12 +433,11 @@ __device__ __forceinline__ void il1_many_norm(const float* x, int K, int nb0, in
                                               int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
                                               float* y2, const u8* nw, int nw_dt, float eps, int nvb) {
     __shared__ __align__(16) float xs[IL_NORM_MAX_K];
-    __shared__ __align__(16) u8 ws[NORM_W_EARLY ? IL_NORM_MAX_K * 4 : 16];
     matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
-                              NormIn{nw, nw_dt, eps, xs, false, ws});
+                              NormIn{nw, nw_dt, eps, xs, false});
     for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
         matmul_il1_many<DT, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2,
-                                  NormIn{nw, nw_dt, eps, xs, true, ws}, vb);
+                                  NormIn{nw, nw_dt, eps, xs, true}, vb);
     }
 }
 
@@ -705,13 +664,12 @@ template <int DT>
 __device__ __forceinline__ void il1_glu_norm(const float* x, int K, const u8* gate, const u8* up, int N, int act,
                                              float* out, const u8* nw, int nw_dt, float eps) {
     __shared__ __align__(16) float xs[IL_NORM_MAX_K];
-    __shared__ __align__(16) u8 ws[NORM_W_EARLY ? IL_NORM_MAX_K * 4 : 16];
     int cols = blockDim.x / 32;
     int nvb = (N + cols - 1) / cols;
-    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false, ws});
+    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false});
     for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
         __syncthreads();  // the block's gate/up sums are read before the next pass writes them
-        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true, ws}, vb);
+        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb);
     }
 }
 

@@ -7,7 +7,7 @@ use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWe
 use crate::device::{Buf, Launch};
 use crate::geometry::{
     half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
-    EPI_ADD, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    EPI_ADD, GLU_NORM_BELOW_K, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
@@ -441,7 +441,7 @@ impl CudaBackend {
 
     /// [`Self::matmul_glu_impl`] of the RMSNorm of `x` (`norm [cols]`, eps): on the one-row GLU kernel
     /// (`_il1_glu_norm`, every block norming the row into shared memory first) when x is narrower than
-    /// [`crate::geometry::GLU_NORM_BELOW_K`] (`TF_CUDA_GLU_NORM_BELOW_K`); anything else: `rms_norm`, then matmul_glu.
+    /// [`GLU_NORM_BELOW_K`]; anything else: `rms_norm`, then matmul_glu.
     pub(super) fn norm_matmul_glu_impl(
         &self,
         x: &Tensor,
@@ -453,7 +453,7 @@ impl CudaBackend {
     ) -> Tensor {
         if self.tune.norm_fuse.load(Ordering::Relaxed) & 2 != 0
             && self.glu_il1(x, gate, up)
-            && x.cols < self.tune.glu_norm_below_k.load(Ordering::Relaxed) as usize
+            && x.cols < GLU_NORM_BELOW_K
             && Self::norm_in_prologue(x, norm)
         {
             return self.glu_il1_launch(x, gate, up, act, Some((norm, eps)));

@@ -18,9 +18,6 @@ pub(super) struct FloatTuning {
     /// `TF_CUDA_NORM_FUSE` for measurements. On the H200 (session 12) the gate/up kernel norming its row gained 3% on
     /// the 1.5B shape and nothing on the 7B; q/k/v doing it lost 4%.
     pub norm_fuse: AtomicU8,
-    /// The GLU kernel norms its own row only below this K ([`crate::geometry::GLU_NORM_BELOW_K`];
-    /// `TF_CUDA_GLU_NORM_BELOW_K`, at most `IL_NORM_MAX_K` + 1, for measurements). Same bits either way.
-    pub glu_norm_below_k: AtomicU32,
     /// `matmul_add` on the tensor-core and `matmul_float` kernels as `matmul` then `add` (`TF_CUDA_EPI_ADD=0`, for
     /// measurements) instead of the kernels adding into the residual themselves.
     pub no_epi_add: AtomicBool,
@@ -86,10 +83,6 @@ impl FloatTuning {
             no_interleave: AtomicBool::new(std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0")),
             no_half_x: AtomicBool::new(std::env::var("TF_CUDA_HALF_X").is_ok_and(|v| v == "0")),
             norm_fuse: AtomicU8::new(env_u32("TF_CUDA_NORM_FUSE", 2).min(3) as u8),
-            glu_norm_below_k: AtomicU32::new(
-                env_u32("TF_CUDA_GLU_NORM_BELOW_K", crate::geometry::GLU_NORM_BELOW_K as u32)
-                    .min(crate::geometry::IL_NORM_MAX_K as u32 + 1),
-            ),
             no_epi_add: AtomicBool::new(std::env::var("TF_CUDA_EPI_ADD").is_ok_and(|v| v == "0")),
             no_qkv_rope: AtomicBool::new(std::env::var("TF_CUDA_QKV_ROPE").is_ok_and(|v| v == "0")),
             qkv_wide: AtomicU8::new(choice_from_env("TF_CUDA_QKV_WIDE")),
