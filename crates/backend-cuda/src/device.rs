@@ -339,8 +339,16 @@ impl Gpu {
             }
         };
         let mut funcs = HashMap::new();
+        // TF_CUDA_CARVEOUT=P (measurement): every kernel prefers P% of the unified L1/shared memory as shared
+        // memory, so that consecutive kernels never ask an SM for different splits.
+        let carveout = std::env::var("TF_CUDA_CARVEOUT").ok().and_then(|v| v.parse::<i32>().ok());
         for k in KERNELS {
-            funcs.insert(k, module.load_function(k).map_err(err(k))?);
+            let f = module.load_function(k).map_err(err(k))?;
+            if let Some(p) = carveout {
+                use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT as CARVEOUT;
+                f.set_attribute(CARVEOUT, p.clamp(-1, 100)).map_err(err("carveout"))?;
+            }
+            funcs.insert(k, f);
         }
         let stream = ctx.new_stream().map_err(err("stream"))?;
         keep_pool_memory(&ctx)?;
