@@ -495,15 +495,14 @@ extern "C" __global__ void matmul_bf16w_il1_many(const float* x, int K, int nb0,
 // and one sum or difference), k's also into the cache. v's blocks are `_il1` writing the cache too. Needs the whole
 // head rotated (rot == head_dim) and an even number of columns per block; cos_t / sin_t [half] are the row's table
 // rows, slot its cache slot; k_layer, v_layer [slots, n1] (n1 == n2). The arguments of `_il1_many`, then head_dim,
-// half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's). NORM, nm: see il1_dot; bx: the block's
-// index in the launch's grid of weight blocks.
-template <int DT, int D = MANY_DEPTH, bool NORM = false>
+// half, cos_t, sin_t, neox, k_layer, v_layer, slots (slots[0] is the row's).
+template <int DT, int D = MANY_DEPTH>
 __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
                                              const u8* b0, int bdt0, float* y0, const u8* w1, int n1, const u8* b1,
                                              int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2,
                                              float* y2, int hd, int half, const float* cos_t, const float* sin_t,
-                                             int neox, float* k_layer, float* v_layer, const u32* slots,
-                                             const NormIn& nm = {}, int bx = blockIdx.x) {
+                                             int neox, float* k_layer, float* v_layer, const u32* slots) {
+    int bx = blockIdx.x;
     int hw = threadIdx.x / 16, j = threadIdx.x % 16;
     // The slot is a host upload (ordered after every earlier kernel): read before the wait inside il1_dot.
     i64 slot = (i64)slots[0];
@@ -512,11 +511,11 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
         bool live = n < n2;
 #if TAIL_EARLY
         float bv = live && j == 0 && b2 ? deq_elem(bdt2, b2, n) : 0.0f;
-        float s = il1_dot<DT, D, false, NORM>(x, K, w2, live ? n : n2 - 1, j, nm, 0, __float_as_uint(bv));
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0, __float_as_uint(bv));
         if (live && j == 0) {
             if (b2) s = s + bv;
 #else
-        float s = il1_dot<DT, D, false, NORM>(x, K, w2, live ? n : n2 - 1, j, nm, 0);
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
         if (live && j == 0) {
             if (b2) s = s + deq_elem(bdt2, b2, n);
 #endif
@@ -537,10 +536,10 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     float c = cos_t[i], sn = sin_t[i];
 #if TAIL_EARLY
     float bv = j == 0 && bias ? deq_elem(is_q ? bdt0 : bdt1, bias, n) : 0.0f;
-    float s = il1_dot<DT, D, false, NORM>(x, K, is_q ? w0 : w1, n, j, nm, 0, __float_as_uint(bv));
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0, __float_as_uint(bv));
     if (j == 0 && bias) s = s + bv;
 #else
-    float s = il1_dot<DT, D, false, NORM>(x, K, is_q ? w0 : w1, n, j, nm, 0);
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
     if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
 #endif
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
@@ -580,42 +579,6 @@ extern "C" __global__ void __maxnreg__(112)
                          half, cos_t, sin_t, neox, k_layer, v_layer, slots);
     TR_EXIT(0);
 }
-
-// `_il1_qkv_rope` of the RMSNorm of x (Backend::norm_qkv_rope_kv_write for one row when q/k/v norm their own row,
-// `TF_CUDA_NORM_FUSE` bit 0), as `_il1_many_norm`: every block norms x into shared memory once (nw [K] of type
-// nw_dt), then runs `_il1_qkv_rope`'s blocks vb = blockIdx.x, + gridDim.x, ... below nvb (the host launches at most
-// the resident blocks). The arguments of `_il1_many_norm`, then those of `_il1_qkv_rope` after y2.
-template <int DT>
-__device__ __forceinline__ void il1_qkv_rope_norm(const float* x, int K, int nb0, int nb1, const u8* w0, int n0,
-                                                  const u8* b0, int bdt0, float* y0, const u8* w1, int n1,
-                                                  const u8* b1, int bdt1, float* y1, const u8* w2, int n2,
-                                                  const u8* b2, int bdt2, float* y2, const u8* nw, int nw_dt,
-                                                  float eps, int nvb, int hd, int half, const float* cos_t,
-                                                  const float* sin_t, int neox, float* k_layer, float* v_layer,
-                                                  const u32* slots) {
-    __shared__ __align__(16) float xs[IL_NORM_MAX_K];
-    il1_qkv_rope<DT, MANY_DEPTH, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
-                                       y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots,
-                                       NormIn{nw, nw_dt, eps, xs, false}, blockIdx.x);
-    for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
-        il1_qkv_rope<DT, MANY_DEPTH, true>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2,
-                                           bdt2, y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots,
-                                           NormIn{nw, nw_dt, eps, xs, true}, vb);
-    }
-}
-
-#define QKV_ROPE_NORM(NAME, DT)                                                                                     \
-    extern "C" __global__ void __maxnreg__(112)                                                                  \
-        NAME(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0, float* y0,    \
-             const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2, int bdt2, \
-             float* y2, const u8* nw, int nw_dt, float eps, int nvb, int hd, int half, const float* cos_t,        \
-             const float* sin_t, int neox, float* k_layer, float* v_layer, const u32* slots) {                   \
-        il1_qkv_rope_norm<DT>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, nw, \
-                              nw_dt, eps, nvb, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);          \
-    }
-QKV_ROPE_NORM(matmul_f32w_il1_qkv_rope_norm, DT_F32)
-QKV_ROPE_NORM(matmul_f16w_il1_qkv_rope_norm, DT_F16)
-QKV_ROPE_NORM(matmul_bf16w_il1_qkv_rope_norm, DT_BF16)
 
 // `_il1_qkv_rope` for grids the default does not hold at once (Backend::norm_qkv_rope_kv_write picks it by
 // occupancy): its 112 registers leave 4 warps per SM sub-partition (16,384 registers each), 16 per SM, so q/k/v of

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 86] = [
+pub const KERNELS: [&str; 83] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -48,9 +48,6 @@ pub const KERNELS: [&str; 86] = [
     "matmul_f32w_il1_qkv_rope_w",
     "matmul_f16w_il1_qkv_rope_w",
     "matmul_bf16w_il1_qkv_rope_w",
-    "matmul_f32w_il1_qkv_rope_norm",
-    "matmul_f16w_il1_qkv_rope_norm",
-    "matmul_bf16w_il1_qkv_rope_norm",
     "matmul_f32w_il1_glu_norm",
     "matmul_f16w_il1_glu_norm",
     "matmul_bf16w_il1_glu_norm",

@@ -600,8 +600,7 @@ fn rope_kv_write_equals_rope_then_kv_write() {
 /// The attention block up to the cache write in one call (`norm_qkv_rope_kv_write`: for one row, `rms_norm` then
 /// one launch whose q/k blocks compute rotation pairs and rotate them in their epilogue, k and v going into the
 /// cache) equals the same call with the epilogue off (the projections, then `rope_kv_write`), the shallower kernel for
-/// large grids (`_il1_qkv_rope_w`), the kernel that norms the row itself (`_il1_qkv_rope_norm`, `TF_CUDA_NORM_FUSE`
-/// bit 0) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both
+/// large grids (`_il1_qkv_rope_w`) and the CPU's default, bitwise: q, k, v and the cache as attention reads it. Both
 /// rotation styles with the whole head rotated (fused), a partial rotation (not fused), every float weight type, biases
 /// on some projections, 1 and 3 rows.
 #[test]
@@ -669,11 +668,8 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             g.set_qkv_rope(false);
             let split = run(&g, list(&wg, &bg), &ng);
             g.set_qkv_rope(true);
-            g.set_norm_fuse(1);
-            let normed = run(&g, list(&wg, &bg), &ng);
-            g.set_norm_fuse(0);
             let cpu = run(&c, list(&wc, &bc), &nc);
-            for (name, other) in [("wide", &wide), ("split", &split), ("normed", &normed), ("cpu", &cpu)] {
+            for (name, other) in [("wide", &wide), ("split", &split), ("cpu", &cpu)] {
                 for (i, t) in ["q", "k", "v"].iter().enumerate() {
                     same(&fused.0[i], &other.0[i], &format!("{what}: {t}, fused vs {name}"));
                 }

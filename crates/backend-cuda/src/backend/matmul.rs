@@ -248,10 +248,8 @@ impl CudaBackend {
 
     /// [`Backend::norm_qkv_rope_kv_write`]: one row with q/k/v on the one-row kernels and the whole head rotated:
     /// `rms_norm`, then one launch of `_il1_qkv_rope` (the projections rotate q and k and write k and v into the
-    /// cache in their epilogue, with `rope_kv_write`'s arithmetic). With q/k/v norming their own row
-    /// (`TF_CUDA_NORM_FUSE` bit 0) and the row narrow enough, no `rms_norm`: `_il1_qkv_rope_norm`, every block norming
-    /// the row into shared memory first. Anything else, or `TF_CUDA_QKV_ROPE=0`: the projections, then
-    /// `rope_kv_write`.
+    /// cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, q/k/v norming their own row
+    /// (`TF_CUDA_NORM_FUSE` bit 0) or `TF_CUDA_QKV_ROPE=0`: the projections, then `rope_kv_write`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_qkv_rope_impl(
         &self,
@@ -267,6 +265,7 @@ impl CudaBackend {
         let cols = self.tune.il1_cols(weight(ws[0].0).out_dim);
         let (nq, nk, nv) = (weight(ws[0].0).out_dim, weight(ws[1].0).out_dim, weight(ws[2].0).out_dim);
         let fused = !self.tune.no_qkv_rope.load(Ordering::Relaxed)
+            && self.tune.norm_fuse.load(Ordering::Relaxed) & 1 == 0
             && self.many_il1(x, ws)
             && hd > 0
             && hd.is_multiple_of(2)
@@ -289,28 +288,15 @@ impl CudaBackend {
         let (kptr, vptr) = (store.k.ptr + off, store.v.ptr + off);
         let tables = self.rope_tables(at.positions, rope);
         let sb = self.slots_buf(at.slots);
-        let neox = i32::from(rope.style == RopeStyle::Neox);
-        let blocks = |n| matmul_il_grid(1, n, cols).0 .0;
-        if self.tune.norm_fuse.load(Ordering::Relaxed) & 1 != 0 && Self::norm_in_prologue(x, norm) {
-            let kernel = match weight(ws[0].0).dtype {
-                DType::F32 => "matmul_f32w_il1_qkv_rope_norm",
-                DType::F16 => "matmul_f16w_il1_qkv_rope_norm",
-                _ => "matmul_bf16w_il1_qkv_rope_norm",
-            };
-            // The arguments of `_il1_many_norm`, then those of `_il1_qkv_rope` after the weights.
-            let outs = self.launch_many(kernel, x, false, ws, blocks, 16 * cols, Some((norm, eps)), |l| {
-                l.i32(hd).i32(hd / 2).ptr(&tables.0).ptr(&tables.1).int(neox).addr(kptr).addr(vptr).ptr(&sb)
-            });
-            self.kv_written(store, at.slots);
-            return outs.try_into().expect("one result per weight");
-        }
         let h = self.rms_norm(x, norm, x.cols, eps);
         let (kernel, wide) = match weight(ws[0].0).dtype {
             DType::F32 => ("matmul_f32w_il1_qkv_rope", "matmul_f32w_il1_qkv_rope_w"),
             DType::F16 => ("matmul_f16w_il1_qkv_rope", "matmul_f16w_il1_qkv_rope_w"),
             _ => ("matmul_bf16w_il1_qkv_rope", "matmul_bf16w_il1_qkv_rope_w"),
         };
+        let neox = i32::from(rope.style == RopeStyle::Neox);
         // The arguments of `_il1_many`, then head_dim, half, cos, sin, neox, the layer's K and V, slots.
+        let blocks = |n| matmul_il_grid(1, n, cols).0 .0;
         // The default's blocks are each one dependent chain of weight batches: a grid the GPU cannot hold at once
         // ends a whole chain after the first blocks do. The shallower kernel holds more of them.
         let kernel = match self.tune.qkv_wide.load(Ordering::Relaxed) {
