@@ -133,14 +133,6 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
 #ifndef PRO_N
 #define PRO_N 8
 #endif
-// NORM_W_EARLY (1 by default; 0 for measurements): where the row leaves room for it in xs (K floats, then the
-// norm weight's K elements: norm_w_fits), the norm weight is copied there (by cp.async: no registers) before
-// griddepcontrol.wait instead of loaded after the sum of squares, where it was a DRAM round trip (the weight stream
-// evicts it every step) between the wait and the first fma of every block. No shared memory is added: a larger
-// block footprint costs the next kernels L1 (session 25: a separate 16 KB array made the 7B 10% slower).
-#ifndef NORM_W_EARLY
-#define NORM_W_EARLY 1
-#endif
 // ready: the block has already normed the row into xs (a later pass of a block looping over its work).
 struct NormIn {
     const u8* w;
@@ -150,23 +142,9 @@ struct NormIn {
     bool ready;
 };
 
-// NORM_W_EARLY: whether xs holds the row and the norm weight's K elements after it.
-__device__ __forceinline__ bool norm_w_fits(int K, int dt) {
-    return NORM_W_EARLY && K * (dt == DT_F32 ? 8 : 6) <= IL_NORM_MAX_K * 4;
-}
-
 // Elements 4v..4v+3 of a vector of type dt: F32, F16 or BF16, not interleaved (the host checks), 16-byte aligned.
 // The loads are volatile asm so the compiler keeps them where they are written (hoisted, they held registers
 // through the whole norm).
-__device__ __forceinline__ float4 float4_of_halves(int dt, uint2 h) {
-    if (dt == DT_F16) {
-        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
-                           f16_bits_to_f32(h.y >> 16));
-    }
-    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
-                       bf16_bits_to_f32(h.y >> 16));
-}
-
 __device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w, int v) {
     if (dt == DT_F32) {
         float4 f;
@@ -177,29 +155,12 @@ __device__ __forceinline__ float4 ld_float4_of(int dt, const u8* __restrict__ w,
     }
     uint2 h;
     asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(h.x), "=r"(h.y) : "l"(w + 8 * (i64)v));
-    return float4_of_halves(dt, h);
-}
-
-// The same vector from the norm weight's copy in shared memory (il1_norm_weight_async).
-__device__ __forceinline__ float4 sh_float4_of(int dt, const u8* ws, int v) {
-    if (dt == DT_F32) return ((const float4*)ws)[v];
-    return float4_of_halves(dt, ((const uint2*)ws)[v]);
-}
-
-// NORM_W_EARLY: thread t copies the norm weight's vectors t, t + threads, ... (those il1_norm_prologue has it
-// scale) into xs after the row's K floats, asynchronously; the prologue waits for its own copies only.
-__device__ __forceinline__ void il1_norm_weight_async(int K, const NormIn& nm) {
-    int nv = K / 4, es = nm.dt == DT_F32 ? 16 : 8;
-    for (int v = threadIdx.x; v < nv; v += blockDim.x) {
-        u32 dst = (u32)__cvta_generic_to_shared((u8*)(nm.xs + K) + v * es);
-        const u8* src = nm.w + (i64)v * es;
-        if (es == 16) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-        } else {
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-        }
+    if (dt == DT_F16) {
+        return make_float4(f16_bits_to_f32(h.x & 0xffffu), f16_bits_to_f32(h.x >> 16), f16_bits_to_f32(h.y & 0xffffu),
+                           f16_bits_to_f32(h.y >> 16));
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    return make_float4(bf16_bits_to_f32(h.x & 0xffffu), bf16_bits_to_f32(h.x >> 16), bf16_bits_to_f32(h.y & 0xffffu),
+                       bf16_bits_to_f32(h.y >> 16));
 }
 
 __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, int K, const NormIn& nm) {
@@ -240,17 +201,12 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
     }
     __syncthreads();
     float inv = inv_s;
-    bool staged = norm_w_fits(K, nm.dt);
-    if (staged) asm volatile("cp.async.wait_all;" ::: "memory");
-    const u8* ws = (const u8*)(xs + K);
     // (x_i * inv) * w_i, the norm weight read as 16-byte (F32) or 8-byte vectors, eight in flight per thread.
     for (int v0 = tid; v0 < nv; v0 += PRO_N * nt) {
         float4 wv[PRO_N];
 #pragma unroll
         for (int u = 0; u < PRO_N; u++) {
-            if (v0 + u * nt < nv) {
-                wv[u] = staged ? sh_float4_of(nm.dt, ws, v0 + u * nt) : ld_float4_of(nm.dt, nm.w, v0 + u * nt);
-            }
+            if (v0 + u * nt < nv) wv[u] = ld_float4_of(nm.dt, nm.w, v0 + u * nt);
         }
 #pragma unroll
         for (int u = 0; u < PRO_N; u++) {
@@ -286,7 +242,6 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     const float* xr = x + j;
     float acc = 0.0f;
     griddep_launch();
-    if (NORM && !nm.ready && norm_w_fits(K, nm.dt)) il1_norm_weight_async(K, nm);
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
 #if BULK_PF
