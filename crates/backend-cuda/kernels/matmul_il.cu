@@ -221,35 +221,6 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
     __syncthreads();
 }
 
-// The GLU's output streamed to the down projection (`TF_CUDA_STREAM_DOWN=1`, backend/stream.rs; measurement): the
-// GLU's outputs are counted per segment of 128 (one batch vector's block of a 16-bit weight row), seg [2 · SEG_MAX]
-// u32: SEG_MAX counts, then SEG_MAX flags. The block that completes a segment resets its count and releases its
-// flag = epoch (the host's number of the GLU launch); down reads each batch's x only after acquiring its segments'
-// flags, without griddepcontrol.wait, so its chains start on the segments the GLU has finished while the GLU's last
-// blocks still run. The same fmas in the same order: only when x is read changes.
-#define SEG_MAX 1024
-__device__ __forceinline__ void seg_signal(u32* seg, int n0, int cols, int N, u32 epoch) {
-    int s = n0 >> 7;
-    int len = min(128, N - (s << 7));
-    u32 need = (u32)((len + cols - 1) / cols);
-    __threadfence();  // the block's outputs (the caller synced the block) before the count
-    u32 old = atomicAdd(seg + s, 1u);
-    if (old == need - 1) {
-        seg[s] = 0u;  // the next launch's adds come after its griddepcontrol.wait, long after this
-        __threadfence();
-        asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(seg + SEG_MAX + s), "r"(epoch) : "memory");
-    }
-}
-
-__device__ __forceinline__ void seg_wait(const u32* seg, int s, u32 epoch) {
-    for (;;) {
-        u32 v;
-        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(seg + SEG_MAX + s) : "memory");
-        if ((int)(v - epoch) >= 0) return;
-        __nanosleep(64);
-    }
-}
-
 // dot16 of the single row x with interleaved weight row nn, by the half-warp whose lane is j: each thread issues
 // D weight vectors and then the activations they meet before the batch's first fma; the tree16 result is
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
@@ -258,12 +229,11 @@ __device__ __forceinline__ void seg_wait(const u32* seg, int s, u32 epoch) {
 // so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
 // for the TRACE define (kernels/common.cu), -1 for none. pre: bits of values the caller loaded before the call
 // (TAIL_EARLY's bias), which the wait then follows; after (if not null): a float an earlier kernel wrote, read into
-// *after_v right after the wait. seg (if not null; 16-bit weights): x is the streamed GLU output of launch epoch
-// (above): no wait, each batch's segments acquired before its x is read, and *after read after the first batch's.
+// *after_v right after the wait.
 template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
                                          int trk = -1, u32 pre = 0, const float* after = nullptr,
-                                         float* after_v = nullptr, const u32* seg = nullptr, u32 epoch = 0) {
+                                         float* after_v = nullptr) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
     // Lane j's vector of block b: wq[16 b].
@@ -283,18 +253,13 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     }
 #endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
-    if (seg) {
-        // Streamed: the segments order the reads (below).
-    } else if (IL_EARLY && __CUDA_ARCH__ >= 900) {
+    if (IL_EARLY && __CUDA_ARCH__ >= 900) {
         il1_wait_after(v, pre);
     } else {
         griddep_wait_on(pre);
     }
     TR_FIRST(trk, 1);
     TR_LAST(trk, 2);
-    if (seg) {
-        for (int u = 0; u < D && u < nb; u++) seg_wait(seg, u, epoch);
-    }
     if (after) {
         float a;
         asm volatile("ld.global.f32 %0, [%1];" : "=f"(a) : "l"(after));
@@ -305,9 +270,6 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
         xr = nm.xs + j;
     }
     for (int b0 = 0; b0 < nb; b0 += D) {
-        if (seg && b0 > 0) {
-            for (int u = 0; u < D && b0 + u < nb; u++) seg_wait(seg, b0 + u, epoch);
-        }
         float xv[D][EPV];
 #pragma unroll
         for (int u = 0; u < D; u++) {
@@ -341,8 +303,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
 // il1_dot.
 template <int DT, int D = IL1_DEPTH, bool ADD = false, bool NORM = false>
 __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8* w, int N, const u8* bias,
-                                                int bias_dt, float* y, int bx, const NormIn& nm = {},
-                                                const u32* seg = nullptr, u32 epoch = 0) {
+                                                int bias_dt, float* y, int bx, const NormIn& nm = {}) {
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
@@ -350,7 +311,7 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
 #if TAIL_EARLY
     float bv = out && bias ? deq_elem(bias_dt, bias, n) : 0.0f, yv = 0.0f;
     float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1, __float_as_uint(bv),
-                                                 ADD && out ? y + n : nullptr, &yv, seg, epoch);
+                                                 ADD && out ? y + n : nullptr, &yv);
     if (out) {
         if (bias) s = s + bv;
         if (ADD) s = yv + s;
@@ -398,19 +359,19 @@ extern "C" __global__ void matmul_bf16w_ilg(const float* x, int R, int K, const 
 
 // `_il1` with the residual add: y [N] += x · wᵀ + bias (Backend::matmul_add for one row). Same arguments.
 extern "C" __global__ void matmul_f32w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
-                                               int bias_dt, float* y, const u32* seg, u32 epoch) {
-    matmul_float_il1<DT_F32, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+                                               int bias_dt, float* y) {
+    matmul_float_il1<DT_F32, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void matmul_f16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
-                                               int bias_dt, float* y, const u32* seg, u32 epoch) {
-    matmul_float_il1<DT_F16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+                                               int bias_dt, float* y) {
+    matmul_float_il1<DT_F16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
-                                                int bias_dt, float* y, const u32* seg, u32 epoch) {
+                                                int bias_dt, float* y) {
     TR_ENTRY(2);
-    matmul_float_il1<DT_BF16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+    matmul_float_il1<DT_BF16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
     TR_EXIT(2);
 }
 
@@ -426,22 +387,19 @@ extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, co
 #define ADD_DEEP_REGS 255
 #endif
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
-    matmul_f32w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y,
-                          const u32* seg, u32 epoch) {
-    matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+    matmul_f32w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
-    matmul_f16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y,
-                          const u32* seg, u32 epoch) {
-    matmul_float_il1<DT_F16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+    matmul_f16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    matmul_float_il1<DT_F16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
 }
 
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
-    matmul_bf16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y,
-                          const u32* seg, u32 epoch) {
+    matmul_bf16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
     TR_ENTRY(2);
-    matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x, {}, seg, epoch);
+    matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
     TR_EXIT(2);
 }
 
@@ -666,8 +624,7 @@ extern "C" __global__ void __maxnreg__(80)
 // grid (ceil(N / cols)), 32 · cols threads; act 0 = SiLU, 1 = GELU (tanh form).
 template <int DT, bool NORM = false>
 __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                        float* out, const NormIn& nm = {}, int bx = blockIdx.x, u32* seg = nullptr,
-                                        u32 epoch = 0) {
+                                        float* out, const NormIn& nm = {}, int bx = blockIdx.x) {
     __shared__ float gu[64];  // [2 · cols]: the block's gate sums, then its up sums
     int cols = blockDim.x / 32;
     int half = threadIdx.x / 16, j = threadIdx.x % 16;
@@ -683,25 +640,21 @@ __device__ __forceinline__ void il1_glu(const float* x, int K, const u8* gate, c
         float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
         out[nt] = a * gu[cols + t];
     }
-    if (seg) {
-        __syncthreads();  // the block's columns written
-        if (threadIdx.x == 0) seg_signal(seg, bx * cols, cols, N, epoch);
-    }
 }
 
 extern "C" __global__ void matmul_f32w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                               float* out, u32* seg, u32 epoch) {
-    il1_glu<DT_F32>(x, K, gate, up, N, act, out, {}, blockIdx.x, seg, epoch);
+                                               float* out) {
+    il1_glu<DT_F32>(x, K, gate, up, N, act, out);
 }
 
 extern "C" __global__ void matmul_f16w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                               float* out, u32* seg, u32 epoch) {
-    il1_glu<DT_F16>(x, K, gate, up, N, act, out, {}, blockIdx.x, seg, epoch);
+                                               float* out) {
+    il1_glu<DT_F16>(x, K, gate, up, N, act, out);
 }
 
 extern "C" __global__ void matmul_bf16w_il1_glu(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                                float* out, u32* seg, u32 epoch) {
-    il1_glu<DT_BF16>(x, K, gate, up, N, act, out, {}, blockIdx.x, seg, epoch);
+                                                float* out) {
+    il1_glu<DT_BF16>(x, K, gate, up, N, act, out);
 }
 
 // `_il1_glu` of the RMSNorm of x (Backend::norm_matmul_glu for one row), as `_il1_many_norm`: each block norms x
@@ -709,37 +662,34 @@ extern "C" __global__ void matmul_bf16w_il1_glu(const float* x, int K, const u8*
 // `_il1_glu`). The arguments of `_il1_glu`, then nw, nw_dt, eps.
 template <int DT>
 __device__ __forceinline__ void il1_glu_norm(const float* x, int K, const u8* gate, const u8* up, int N, int act,
-                                             float* out, const u8* nw, int nw_dt, float eps, u32* seg, u32 epoch) {
+                                             float* out, const u8* nw, int nw_dt, float eps) {
     __shared__ __align__(16) float xs[IL_NORM_MAX_K];
     int cols = blockDim.x / 32;
     int nvb = (N + cols - 1) / cols;
-    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false}, blockIdx.x, seg, epoch);
+    il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, false});
     for (int vb = blockIdx.x + gridDim.x; vb < nvb; vb += gridDim.x) {
         __syncthreads();  // the block's gate/up sums are read before the next pass writes them
-        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb, seg, epoch);
+        il1_glu<DT, true>(x, K, gate, up, N, act, out, NormIn{nw, nw_dt, eps, xs, true}, vb);
     }
 }
 
 extern "C" __global__ void __maxnreg__(80) matmul_f32w_il1_glu_norm(const float* x, int K, const u8* gate,
                                                                      const u8* up, int N, int act, float* out,
-                                                                     const u8* nw, int nw_dt, float eps, u32* seg,
-                                                                     u32 epoch) {
-    il1_glu_norm<DT_F32>(x, K, gate, up, N, act, out, nw, nw_dt, eps, seg, epoch);
+                                                                     const u8* nw, int nw_dt, float eps) {
+    il1_glu_norm<DT_F32>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
 }
 
 extern "C" __global__ void __maxnreg__(80) matmul_f16w_il1_glu_norm(const float* x, int K, const u8* gate,
                                                                      const u8* up, int N, int act, float* out,
-                                                                     const u8* nw, int nw_dt, float eps, u32* seg,
-                                                                     u32 epoch) {
-    il1_glu_norm<DT_F16>(x, K, gate, up, N, act, out, nw, nw_dt, eps, seg, epoch);
+                                                                     const u8* nw, int nw_dt, float eps) {
+    il1_glu_norm<DT_F16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
 }
 
 extern "C" __global__ void __maxnreg__(80) matmul_bf16w_il1_glu_norm(const float* x, int K, const u8* gate,
                                                                      const u8* up, int N, int act, float* out,
-                                                                     const u8* nw, int nw_dt, float eps, u32* seg,
-                                                                     u32 epoch) {
+                                                                     const u8* nw, int nw_dt, float eps) {
     TR_ENTRY(4);
-    il1_glu_norm<DT_BF16>(x, K, gate, up, N, act, out, nw, nw_dt, eps, seg, epoch);
+    il1_glu_norm<DT_BF16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
     TR_EXIT(4);
 }
 

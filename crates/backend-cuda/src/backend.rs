@@ -12,7 +12,6 @@ mod attention;
 mod half;
 mod matmul;
 mod queued;
-mod stream;
 mod tuning;
 use crate::Arithmetic;
 use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
@@ -99,8 +98,6 @@ pub struct CudaBackend {
     graph_counts: Mutex<(usize, usize)>,
     /// The float-weight layout switch and block-width override ([`CudaBackend::set_float_tuning`]).
     tune: FloatTuning,
-    /// The GLU → down streaming knob and its state (backend/stream.rs).
-    stream_down: stream::StreamDown,
     /// Query heads per attention block: 0 = by block count, else at most this many ([`CudaBackend::set_attn_heads`];
     /// `TF_CUDA_ATTN_HEADS`).
     attn_heads_cap: AtomicUsize,
@@ -240,7 +237,6 @@ impl CudaBackend {
             graph: Mutex::new(None),
             graph_counts: Mutex::new((0, 0)),
             tune: FloatTuning::from_env(),
-            stream_down: stream::StreamDown::from_env(),
             attn_heads_cap: AtomicUsize::new(
                 std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
             ),

@@ -196,9 +196,7 @@ impl CudaBackend {
             _ if grid.0 <= self.gpu.resident_blocks(deep, blk.0) => deep,
             _ => kernel,
         };
-        // (x, R, K, w, N, bias, bias type, y) as `_il1`; y is the residual row, read then written; then the GLU
-        // segments x streams from, and their epoch (backend/stream.rs; 0: none).
-        let (seg, epoch) = self.stream_down_take(x, cw.dtype);
+        // (x, R, K, w, N, bias, bias type, y) as `_il1`; y is the residual row, read then written.
         self.gpu
             .launch(kernel)
             .pdl()
@@ -210,8 +208,6 @@ impl CudaBackend {
             .addr(bias_ptr)
             .int(bias_code)
             .ptr(&at.buf)
-            .addr(seg)
-            .int(epoch as i32)
             .go(grid, blk);
     }
 
@@ -544,7 +540,6 @@ impl CudaBackend {
             (_, true) => "matmul_bf16w_il1_glu_norm",
         };
         let cols = self.tune.il1_cols(n);
-        let (seg, epoch) = self.stream_glu_begin(n);
         let l = self
             .gpu
             .launch(kernel)
@@ -563,12 +558,10 @@ impl CudaBackend {
                 let cn = weight(nw);
                 assert_eq!(cn.out_dim * cn.in_dim, x.cols, "norm_matmul_glu: norm weight length");
                 let grid = blocks.min(self.gpu.resident_blocks(kernel, 32 * cols));
-                l.ptr(&cn.buf).int(cn.tag()).f32(eps).addr(seg).int(epoch as i32).go((grid, 1, 1), (32 * cols, 1, 1));
+                l.ptr(&cn.buf).int(cn.tag()).f32(eps).go((grid, 1, 1), (32 * cols, 1, 1));
             }
-            None => l.addr(seg).int(epoch as i32).go((blocks, 1, 1), (32 * cols, 1, 1)),
+            None => l.go((blocks, 1, 1), (32 * cols, 1, 1)),
         }
-        let t = self.tensor(1, n, out);
-        self.stream_glu_end(&t, epoch);
-        t
+        self.tensor(1, n, out)
     }
 }
