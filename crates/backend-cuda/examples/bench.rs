@@ -9,7 +9,8 @@
 //! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s), in the portable arithmetic for both
 //! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=0` loads the model's float matrices unpermuted
 //! (the default is interleaved, `CudaWeight::interleaved`), for an A/B of whole steps. `TF_BENCH_BOUNDARY=1` and
-//! `TF_BENCH_CHAIN=1` measure one launch boundary and one dependent one-row matmul alone (see their functions).
+//! `TF_BENCH_CHAIN=1` measure one launch boundary and one dependent one-row matmul alone, launched and in one
+//! persistent launch (see their functions).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -615,7 +616,9 @@ fn boundary(arithmetic: Arithmetic) {
 /// 3 ms spin so that the host is never what the GPU waits on. Enough distinct weights that the chain reads ≥ 256 MB
 /// before it reuses one (none is in L2 when it runs). For each K: GPU µs per launch (median of 5 chains) with the
 /// kernel the backend picks, `_il1_add` and `_il1_add_d` forced, and GB/s; the time beyond the bytes at the copy
-/// bandwidth is what each dependent kernel costs.
+/// bandwidth is what each dependent kernel costs. Then the picked kernel again with only two weights taking turns
+/// (2 · K² · 2 bytes, in L2 for K ≤ 3,584): what the same dependent step costs when its weights need no DRAM, so
+/// how much of the time beyond the bytes an earlier copy of the weights into L2 could take away.
 fn chain() {
     let be = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Portable).unwrap_or_else(|e| panic!("{e}"));
     be.set_float_tuning(true, 0);
@@ -626,7 +629,7 @@ fn chain() {
         s ^= s << 17;
         s
     };
-    println!("chain: K, MB per weight, µs per launch (GB/s): picked, _il1_add, _il1_add_d");
+    println!("chain: K, MB per weight, µs per launch (GB/s): picked, _il1_add, _il1_add_d; picked, 2 weights (L2)");
     for k in [1024usize, 1536, 2048, 3072, 3584, 4096, 6144, 8192] {
         let wbytes = 2 * k * k;
         let m = (256_000_000usize.div_ceil(wbytes)).max(2);
@@ -645,7 +648,7 @@ fn chain() {
             be.select_rows(&Tensor::host(1, k, h), &[0])
         };
         let (mut a, mut b) = (row(&mut next), row(&mut next));
-        let mut run = |forced: Option<bool>| {
+        let mut run = |forced: Option<bool>, m: usize| {
             be.set_add_deep(forced);
             let mut times = Vec::new();
             for rep in 0..6 {
@@ -668,9 +671,26 @@ fn chain() {
             let us = median(times);
             format!("{us:7.2} ({:5.0})", wbytes as f64 / us / 1e3)
         };
-        let (picked, plain, deep) = (run(None), run(Some(false)), run(Some(true)));
+        let (picked, plain, deep, hot) = (run(None, m), run(Some(false), m), run(Some(true), m), run(None, 2));
         be.set_add_deep(None);
-        println!("  {k:5} {:7.1}  {picked}  {plain}  {deep}", wbytes as f64 / 1e6);
+        println!("  {k:5} {:7.1}  {picked}  {plain}  {deep}  {hot}", wbytes as f64 / 1e6);
+    }
+    // The same dependent steps in one persistent launch (`CudaBackend::chain_persist_probe`): a grid barrier per step
+    // and each column's next weight row in flight across it; what a persistent decode kernel would pay per step.
+    println!("chain, one persistent launch: K, threads, mode (1: x in shared memory, 2: flag barrier, 4: y in");
+    println!(
+        "  registers, 8: no barrier, each word its own flag), µs per step (GB/s): distinct weights, 2 weights (L2)"
+    );
+    for k in [1024usize, 1536, 2048] {
+        let wbytes = 2 * k * k;
+        let m = (256_000_000usize.div_ceil(wbytes)).max(2);
+        for (threads, mode) in [(256u32, 5), (128, 13), (256, 13), (512, 13)] {
+            let cell = |m: usize| match be.chain_persist_probe(k, m, 200, threads, mode) {
+                Some(us) => format!("{us:7.2} ({:5.0})", wbytes as f64 / us / 1e3),
+                None => "      -        ".to_string(),
+            };
+            println!("  {k:5} {threads:4} {mode}  {}  {}", cell(m), cell(2));
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 83] = [
+pub const KERNELS: [&str; 84] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -69,6 +69,7 @@ pub const KERNELS: [&str; 83] = [
     "argmax_rows",
     "pdl_probe",
     "barrier_probe",
+    "chain_persist",
     "attention_chunk_s1",
     "attention_chunk_s2",
     "attention_chunk_s3",

@@ -165,6 +165,61 @@ impl super::CudaBackend {
         Some(self.gpu.elapsed_ms(&a, &b) as f64 * 1e3 / rounds.max(1) as f64)
     }
 
+    /// The bench example's dependent chain as one persistent launch (`chain_persist`, kernels/ops.cu; the bench
+    /// example's `TF_BENCH_CHAIN`): `steps` one-row matmuls against `m` distinct bf16 weights [k, k] taken in turn,
+    /// a grid barrier between steps, each column's next weight row requested before the barrier; blocks of
+    /// `threads` threads (one column per half-warp), `mode` the kernel's (activations staged in shared memory, flag
+    /// barrier). Queued behind a 3 ms spin; GPU microseconds per step. `None` when k is not a multiple of 128 up to
+    /// 2,048 or the grid would not be resident at once.
+    #[doc(hidden)]
+    pub fn chain_persist_probe(&self, k: usize, m: usize, steps: usize, threads: u32, mode: i32) -> Option<f64> {
+        let blocks = (k as u32 * 16).div_ceil(threads);
+        if k == 0
+            || !k.is_multiple_of(128)
+            || k > 2048
+            || m == 0
+            || blocks > self.gpu.resident_blocks("chain_persist", threads)
+        {
+            return None;
+        }
+        // Weights: bf16 patterns near ±2^-6 (the values do not change the time; nonzero so nothing is special).
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let bytes: Vec<u8> = (0..m * k * k)
+            .flat_map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (0x3c80u16 | (s as u16 & 0x807f)).to_le_bytes()
+            })
+            .collect();
+        let w = self.gpu.upload(&bytes).ok()?;
+        let mut times = Vec::new();
+        for rep in 0..4 {
+            let (a, b) = (self.gpu.zeros(8 * k).ok()?, self.gpu.zeros(8 * k).ok()?); // [k] floats or tagged words
+            let sync = self.gpu.zeros(4 * (blocks as usize + 1)).ok()?;
+            self.spin(3_000_000);
+            let t0 = self.gpu.mark();
+            self.gpu
+                .launch("chain_persist")
+                .ptr(&w)
+                .ptr(&a)
+                .ptr(&b)
+                .ptr(&sync)
+                .i32(k)
+                .i32(m)
+                .i32(steps)
+                .int(mode)
+                .go((blocks, 1, 1), (threads, 1, 1));
+            let t1 = self.gpu.mark();
+            self.gpu.sync();
+            if rep > 0 {
+                times.push(self.gpu.elapsed_ms(&t0, &t1) as f64 * 1e3 / steps.max(1) as f64);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        Some(times[times.len() / 2])
+    }
+
     /// The decode chain's kernel timestamps since the last call, with kernels built with `TRACE=1`
     /// ([`crate::device::Gpu::trace_take`]; for the bench example's `TF_BENCH_TRACE`).
     #[doc(hidden)]
