@@ -443,17 +443,20 @@ extern "C" __global__ void pdl_probe(int ns) {
 // barrier: thread 0 of each block adds 1 to *count (release) and spins until it reads (round + 1) · gridDim.x
 // (acquire), then the block syncs. The time per round over the spin is what a persistent kernel would pay where
 // the decode chain pays a launch boundary. count: one u32, zero at entry.
+// Thread 0's half of that barrier: adds 1 to *count (release), then polls until it reads `want` (acquire).
+__device__ __forceinline__ void counter_barrier_arrive_wait(u32* count, u32 want) {
+    u32 seen;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+    } while (seen < want);
+}
+
 extern "C" __global__ void barrier_probe(u32* count, int rounds, int ns) {
     for (int r = 0; r < rounds; r++) {
         spin_ns(ns);
         __syncthreads();
-        if (threadIdx.x == 0) {
-            u32 want = (u32)(r + 1) * gridDim.x, seen;
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-            } while (seen < want);
-        }
+        if (threadIdx.x == 0) counter_barrier_arrive_wait(count, (u32)(r + 1) * gridDim.x);
         __syncthreads();
     }
 }
@@ -564,11 +567,7 @@ extern "C" __global__ void chain_persist(const uint4* w, float* a, float* b, u32
                 asm volatile("fence.acq_rel.gpu;" ::: "memory");
             }
         } else if (threadIdx.x == 0) {
-            u32 want = (u32)(s + 1) * gridDim.x, seen;
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
-            } while (seen < want);
+            counter_barrier_arrive_wait(sync, (u32)(s + 1) * gridDim.x);
         }
         __syncthreads();
     }
