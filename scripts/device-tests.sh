@@ -25,6 +25,7 @@ for line in sys.stdin:
 done
 cargo build --release -p tf-backend-cuda --features cuda --examples
 cp "$CARGO_TARGET_DIR/release/examples/bench" .device/bin/bench
+cp "$CARGO_TARGET_DIR/release/examples/skeleton" .device/bin/skeleton
 cargo build --release -p tf-cli --features cuda
 cp "$CARGO_TARGET_DIR/release/tensorfold" .device/bin/tensorfold
 strip --strip-debug .device/bin/*

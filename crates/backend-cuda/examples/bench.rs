@@ -636,10 +636,9 @@ fn chain() {
         let info = TensorInfo { name: "w".into(), dtype: DType::BF16, shape: vec![k as u64, k as u64] };
         let ws: Vec<Weight> = (0..m)
             .map(|_| {
-                // Random bf16 patterns near ±2^-6. The rows grow along a chain and may reach inf or NaN; an fma
-                // costs the same on any value, so the timing does not depend on them.
-                let bytes: Vec<u8> =
-                    (0..k * k).flat_map(|_| (0x3c80u16 | (next() as u16 & 0x807f)).to_le_bytes()).collect();
+                // The rows grow along a chain and may reach inf or NaN; an fma costs the same on any value, so the
+                // timing does not depend on them.
+                let bytes = tf_backend_cuda::timing_bf16_bytes(k * k, next());
                 be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"))
             })
             .collect();

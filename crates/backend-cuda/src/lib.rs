@@ -44,6 +44,22 @@ impl Arithmetic {
     }
 }
 
+/// `n` bf16 values as little-endian bytes for timing probes (the bench and skeleton examples, the chain probes):
+/// random patterns near ±2⁻⁶ from an xorshift seeded by `seed`. The values never change a timing; they are
+/// nonzero and varied so that nothing about them is special to the hardware.
+#[doc(hidden)]
+pub fn timing_bf16_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .flat_map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (0x3c80u16 | (s as u16 & 0x807f)).to_le_bytes()
+        })
+        .collect()
+}
+
 #[cfg(feature = "cuda")]
 mod backend;
 #[cfg(feature = "cuda")]

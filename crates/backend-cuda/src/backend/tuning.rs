@@ -182,17 +182,7 @@ impl super::CudaBackend {
         {
             return None;
         }
-        // Weights: bf16 patterns near ±2^-6 (the values do not change the time; nonzero so nothing is special).
-        let mut s = 0x2545_F491_4F6C_DD1Du64;
-        let bytes: Vec<u8> = (0..m * k * k)
-            .flat_map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (0x3c80u16 | (s as u16 & 0x807f)).to_le_bytes()
-            })
-            .collect();
-        let w = self.gpu.upload(&bytes).ok()?;
+        let w = self.gpu.upload(&crate::timing_bf16_bytes(m * k * k, 0x2545_F491_4F6C_DD1D)).ok()?; // m × [k, k]
         let mut times = Vec::new();
         for rep in 0..4 {
             let (a, b) = (self.gpu.zeros(8 * k).ok()?, self.gpu.zeros(8 * k).ok()?); // [k] floats or tagged words
