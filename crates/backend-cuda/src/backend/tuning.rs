@@ -168,9 +168,10 @@ impl super::CudaBackend {
     /// The bench example's dependent chain as one persistent launch (`chain_persist`, kernels/ops.cu; the bench
     /// example's `TF_BENCH_CHAIN`): `steps` one-row matmuls against `m` distinct bf16 weights [k, k] taken in turn,
     /// a grid barrier between steps, each column's next weight row requested before the barrier; blocks of
-    /// `threads` threads (one column per half-warp), `mode` the kernel's (activations staged in shared memory, flag
-    /// barrier). Queued behind a 3 ms spin; GPU microseconds per step. `None` when k is not a multiple of 128 up to
-    /// 2,048 or the grid would not be resident at once.
+    /// `threads` threads (one column per half-warp), `mode` the kernel's bits (1 activations staged in shared
+    /// memory, 2 flag barrier, 4 residual in registers, 8 no barrier: self-flagged activations). Queued behind a 3 ms
+    /// spin; GPU microseconds per step. `None` when k is not a multiple of 128 up to 2,048 or the grid would not be
+    /// resident at once.
     #[doc(hidden)]
     pub fn chain_persist_probe(&self, k: usize, m: usize, steps: usize, threads: u32, mode: i32) -> Option<f64> {
         let blocks = (k as u32 * 16).div_ceil(threads);
