@@ -438,12 +438,8 @@ extern "C" __global__ void pdl_probe(int ns) {
     spin_ns(ns);
 }
 
-// A grid barrier in global memory measured alone (CudaBackend::barrier_probe, next to pdl_probe): one launch of
-// blocks that must all be resident runs `rounds` rounds, each a spin of ns nanoseconds of %globaltimer, then a
-// barrier: thread 0 of each block adds 1 to *count (release) and spins until it reads (round + 1) · gridDim.x
-// (acquire), then the block syncs. The time per round over the spin is what a persistent kernel would pay where
-// the decode chain pays a launch boundary. count: one u32, zero at entry.
-// Thread 0's half of that barrier: adds 1 to *count (release), then polls until it reads `want` (acquire).
+// A grid barrier's per-block half (barrier_probe below, chain_persist), run by one thread of each block between
+// two __syncthreads: adds 1 to *count (release), then polls until it reads `want` (acquire).
 __device__ __forceinline__ void counter_barrier_arrive_wait(u32* count, u32 want) {
     u32 seen;
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
@@ -452,6 +448,11 @@ __device__ __forceinline__ void counter_barrier_arrive_wait(u32* count, u32 want
     } while (seen < want);
 }
 
+// A grid barrier in global memory measured alone (CudaBackend::barrier_probe, next to pdl_probe): one launch of
+// blocks that must all be resident runs `rounds` rounds, each a spin of ns nanoseconds of %globaltimer, then a
+// barrier: thread 0 of each block adds 1 to *count (release) and spins until it reads (round + 1) · gridDim.x
+// (acquire), then the block syncs. The time per round over the spin is what a persistent kernel would pay where
+// the decode chain pays a launch boundary. count: one u32, zero at entry.
 extern "C" __global__ void barrier_probe(u32* count, int rounds, int ns) {
     for (int r = 0; r < rounds; r++) {
         spin_ns(ns);

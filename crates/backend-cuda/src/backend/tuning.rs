@@ -170,8 +170,8 @@ impl super::CudaBackend {
     /// a grid barrier between steps, each column's next weight row requested before the barrier; blocks of
     /// `threads` threads (one column per half-warp), `mode` the kernel's bits (1 activations staged in shared
     /// memory, 2 flag barrier, 4 residual in registers, 8 no barrier: self-flagged activations). Queued behind a 3 ms
-    /// spin; GPU microseconds per step. `None` when k is not a multiple of 128 up to 2,048 or the grid would not be
-    /// resident at once.
+    /// spin; GPU microseconds per step. `None` when k is not a multiple of 128 up to 2,048, bit 8 comes without 1
+    /// and 4, or the grid would not be resident at once.
     #[doc(hidden)]
     pub fn chain_persist_probe(&self, k: usize, m: usize, steps: usize, threads: u32, mode: i32) -> Option<f64> {
         let blocks = (k as u32 * 16).div_ceil(threads);
@@ -179,6 +179,7 @@ impl super::CudaBackend {
             || !k.is_multiple_of(128)
             || k > 2048
             || m == 0
+            || (mode & 8 != 0 && mode & 5 != 5) // self-flagged words need the staged input and register residual
             || blocks > self.gpu.resident_blocks("chain_persist", threads)
         {
             return None;
