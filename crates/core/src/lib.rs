@@ -5,6 +5,7 @@
 
 mod backend;
 mod config;
+mod constraint;
 mod dtype;
 mod rng;
 mod weights;
@@ -14,6 +15,7 @@ pub use backend::{
     KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv, RopeScaling, RopeStyle, RowAttn, Storage, Tensor, Weight,
 };
 pub use config::{ConfigFormat, ConfigView};
+pub use constraint::{mask_allows, ConstraintError, ConstraintSpec, TokenConstraint};
 pub use dtype::DType;
 pub use rng::{derive_seed, mix, uniform, DEFAULT_SEED_SALT};
 pub use weights::{Release, SharedBytes, TensorInfo, WeightSource, WeightsError};
