@@ -11,9 +11,9 @@
 # issue 8's target measurement, serial decode of the three shapes against the floor this machine's copy bandwidth
 # gives, in alternated rounds (bench/decode_floor.py). `gaps`: the GPU's idle time between decode steps
 # (TF_CUDA_GAPS=1, docs/cuda.md) through the engine and through the bench example's bare loop, 7B and 1.5B.
-# Logs go to $OUT (one file per step) and a summary to stdout.
+# Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
+OUT=${OUT:-.device/out}
 mkdir -p "$OUT"
 what=${1:-all}
 # NVRTC ships with the CUDA toolkit and in Python wheels; put every copy's folder on the library path (never a
@@ -120,7 +120,7 @@ if [ "$what" = quick ]; then
 fi
 if [ "$what" = window ]; then
     {
-        # The window / 1-row ratio as docs/benchmarks-h200.md (session 7) measures it: after a 64-row prefill, 40 steps
+        # The window / 1-row ratio as docs/benchmarks.md (H200, verify window) measures it: after a 64-row prefill, 40 steps
         # of each row count alternated (contexts 64..1064), each fetching argmax ids as the engine does for greedy
         # rows; then attention alone at several contexts (heads per block auto, ≤ 7, ≤ 1).
         for shape in qwen2.5-1.5b qwen2.5-7b; do
@@ -139,7 +139,7 @@ fi
 if [ "$what" = variants ]; then
     {
         # Kernel variants (VARIANTS: define lists separated by ';', `base` = the defaults; default: the defaults
-        # against session 9's kernels) timed in one call: the bench example alternating one-row steps of every
+        # against IL_PIPE=0 PRE_WAIT=0) timed in one call: the bench example alternating one-row steps of every
         # variant in one process after checking their logits bitwise equal (each new variant's first load compiles
         # and JITs its kernels, ~55 s), then the engine per variant and shape, two rounds alternated.
         V=${VARIANTS:-"base;IL_PIPE=0 PRE_WAIT=0"}

@@ -6,7 +6,7 @@
 # Usage: scripts/device-tests.sh            (then call the device `run` tool with the printed command)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda}
 mkdir -p .git/info && touch .git/info/exclude
 grep -qx '/.device/' .git/info/exclude || echo '/.device/' >>.git/info/exclude
 rm -rf .device
