@@ -45,6 +45,19 @@ pub trait TokenConstraint: Send {
     fn is_accepting(&mut self) -> bool;
     /// Whether nothing but the end of the reply may follow.
     fn is_stopped(&self) -> bool;
+    /// How many leading tokens of `tokens` the constraint allows in a row from the current state; the state is
+    /// unchanged afterwards (used to cut drafts before verify).
+    fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        let mut n = 0;
+        while n < tokens.len() && self.consume(tokens[n]).is_ok() {
+            n += 1;
+        }
+        if n > 0 {
+            // Undoing tokens just consumed cannot fail.
+            let _ = self.rollback(n);
+        }
+        n
+    }
 }
 
 /// Whether `token` is allowed by `mask` (see [`TokenConstraint::fill_mask`]).
