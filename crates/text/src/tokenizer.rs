@@ -360,6 +360,26 @@ impl Tokenizer {
         self.eos.and_then(|id| self.id_to_token(id))
     }
 
+    /// Text that continues a sequence to ids: no BOS/EOS, no SentencePiece prefix space, special-token text
+    /// stays text (user-defined added tokens are still matched). For GGUF vocabularies the ids decode to
+    /// exactly `text`; HF tokenizers whose normalizer prepends a space do not guarantee that.
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>> {
+        let Engine::GgufSpm { specials, spm, .. } = &self.engine else {
+            return self.encode(text, false, false);
+        };
+        let mut out = Vec::new();
+        for frag in specials.split(text, false) {
+            match frag {
+                Fragment::Token(id) => out.push(id),
+                Fragment::Text(t) => {
+                    let s: String = t.chars().map(|c| if c == ' ' { '\u{2581}' } else { c }).collect();
+                    spm.encode(&s, &self.token_to_id, &mut out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Loads `tokenizer.json` from `dir`, with `tokenizer_config.json`, `generation_config.json` and
     /// `chat_template.jinja` when present.
     pub fn from_hf_dir(dir: &Path) -> Result<Self> {
