@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serial decode against the memory-bandwidth floor, measured in one run (issue 8's target measurement).
+"""Serial decode against the memory-bandwidth floor, measured in one run.
 
 The floor of one serial decode step is the bytes of weights it reads (`weight_bytes_per_token` from `tensorfold
 bench --json`) over the device's copy bandwidth (read + write of a 4 GiB buffer, measured here with torch before and

@@ -8,7 +8,7 @@
 # alternated, argmax ids, forward only), attention alone, and the engine's window costs (`bench --window-costs`),
 # 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
 # `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B. `floor` (ROUNDS, default 4):
-# issue 8's target measurement, serial decode of the three shapes against the floor this machine's copy bandwidth
+# serial decode of the three shapes against the floor this machine's copy bandwidth
 # gives, in alternated rounds (bench/decode_floor.py). `gaps`: the GPU's idle time between decode steps
 # (TF_CUDA_GAPS=1, docs/cuda.md) through the engine and through the bench example's bare loop, 7B and 1.5B.
 # Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
