@@ -6,6 +6,8 @@
 //!   SentencePiece-style merges by score; special tokens are split out of the text the way llama.cpp does.
 //! * [`IncrementalDetokenizer`] turns a stream of ids into text pieces that are always whole UTF-8.
 //! * [`ChatTemplate`] renders HF Jinja chat templates the way `transformers` does.
+//! * [`ToolParser`] takes tool calls out of replies (streamed or whole); [`tool_call_grammar`] builds the grammar
+//!   that forces one.
 //!
 //! This crate depends on no other TensorFold crate.
 
@@ -18,6 +20,8 @@ mod pyfmt;
 mod spm;
 mod stop;
 mod tokenizer;
+mod tool_grammar;
+mod tools;
 
 pub use chat::{strftime_utc, ChatRenderOptions, ChatTemplate};
 pub use detok::IncrementalDetokenizer;
@@ -25,6 +29,8 @@ pub use gguf_vocab::{GgufVocab, TokenType};
 pub use pyfmt::{float_repr, json_dumps, DumpOptions};
 pub use stop::StopFilter;
 pub use tokenizer::{TokenKind, Tokenizer};
+pub use tool_grammar::{tool_call_grammar, ToolSpec};
+pub use tools::{parse_tool_calls, ParsedTools, ToolCall, ToolEvent, ToolFormat, ToolParser, ToolsEnd};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]

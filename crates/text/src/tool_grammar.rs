@@ -1,0 +1,129 @@
+//! The grammar that forces tool calls (`tool_choice` `required` or a named function): a Lark grammar in
+//! llguidance's dialect that accepts exactly the call syntax of a [`ToolFormat`] around `%json{...}` of
+//! `{"name": <const>, "arguments": <that tool's parameters schema>}`, one alternative per offered tool. The JSON
+//! is laid out as Python's `json.dumps` does (`", "` and `": "`), the layout chat templates render calls in.
+
+use crate::ToolFormat;
+use serde_json::{json, Map, Value as Json};
+
+/// One offered tool: its name and the JSON schema of its arguments (`None`: any object).
+#[derive(Clone, Copy, Debug)]
+pub struct ToolSpec<'a> {
+    pub name: &'a str,
+    pub parameters: Option<&'a Json>,
+}
+
+/// The Lark grammar accepting one call of any of `tools` (one or more when `parallel`) in `format`, and
+/// nothing else. `token_id` gives the id of a marker that is a single token of the vocabulary (written
+/// `<[id]>`, so the grammar asks for that token); other markers are matched as text.
+pub fn tool_call_grammar(
+    format: ToolFormat,
+    tools: &[ToolSpec<'_>],
+    parallel: bool,
+    token_id: &dyn Fn(&str) -> Option<u32>,
+) -> String {
+    let marker = |text: &str| match token_id(text) {
+        Some(id) => format!("<[{id}]>"),
+        None => lark_string(text),
+    };
+    let key = format.arguments_key();
+    let alternatives: Vec<Json> = tools.iter().map(|t| call_schema(t, key)).collect();
+    let one = if alternatives.len() == 1 {
+        alternatives.into_iter().next().unwrap_or(Json::Null)
+    } else {
+        json!({ "anyOf": alternatives })
+    };
+    let layout = json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false});
+    match format {
+        ToolFormat::Hermes => {
+            let mut schema = one;
+            set_layout(&mut schema, &layout);
+            let repeat = if parallel { " (\"\\n\" call)*" } else { "" };
+            format!(
+                "start: call{repeat}\ncall: {} \"\\n\" args \"\\n\" {}\nargs: %json {}\n",
+                marker("<tool_call>"),
+                marker("</tool_call>"),
+                schema
+            )
+        }
+        ToolFormat::Llama3 => {
+            let mut schema = one;
+            set_layout(&mut schema, &layout);
+            let repeat = if parallel { " (\"; \" call)*" } else { "" };
+            format!("start: call{repeat}\ncall: %json {schema}\n")
+        }
+        ToolFormat::Mistral => {
+            let mut list = json!({"type": "array", "items": one, "minItems": 1});
+            if !parallel {
+                list["maxItems"] = json!(1);
+            }
+            set_layout(&mut list, &layout);
+            format!("start: {} calls\ncalls: %json {list}\n", marker("[TOOL_CALLS]"))
+        }
+    }
+}
+
+/// `{"name": const, <key>: parameters}`, both required, nothing else.
+fn call_schema(t: &ToolSpec<'_>, key: &str) -> Json {
+    let params = t.parameters.cloned().unwrap_or_else(|| json!({"type": "object"}));
+    let mut props = Map::new();
+    props.insert("name".into(), json!({"const": t.name}));
+    props.insert(key.into(), params);
+    json!({"type": "object", "properties": props, "required": ["name", key], "additionalProperties": false})
+}
+
+fn set_layout(schema: &mut Json, layout: &Json) {
+    if let Json::Object(m) = schema {
+        m.insert("x-guidance".into(), layout.clone());
+    }
+}
+
+/// A Lark string literal.
+fn lark_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hermes_grammar_names_each_tool() {
+        let p = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        let tools =
+            [ToolSpec { name: "get_weather", parameters: Some(&p) }, ToolSpec { name: "noop", parameters: None }];
+        let ids = |t: &str| match t {
+            "<tool_call>" => Some(151657),
+            "</tool_call>" => Some(151658),
+            _ => None,
+        };
+        let g = tool_call_grammar(ToolFormat::Hermes, &tools, false, &ids);
+        let lines: Vec<&str> = g.lines().collect();
+        assert_eq!(lines[0], "start: call");
+        assert_eq!(lines[1], "call: <[151657]> \"\\n\" args \"\\n\" <[151658]>");
+        let schema: Json = serde_json::from_str(lines[2].strip_prefix("args: %json ").unwrap()).unwrap();
+        assert_eq!(schema["anyOf"][0]["properties"]["name"], json!({"const": "get_weather"}));
+        assert_eq!(schema["anyOf"][0]["properties"]["arguments"], p);
+        assert_eq!(schema["anyOf"][1]["properties"]["arguments"], json!({"type": "object"}));
+        assert_eq!(schema["anyOf"][1]["required"], json!(["name", "arguments"]));
+        assert_eq!(schema["x-guidance"]["key_separator"], ": ");
+        let g = tool_call_grammar(ToolFormat::Hermes, &tools[..1], true, &|_| None);
+        assert!(g.starts_with("start: call (\"\\n\" call)*\ncall: \"<tool_call>\" \"\\n\" args"), "{g}");
+        let schema: Json =
+            serde_json::from_str(g.lines().nth(2).unwrap().strip_prefix("args: %json ").unwrap()).unwrap();
+        assert_eq!(schema["properties"]["name"]["const"], "get_weather");
+    }
+
+    #[test]
+    fn llama3_and_mistral_grammars() {
+        let tools = [ToolSpec { name: "f", parameters: None }];
+        let g = tool_call_grammar(ToolFormat::Llama3, &tools, true, &|_| None);
+        assert!(g.starts_with("start: call (\"; \" call)*\ncall: %json {"), "{g}");
+        assert!(g.contains("\"parameters\":{\"type\":\"object\"}"), "{g}");
+        let g = tool_call_grammar(ToolFormat::Mistral, &tools, false, &|t| (t == "[TOOL_CALLS]").then_some(5));
+        assert!(g.starts_with("start: <[5]> calls\ncalls: %json {\"type\":\"array\""), "{g}");
+        let list: Json =
+            serde_json::from_str(g.lines().nth(1).unwrap().strip_prefix("calls: %json ").unwrap()).unwrap();
+        assert_eq!((list["minItems"].clone(), list["maxItems"].clone()), (json!(1), json!(1)));
+    }
+}
