@@ -12,36 +12,25 @@
 #define ATTN_THREADS 128
 #define ATTN_VSTAGE 32
 #define ATTN_SPS 2
-// ATTN_QV (4 by default: +1–1.6% over 2 on the H200, session 19): visits each quad of the decode scoring (one
-// head per block) scores per pass, their loads issued together. A measurement define; the same bits at any value.
-#ifndef ATTN_QV
+// Visits each quad of the decode scoring (one head per block) scores per pass, their loads issued together (4: 1–1.6%
+// faster than 2 on the H200). The same bits at any value.
 #define ATTN_QV 4
-#endif
 // ATTN_VSPLIT (2 by default; 1, 2 or 4): one head per block (decode) splits each head's V pass over this many
 // blocks, each taking hd / ATTN_VSPLIT of the dimensions (every one scores all visits: the same scores, maxima and
-// l_c, so the slices' o_c are the one-block values). Session 19 on the H200: 2 against 1, +1% on the 1.5B, 7B and
-// 8B shapes (4: the V pass 3.3 → 1.9 µs per 7B layer, but four blocks scoring each head's K delay the scoring).
+// l_c, so the slices' o_c are the one-block values). On the H200, 2 is 1% faster than 1 on the 1.5B, 7B and 8B
+// shapes (4: the V pass 3.3 → 1.9 µs per 7B layer, but four blocks scoring each head's K delay the scoring).
 // The host reads it for the grid (geometry::attn_vsplit, whose default must be this one: tests/compile.rs).
 #ifndef ATTN_VSPLIT
 #define ATTN_VSPLIT 2
 #endif
-// ATTN_K_EARLY (1 by default; 0 for measurements): with PRE_WAIT, the one-head scoring (decode) loads its first
+// Early K loads: with PRE_WAIT, the one-head scoring (decode) loads its first
 // pass's K rows into registers before griddep_wait, for the visits whose position is below the row's `clean` bound
 // (rows[5]: every prefix position below it was written by a kernel that completed before the host's last
 // synchronizing download, src/kv_writes.rs), so no kernel still running can be writing them; the others load after
-// the wait, as without it. The same loads into the same registers and the same fmas: the same bits at either value.
-// Session 20 on the H200: the first pass 0.8 µs shorter per layer (7B and 1.5B traces).
-#ifndef ATTN_K_EARLY
-#define ATTN_K_EARLY 1
-#endif
-// ATTN_VPF (0 by default: as many as one V stage needs): at most this many float4 V loads in flight per thread, an
-// NVRTC define for measurements. Fewer make smaller V stages (more of them) and fewer registers; the fmas and their
-// order per dimension are the same at any stage size.
-#ifndef ATTN_VPF
-#define ATTN_VPF 0
-#endif
+// the wait. The same loads into the same registers and the same fmas as loading after the wait: the same bits. On
+// the H200 the first pass is 0.8 µs shorter per layer (7B and 1.5B).
 
-// Per row: pos, seq, ctx, tree_off, tree_len, clean (6 i32; clean: see ATTN_K_EARLY). bt: flattened block tables,
+// Per row: pos, seq, ctx, tree_off, tree_len, clean (6 i32; clean: see the early K loads above). bt: flattened block tables,
 // bt_off[seq] their starts.
 // tree: (position, slot) pairs. chunks [R, cmax]: the absolute chunk ids each row visits, increasing, -1 after
 // the last. window < 0: no sliding window. has_cap: soft-capping by softcap. k, v: this layer's
@@ -58,11 +47,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                                   int kv_heads, int hd, int block_size, float scale_, int window, int has_cap,
                                   float softcap, float* part, float* out) {
     // float4 loads per thread for one V stage.
-    constexpr int PF_ALL = (ATTN_VSTAGE * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
-    // A stage must hold at least 8 visits at the widest head (vstep · PF ≥ 8).
-    constexpr int PF_MIN = (8 * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
-    constexpr int PF_SET = ATTN_VPF > PF_MIN ? ATTN_VPF : PF_MIN;
-    constexpr int PF = ATTN_VPF > 0 && PF_SET < PF_ALL ? PF_SET : PF_ALL;
+    constexpr int PF = (ATTN_VSTAGE * MAX_HEAD_DIM / 4 + ATTN_THREADS * S - 1) / (ATTN_THREADS * S);
     constexpr int T = ATTN_THREADS * S;
     constexpr int VS = S == 1 ? ATTN_VSPLIT : 1;
     __shared__ __align__(16) float qs_all[S][MAX_HEAD_DIM];  // read as float4 by the quad scoring
@@ -70,7 +55,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     __shared__ __align__(16) float sc_all[S][ATTN_CHUNK];  // read as float4 in the V loop
     __shared__ float red_all[S][ATTN_THREADS / 32];
     __shared__ float4 vs[ATTN_VSTAGE * MAX_HEAD_DIM / 4];
-    ELIDED(1)
     griddep_launch();
     // Launched early (PDL): the row metadata, block tables and chunk lists are host uploads (each ordered after
     // every earlier kernel), so with PRE_WAIT they are read before griddep_wait; q, and everything written, after.
@@ -136,7 +120,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     float4 kk[ATTN_QV][8];
     unsigned early = 0;
 #if PRE_WAIT
-    if (S == 1 && ATTN_K_EARLY) {
+    if (S == 1) {
         i64 clean = row[5];
         int e = tid & 3, quad = tid >> 2, steps = hd / 16;
 #pragma unroll
@@ -165,22 +149,14 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
 #if PRE_WAIT
     griddep_wait();
 #endif
-    const int trk = S == 1 ? 1 : -1;
-    TR_FIRST(trk, 1);
-    TR_LAST(trk, 2);
     for (int i = tid; i < hd; i += ATTN_THREADS) qs[i] = qh[i];
     __syncthreads();
-    TR_LAST(trk, 4);
     // Scores (the same bits either way).
-    if (ELIDE & 8) {
-        // Timing only: no scoring (every score 0).
-        for (int i = ft; i < n * S; i += T) sc_all[i / n][i % n] = 0.0f;
-    } else if (S == 1) {
+    if (S == 1) {
         // One query head per block (decode), four threads per visit: thread e of a quad holds dot16's lanes 4e..4e+3
         // (elements 16m + 4e + u, u < 4, increasing m), so each float4 load of a warp reads 8 rows × 64 contiguous
-        // bytes. One thread per visit (sessions 1–18) read 32 rows per load, and its scoring cost ~5 µs per 7B layer
-        // whether the rows came from DRAM, L2 or L1 (session 18's probes); this form's first visit, 1.9 µs (session
-        // 19). Then tree16's additions across the quad by shuffles: lanes j + 8 into j (threads e + 2 into e), j + 4
+        // bytes (one thread per visit, reading 32 rows per load, scored a 7B layer in ~5 µs whether the rows came
+        // from DRAM, L2 or L1; this form's first visit takes 1.9 µs). Then tree16's additions across the quad by shuffles: lanes j + 8 into j (threads e + 2 into e), j + 4
         // into j (thread 1 into 0), then j + 2 and j + 1 in thread 0: the same fmas and the same additions as one
         // thread doing all 16 lanes. Each quad scores QV visits per pass, their loads issued together; pass bounds
         // are uniform across the block (the shuffles need every lane).
@@ -231,7 +207,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
                     sc[vi] = sv;
                 }
             }
-            if (v0 == 0) TR_LAST(trk, 7);
         }
     } else {
         // Several heads per block (windows, batches): a half-warp per visit, its lane j holding dot16's lane j
@@ -288,7 +263,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
         }
     }
     __syncthreads();
-    TR_LAST(trk, 5);
     // m_c: max over the chunk (exact in any order; NaN never wins).
     float mc = __uint_as_float(0xff800000u);
     for (int i = tid; i < n; i += ATTN_THREADS) mc = fmaxf(mc, sc[i]);
@@ -301,7 +275,6 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
     for (int w = 1; w < ATTN_THREADS / 32; w++) mc = fmaxf(mc, red[w]);
     for (int i = tid; i < n; i += ATTN_THREADS) sc[i] = tf_exp(sc[i] - mc);
     __syncthreads();
-    TR_LAST(trk, 6);
     // o_c[d] in visit order per dimension, V rows staged through shared memory (32 × 256 floats at a time, all
     // threads loading with float4). The next stage's loads are issued into registers before the current stage is
     // consumed, so they cross memory while the chains run. Thread tid < hdv / 2 owns dimensions 2·tid and 2·tid + 1
@@ -328,7 +301,7 @@ __device__ void attention_chunk_s(const float* q, const float* k, const float* v
             if (row_k < lim) pf[k] = *(const float4*)(vh + (i64)slots[row_k] * stride_slot + vcol);
         }
     }
-    for (int base = 0; base < ((ELIDE & 16) ? 0 : n); base += stage) {  // ELIDE bit 4 (timing only): no V pass
+    for (int base = 0; base < n; base += stage) {
         int cnt = min(stage, n - base);
 #pragma unroll
         for (int k = 0; k < PF; k++) {
@@ -395,10 +368,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 1)
 attention_chunk_s1(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,
                     const u32* tree, const i32* chunks, int cmax, int heads, int kv_heads, int hd, int block_size,
                     float scale_, int window, int has_cap, float softcap, float* part, float* out) {
-    TR_ENTRY(1);
     attention_chunk_s<1>(q, k, v, rows, bt, bt_off, tree, chunks, cmax, heads, kv_heads, hd, block_size, scale_,
                           window, has_cap, softcap, part, out);
-    TR_EXIT(1);
 }
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS * 2)
 attention_chunk_s2(const float* q, const float* k, const float* v, const i32* rows, const u32* bt, const i32* bt_off,

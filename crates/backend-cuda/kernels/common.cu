@@ -33,7 +33,7 @@ __device__ __forceinline__ void griddep_launch() {
 }
 
 // griddepcontrol.wait, placed after the loads that produced f: two predicated copies on f, one of which runs. ptxas
-// schedules a plain wait independently of earlier loads and may sink them below it (IL_EARLY, matmul_il.cu); a
+// schedules a plain wait independently of earlier loads and may sink them below it (matmul_il.cu); a
 // wait that depends on their values cannot pass them.
 __device__ __forceinline__ void griddep_wait_on(u32 f) {
 #if __CUDA_ARCH__ >= 900
@@ -44,87 +44,13 @@ __device__ __forceinline__ void griddep_wait_on(u32 f) {
 #endif
 }
 
-// PRE_WAIT (on by default; PRE_WAIT=0 is an NVRTC define for measurements, src/device.rs): kernels launched early
+// PRE_WAIT (on by default; PRE_WAIT=0 is a `CudaTuning` define): kernels launched early
 // (PDL) load what cannot change under them before griddep_wait: norm weights (written once at upload), and what
 // the host uploaded for the step (RoPE tables, slots, block tables, the rows' metadata; an upload is ordered after
 // every earlier kernel); attention also asks L2 for the K and V rows of the positions it visits. Changes no bits:
 // the same values, loaded sooner.
 #ifndef PRE_WAIT
 #define PRE_WAIT 1
-#endif
-
-// ELIDE (0 by default): a timing-only NVRTC define that makes kernels return right after griddep_wait without
-// writing anything — bit 0 the attention chunk kernel, bit 1 `rms_norm` / `add_rms_norm`, bit 2 `rope_kv_write`;
-// bits 3 and 4 leave out only attention's scoring (scores 0) or only its V pass (o and l stay 0) —
-// so the engine's decode rate with one of them elided shows what it costs in the programmatic-launch chain. Outputs
-// are then wrong: never for anything but `tensorfold bench` timings (the bench example's variant check refuses it).
-#ifndef ELIDE
-#define ELIDE 0
-#endif
-#define ELIDED(bit)                 \
-    if (ELIDE & (bit)) {            \
-        griddep_launch();           \
-        griddep_wait();             \
-        return;                     \
-    }
-
-// TRACE (0 by default): a measurement define that timestamps (%globaltimer, ns) the one-row decode chain's
-// kernels: `rms_norm`, `_il1_qkv_rope`, `attention_chunk_s1`, `_il1_add` (o, then down) and `_il1_glu_norm`, bf16
-// only. tf_trace [TR_KINDS][TR_INST][TR_EVENTS]: per kernel kind and instance (the kind's launches completed since
-// the host last zeroed it: the layer, or 2 · layer + 1 for down) the first entry, first and last return from
-// griddep_wait, attention's phases, and the last exit; "first" events are stored as ~t so every slot is an
-// atomicMax over zeros (Gpu::trace_take reads and zeroes them), each in TR_STRIPES copies (a block's or a warp's
-// index picks one; the host takes the maximum) so that thousands of warps do not queue on one address. Outputs
-// unchanged; timing perturbed a little.
-#ifndef TRACE
-#define TRACE 0
-#endif
-#define TR_KINDS 5
-#define TR_INST 64
-#define TR_EVENTS 8
-#define TR_STRIPES 16
-// Kinds: 0 `_il1_qkv_rope`, 1 `attention_chunk_s1`, 2 `_il1_add`, 3 `rms_norm`, 4 `_il1_glu_norm`. Events: 0 first
-// entry, 1 first after the wait, 2 last after the wait, 3 last exit; attention: 4 q loaded, 5 scores, 6 softmax,
-// 7 every thread's first visit scored.
-#if TRACE
-__device__ unsigned long long tf_trace[TR_KINDS * TR_INST * TR_EVENTS * TR_STRIPES];
-__device__ unsigned int tf_trace_done[TR_KINDS];
-__device__ unsigned int tf_trace_blocks[TR_KINDS];
-__device__ __forceinline__ void tr_mark(int kind, int ev, bool first) {
-    if (kind < 0) return;
-    unsigned int inst = *(volatile unsigned int*)&tf_trace_done[kind];
-    if (inst >= TR_INST) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    unsigned int blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    unsigned int stripe = (first ? blk : blk * 32u + (threadIdx.y * blockDim.x + threadIdx.x) / 32u) % TR_STRIPES;
-    atomicMax(&tf_trace[((kind * TR_INST + inst) * TR_EVENTS + ev) * TR_STRIPES + stripe], first ? ~t : t);
-}
-// By thread 0 of the block (first events) or lane 0 of every warp (last events).
-#define TR_FIRST(kind, ev) \
-    if (threadIdx.x == 0 && threadIdx.y == 0) tr_mark(kind, ev, true)
-#define TR_LAST(kind, ev) \
-    if ((threadIdx.x & 31) == 0) tr_mark(kind, ev, false)
-// At the very end of a kernel, by every thread: the last exit, and the block count that closes the instance.
-__device__ __forceinline__ void tr_exit(int kind) {
-    TR_LAST(kind, 3);
-    __syncthreads();
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-        unsigned int nb = gridDim.x * gridDim.y * gridDim.z;
-        if (atomicAdd(&tf_trace_blocks[kind], 1u) == nb - 1) {
-            tf_trace_blocks[kind] = 0;
-            __threadfence();
-            atomicAdd(&tf_trace_done[kind], 1u);
-        }
-    }
-}
-#define TR_ENTRY(kind) TR_FIRST(kind, 0)
-#define TR_EXIT(kind) tr_exit(kind)
-#else
-#define TR_FIRST(kind, ev)
-#define TR_LAST(kind, ev)
-#define TR_ENTRY(kind)
-#define TR_EXIT(kind)
 #endif
 
 // The GGML dtype tags the host passes (`dtype_code` in src/geometry.rs).

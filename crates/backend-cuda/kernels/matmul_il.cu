@@ -29,7 +29,7 @@
 // products per column): IL1_DEPTH (default 6 when pipelined: 110 registers) for those, GLU_DEPTH (4, 75 registers)
 // for `_il1_glu`. On the H200, IL1_DEPTH 4 -> 6 took the 7B engine decode from 223 to 244 tok/s and the 1.5B from
 // 585 to 616; 8 (142 registers) helped the 1.5B as much but not the 7B. IL_PIPE=0, IL_DEPTH (both), IL1_DEPTH and
-// GLU_DEPTH (NVRTC defines, src/device.rs) are for measurements (docs/perf-notes-cuda.md).
+// GLU_DEPTH are `CudaTuning::defines` (docs/perf-notes-cuda.md).
 #ifndef IL_PIPE
 #define IL_PIPE 1
 #endif
@@ -52,38 +52,32 @@
 #ifndef GLU_DEPTH
 #define GLU_DEPTH IL_DEPTH
 #endif
-// MANY_DEPTH (measurement): the depth of `_il1_many` (q/k/v) alone; by default IL1_DEPTH. Registers bound how
+// MANY_DEPTH (a `CudaTuning` define): the depth of `_il1_many` (q/k/v) alone; by default IL1_DEPTH. Registers bound how
 // many threads of these kernels fit on the GPU at once: each of an SM's four sub-partitions has 16,384 registers
 // and holds whole warps (110 registers, allocated as 112: 4 warps, 16 per SM; 142: 3, 12 per SM), fewer than the
 // 7B's q/k/v needs in one wave (see `_il1_qkv_rope_w`), so its best depth can differ from o's and down's.
 #ifndef MANY_DEPTH
 #define MANY_DEPTH IL1_DEPTH
 #endif
-// BULK_PF (measurement, sm_90 only): 1 = the `_il1` / `_il1_many` kernels ask L2 for each weight row past the
+// BULK_PF (a `CudaTuning` define, sm_90 only): 1 = the `_il1` / `_il1_many` kernels ask L2 for each weight row past the
 // first batch with one bulk prefetch before griddep_wait; 2 = the GLU kernel too. 0 (default): no prefetch.
 #ifndef BULK_PF
 #define BULK_PF 0
 #endif
 
-// IL_EARLY (1 by default; 0 for measurements): the first weight batch really is in flight before
+// The first weight batch really is in flight before
 // griddepcontrol.wait. ptxas treats the wait (SASS ACQBULK) as independent of the weight loads (read-only, .nc)
 // and scheduled all but one of them after it (cuobjdump: `_il1_add` 1 of 6 loads before ACQBULK, `_il1_glu` 0 of
-// 4), so the early launch streamed almost nothing under the previous kernel. With IL_EARLY the wait is predicated
+// 4), so the early launch would stream almost nothing under the previous kernel. So the wait is predicated
 // on a value computed from every vector of the batch (il1_wait_after: taken either way, so it always executes), so
 // the loads must be issued, and have returned, before it.
-#ifndef IL_EARLY
-#define IL_EARLY 1
-#endif
 
-// TAIL_EARLY (1 by default; 0 for measurements): the epilogue's other inputs are read early instead of after the
-// last batch, where each was one more dependent round trip at the end of every warp (DRAM for the bias, and for
+// Early epilogue loads: the epilogue's other inputs are read early instead of after the last batch, where each would
+// be one more dependent round trip at the end of every warp (DRAM for the bias, and for
 // the residual row when the layer's weight stream has evicted it from L2). The bias (a weight, never written after
 // upload) is loaded before griddepcontrol.wait and folded into the wait's predicate, so it is really in flight
 // there; the residual (an earlier kernel's output) right after the wait, by a volatile load the compiler keeps
 // ahead of the batches. The same additions in the same order: only the loads move.
-#ifndef TAIL_EARLY
-#define TAIL_EARLY 1
-#endif
 
 // Element e (a compile-time constant after unrolling) of a 16-byte vector of DT values, as f32.
 template <int DT>
@@ -108,7 +102,7 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// griddepcontrol.wait after the batch v has arrived (IL_EARLY above): the wait depends on a fold of every vector.
+// griddepcontrol.wait after the batch v has arrived (above): the wait depends on a fold of every vector.
 template <int D>
 __device__ __forceinline__ void il1_wait_after(const uint4 (&v)[D], u32 pre) {
     u32 f = pre;
@@ -130,9 +124,7 @@ __device__ __forceinline__ void il1_batch(uint4 (&v)[D], const uint4* wq, int b0
 // i ≡ lane (mod 16) in increasing order, tree16, inv = 1 / sqrt(ss / K + eps), then (x_i * inv) * w_i, so the
 // projection sees the very floats `rms_norm` would have written. K ≤ IL_NORM_MAX_K, a multiple of 4.
 #define IL_NORM_MAX_K 4096
-#ifndef PRO_N
 #define PRO_N 8
-#endif
 // ready: the block has already normed the row into xs (a later pass of a block looping over its work).
 struct NormIn {
     const u8* w;
@@ -226,13 +218,12 @@ __device__ __forceinline__ void il1_norm_prologue(const float* __restrict__ h, i
 // valid in lane 0. The kernels built on it are launched with programmatic dependence (src/backend.rs): the first
 // batch of weights is requested before griddep_wait(), and nothing is read from x or written before it. NORM: x is
 // the row before its RMSNorm, which the whole block computes into nm.xs right after the wait (il1_norm_prologue,
-// so every thread of the block must call this), and the activations are read from there. trk: the kernel's kind
-// for the TRACE define (kernels/common.cu), -1 for none. pre: bits of values the caller loaded before the call
-// (TAIL_EARLY's bias), which the wait then follows; after (if not null): a float an earlier kernel wrote, read into
+// so every thread of the block must call this), and the activations are read from there. pre: bits of values the
+// caller loaded before the call (the bias, see the early epilogue loads above), which the wait then follows; after (if not null): a float an earlier kernel wrote, read into
 // *after_v right after the wait.
 template <int DT, int D, bool PF = false, bool NORM = false>
 __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int nn, int j, const NormIn& nm = {},
-                                         int trk = -1, u32 pre = 0, const float* after = nullptr,
+                                         u32 pre = 0, const float* after = nullptr,
                                          float* after_v = nullptr) {
     const int EPV = DT == DT_F32 ? 4 : 8;
     const int BLK = 16 * EPV;
@@ -245,7 +236,7 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     uint4 v[D];
     il1_batch(v, wq, 0, nb);
 #if BULK_PF
-    // Measurement knob: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
+    // BULK_PF: lane 0 asks L2 for the rest of the row in one bulk prefetch (sm_90's copy engine, one
     // instruction, no registers) while the previous kernel still runs.
     if (PF && j == 0 && nb > D) {
         const u8* rest = (const u8*)(wq - j + 16 * D);
@@ -253,13 +244,11 @@ __device__ __forceinline__ float il1_dot(const float* x, int K, const u8* w, int
     }
 #endif
     // Launched early (PDL): the first weights are on their way; x is the previous kernel's output.
-    if (IL_EARLY && __CUDA_ARCH__ >= 900) {
-        il1_wait_after(v, pre);
-    } else {
-        griddep_wait_on(pre);
-    }
-    TR_FIRST(trk, 1);
-    TR_LAST(trk, 2);
+#if __CUDA_ARCH__ >= 900
+    il1_wait_after(v, pre);
+#else
+    griddep_wait_on(pre);
+#endif
     if (after) {
         float a;
         asm volatile("ld.global.f32 %0, [%1];" : "=f"(a) : "l"(after));
@@ -308,23 +297,14 @@ __device__ __forceinline__ void matmul_float_il1(const float* x, int K, const u8
     int n = bx * (blockDim.x / 16) + half;
     bool live = n < N;
     bool out = live && j == 0;
-#if TAIL_EARLY
     float bv = out && bias ? deq_elem(bias_dt, bias, n) : 0.0f, yv = 0.0f;
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1, __float_as_uint(bv),
+    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, __float_as_uint(bv),
                                                  ADD && out ? y + n : nullptr, &yv);
     if (out) {
         if (bias) s = s + bv;
         if (ADD) s = yv + s;
         y[n] = s;
     }
-#else
-    float s = il1_dot<DT, D, BULK_PF >= 1, NORM>(x, K, w, live ? n : N - 1, j, nm, ADD ? 2 : -1);
-    if (out) {
-        if (bias) s = s + deq_elem(bias_dt, bias, n);
-        if (ADD) s = y[n] + s;
-        y[n] = s;
-    }
-#endif
 }
 
 extern "C" __global__ void matmul_f32w_il1(const float* x, int R, int K, const u8* w, int N, const u8* bias,
@@ -370,22 +350,16 @@ extern "C" __global__ void matmul_f16w_il1_add(const float* x, int R, int K, con
 
 extern "C" __global__ void matmul_bf16w_il1_add(const float* x, int R, int K, const u8* w, int N, const u8* bias,
                                                 int bias_dt, float* y) {
-    TR_ENTRY(2);
     matmul_float_il1<DT_BF16, IL1_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
-    TR_EXIT(2);
 }
 
 // `_il1_add` at depth ADD_DEEP_DEPTH within ADD_DEEP_REGS registers (Backend::matmul_add for one row when the grid
-// is small against the GPU: `TF_CUDA_ADD_DEEP`, backend/tuning.rs). Few columns (the 1.5B's down: 768 warps, ~6
+// is small against the GPU: `CudaTuning::add_deep`). Few columns (the 1.5B's down: 768 warps, ~6
 // per SM) leave each lane a long chain of dependent batches (70 vectors, 12 batches at depth 6, ~1.1 µs each): a
 // deeper batch shortens the chain where registers are not what bounds the warps resident. Same arguments, same
 // fmas in the same order (the batch size only moves loads).
-#ifndef ADD_DEEP_DEPTH
 #define ADD_DEEP_DEPTH 12
-#endif
-#ifndef ADD_DEEP_REGS
 #define ADD_DEEP_REGS 255
-#endif
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_f32w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
     matmul_float_il1<DT_F32, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
@@ -398,9 +372,7 @@ extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
 
 extern "C" __global__ void __maxnreg__(ADD_DEEP_REGS)
     matmul_bf16w_il1_add_d(const float* x, int R, int K, const u8* w, int N, const u8* bias, int bias_dt, float* y) {
-    TR_ENTRY(2);
     matmul_float_il1<DT_BF16, ADD_DEEP_DEPTH, true>(x, K, w, N, bias, bias_dt, y, blockIdx.x);
-    TR_EXIT(2);
 }
 
 // Up to three interleaved weights of one type and K against the same single row in one launch (q/k/v, gate/up:
@@ -509,16 +481,10 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     if (bx >= nb0 + nb1) {
         int n = (bx - nb0 - nb1) * (blockDim.x / 16) + hw;
         bool live = n < n2;
-#if TAIL_EARLY
         float bv = live && j == 0 && b2 ? deq_elem(bdt2, b2, n) : 0.0f;
-        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0, __float_as_uint(bv));
+        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, __float_as_uint(bv));
         if (live && j == 0) {
             if (b2) s = s + bv;
-#else
-        float s = il1_dot<DT, D>(x, K, w2, live ? n : n2 - 1, j, {}, 0);
-        if (live && j == 0) {
-            if (b2) s = s + deq_elem(bdt2, b2, n);
-#endif
             y2[n] = s;
             v_layer[slot * n2 + n] = s;
         }
@@ -534,14 +500,9 @@ __device__ __forceinline__ void il1_qkv_rope(const float* x, int K, int nb0, int
     int i = pc % half;
     int n = neox ? (pc / half) * hd + i + second * half : 2 * pc + second;
     float c = cos_t[i], sn = sin_t[i];
-#if TAIL_EARLY
     float bv = j == 0 && bias ? deq_elem(is_q ? bdt0 : bdt1, bias, n) : 0.0f;
-    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0, __float_as_uint(bv));
+    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, __float_as_uint(bv));
     if (j == 0 && bias) s = s + bv;
-#else
-    float s = il1_dot<DT, D>(x, K, is_q ? w0 : w1, n, j, {}, 0);
-    if (j == 0 && bias) s = s + deq_elem(is_q ? bdt0 : bdt1, bias, n);
-#endif
     float o = __shfl_xor_sync(FULL_MASK, s, 16);  // lane 0 of the other half-warp: the pair's other element
     float x0 = second ? o : s, x1 = second ? s : o;
     float r = second ? x0 * sn + x1 * c : x0 * c - x1 * sn;
@@ -574,21 +535,17 @@ extern "C" __global__ void __maxnreg__(112)
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
-    TR_ENTRY(0);
     il1_qkv_rope<DT_BF16>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2, y2, hd,
                          half, cos_t, sin_t, neox, k_layer, v_layer, slots);
-    TR_EXIT(0);
 }
 
 // `_il1_qkv_rope` for grids the default does not hold at once (Backend::norm_qkv_rope_kv_write picks it by
 // occupancy): its 112 registers leave 4 warps per SM sub-partition (16,384 registers each), 16 per SM, so q/k/v of
 // the 7B and 8B shapes (2,304 and 3,072 warps) ran in 1.1 and 1.5 waves, and the last blocks started their
-// dependent chain of weight batches only as the first ones left (session 16 trace: 10 µs between the first and the
-// last block past the wait). Depth QKV_W_DEPTH in at most 80 registers gives 6 warps per sub-partition (3,168 on an
+// dependent chain of weight batches only as the first ones left (10 µs between the first and the last block past the
+// wait). Depth QKV_W_DEPTH in at most 80 registers gives 6 warps per sub-partition (3,168 on an
 // H200): one wave for both. The same outputs and bits (the depth only groups the loads).
-#ifndef QKV_W_DEPTH
 #define QKV_W_DEPTH 4
-#endif
 extern "C" __global__ void __maxnreg__(80)
     matmul_f32w_il1_qkv_rope_w(const float* x, int K, int nb0, int nb1, const u8* w0, int n0, const u8* b0, int bdt0,
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
@@ -612,10 +569,8 @@ extern "C" __global__ void __maxnreg__(80)
         float* y0, const u8* w1, int n1, const u8* b1, int bdt1, float* y1, const u8* w2, int n2, const u8* b2,
         int bdt2, float* y2, int hd, int half, const float* cos_t, const float* sin_t, int neox, float* k_layer,
         float* v_layer, const u32* slots) {
-    TR_ENTRY(0);
     il1_qkv_rope<DT_BF16, QKV_W_DEPTH>(x, K, nb0, nb1, w0, n0, b0, bdt0, y0, w1, n1, b1, bdt1, y1, w2, n2, b2, bdt2,
                                        y2, hd, half, cos_t, sin_t, neox, k_layer, v_layer, slots);
-    TR_EXIT(0);
 }
 
 // glu(x · gateᵀ, x · upᵀ) for one row and interleaved gate and up [N, K] of one type, in one launch: half-warps
@@ -688,9 +643,7 @@ extern "C" __global__ void __maxnreg__(80) matmul_f16w_il1_glu_norm(const float*
 extern "C" __global__ void __maxnreg__(80) matmul_bf16w_il1_glu_norm(const float* x, int K, const u8* gate,
                                                                      const u8* up, int N, int act, float* out,
                                                                      const u8* nw, int nw_dt, float eps) {
-    TR_ENTRY(4);
     il1_glu_norm<DT_BF16>(x, K, gate, up, N, act, out, nw, nw_dt, eps);
-    TR_EXIT(4);
 }
 
 // Interleaves a float tensor in place at upload: w holds nblk blocks of 256 bytes (16·epv elements of 16 / epv

@@ -4,7 +4,6 @@
 
 use crate::device::{Buf, Gpu};
 use crate::geometry::{dtype_code, elementwise_grid, interleave_block, norm_threads, DT_INTERLEAVED};
-use crate::graph::Mode;
 use crate::host_ids::Slots;
 
 // The matmul paths (one weight, several, gate/up with the GLU): backend/matmul.rs.
@@ -13,16 +12,15 @@ mod half;
 mod matmul;
 mod queued;
 mod tuning;
-use crate::Arithmetic;
-use cudarc::driver::sys::{self, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use crate::{Arithmetic, CudaTuning, KernelDefine};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv,
     RopeStyle, Storage, Tensor, TensorInfo, Weight,
 };
 use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
-use tuning::FloatTuning;
+use tuning::Knobs;
 
 /// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
 pub struct CudaTensor {
@@ -44,7 +42,7 @@ pub struct CudaWeight {
     pub buf: Buf,
     /// The elements of each block of [`interleave_block`] elements are permuted so that each of dot16's 16 lane
     /// chains is contiguous (`il_index` in kernels/common.cu): set at upload when interleaving is on
-    /// (the default; `TF_CUDA_INTERLEAVE=0` turns it off), in the portable arithmetic only, for F32/F16/BF16 tensors of two
+    /// (`CudaTuning::interleave`, the default), in the portable arithmetic only, for F32/F16/BF16 tensors of two
     /// or more dimensions whose rows are whole blocks. Every kernel reading such a weight reads through the map:
     /// the matmul's `_il*` kernels by construction, the others by [`Self::tag`].
     pub interleaved: bool,
@@ -92,30 +90,15 @@ pub struct CudaBackend {
     precision: Precision,
     arithmetic: Arithmetic,
     uploads: Mutex<Uploads>,
-    /// The last captured decode graph ([`CudaBackend::graph_forward`]).
-    graph: Mutex<Option<Captured>>,
-    /// Graph forwards that captured a graph, and that replayed one.
-    graph_counts: Mutex<(usize, usize)>,
-    /// The float-weight layout switch and block-width override ([`CudaBackend::set_float_tuning`]).
-    tune: FloatTuning,
-    /// Query heads per attention block: 0 = by block count, else at most this many ([`CudaBackend::set_attn_heads`];
-    /// `TF_CUDA_ATTN_HEADS`).
-    attn_heads_cap: AtomicUsize,
+    /// The tuning in force but the kernel defines ([`CudaBackend::tune`]).
+    tune: Knobs,
+    /// The kernel defines the kernels were compiled with.
+    defines: Vec<KernelDefine>,
     /// The half type of the tensor arithmetic's matrices, for window activations' half copies (backend/half.rs).
     half_kind: AtomicU8,
     /// Pinned, device-mapped host slots for queued ids (src/host_ids.rs).
     id_slots: Arc<Slots>,
 }
-
-/// A captured forward: the executable graph and the signature of the launches it holds.
-struct Captured {
-    graph: cudarc::driver::CudaGraph,
-    sig: Vec<u64>,
-}
-
-// SAFETY: the graph is only touched under the backend's `graph` mutex, from one thread at a time, and it replays
-// on the backend's one stream.
-unsafe impl Send for Captured {}
 
 /// The last per-call metadata uploaded, reused while the next call asks for the same (every layer of a forward
 /// passes the same positions, slots and attention metadata).
@@ -206,22 +189,18 @@ impl CudaBackend {
         precision: Precision,
         arithmetic: Arithmetic,
     ) -> Result<CudaBackend, BackendError> {
-        // Kernel tuning knobs for measurements (`TF_CUDA_DEFINES="IL_PIPE=1 IL_DEPTH=4"`, docs/cuda.md).
-        let defines: Vec<String> =
-            std::env::var("TF_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(String::from).collect();
-        CudaBackend::with_defines(ordinal, precision, arithmetic, &defines)
+        CudaBackend::with_tuning(ordinal, precision, arithmetic, CudaTuning::default())
     }
 
-    /// [`CudaBackend::with_arithmetic`] with the kernels compiled with `defines` (`NAME=INTEGER`, tuning knobs
-    /// that change no output's bits), for measurements of two variants in one process.
-    #[doc(hidden)]
-    pub fn with_defines(
+    /// [`CudaBackend::with_arithmetic`] with `tuning` instead of the defaults (`tensorfold bench` and the lab; the
+    /// kernels are compiled with its defines).
+    pub fn with_tuning(
         ordinal: usize,
         precision: Precision,
         arithmetic: Arithmetic,
-        defines: &[String],
+        tuning: CudaTuning,
     ) -> Result<CudaBackend, BackendError> {
-        let gpu = Gpu::open(ordinal, defines)?;
+        let gpu = Gpu::open(ordinal, &tuning.define_strings())?;
         if arithmetic == Arithmetic::Tensor && gpu.cc.0 < 8 {
             return Err(BackendError(format!(
                 "the tensor arithmetic needs compute capability 8.0 or later; {} is sm_{}{}",
@@ -234,12 +213,8 @@ impl CudaBackend {
             precision,
             arithmetic,
             uploads: Mutex::new(Uploads::default()),
-            graph: Mutex::new(None),
-            graph_counts: Mutex::new((0, 0)),
-            tune: FloatTuning::from_env(),
-            attn_heads_cap: AtomicUsize::new(
-                std::env::var("TF_CUDA_ATTN_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0).min(7),
-            ),
+            tune: Knobs::new(&tuning),
+            defines: tuning.defines,
             half_kind: AtomicU8::new(half::HALF_NONE),
             id_slots: Arc::new(Slots::new(gpu_ctx)),
         })
@@ -261,95 +236,6 @@ impl CudaBackend {
         self.tensor(ids.len(), hidden, out)
     }
 
-    /// Query heads of one KV group per attention block, for tests and measurements: 0 = by block count (the
-    /// default, [`attn_heads_per_block`]), 1..=7 = at most that many whatever the count (1: each head loads its KV
-    /// head's K and V itself). The arithmetic of every head stays the same.
-    #[doc(hidden)]
-    pub fn set_attn_heads(&self, cap: usize) {
-        self.attn_heads_cap.store(cap.min(7), Ordering::Relaxed);
-    }
-
-    /// Whether later uploads interleave float matrices (in the portable arithmetic; the default is on unless
-    /// `TF_CUDA_INTERLEAVE=0`), and the columns per block of the interleaved kernels (a power of two in
-    /// 2..=16, 0 = by shape; every one-row kernel takes it), for tests and measurements. The arithmetic of every
-    /// output stays the same.
-    #[doc(hidden)]
-    pub fn set_float_tuning(&self, interleave: bool, cols: u32) {
-        // Whole warps per block (the reduction tree shuffles across all 32 lanes); at most 16 (`_il1_glu` keeps
-        // 2 · cols sums in shared memory of 64, and blocks of 512 threads).
-        assert!(cols == 0 || (cols.is_power_of_two() && (2..=16).contains(&cols)), "columns per block {cols}");
-        self.tune.no_interleave.store(!interleave, Ordering::Relaxed);
-        self.tune.cols.store(cols, Ordering::Relaxed);
-    }
-
-    /// Which one-row projections norm their input in their own kernel (bit 0: q/k/v through `norm_matmul_many`,
-    /// bit 1: gate/up through `norm_matmul_glu`), for tests and measurements; no output's bits change.
-    #[doc(hidden)]
-    pub fn set_norm_fuse(&self, bits: u8) {
-        self.tune.norm_fuse.store(bits & 3, Ordering::Relaxed);
-    }
-
-    /// Whether one row's `norm_qkv_rope_kv_write` may rotate and write the cache in the projections' epilogue
-    /// (default on; off: the projections, then `rope_kv_write`). Changes no bits; for tests and measurements.
-    pub fn set_qkv_rope(&self, on: bool) {
-        self.tune.no_qkv_rope.store(!on, Ordering::Relaxed);
-    }
-
-    /// Runs `forward` (one model forward: ops of this backend only, no `to_host` inside) through a CUDA graph.
-    ///
-    /// The first call, and any call whose launches differ from the captured graph's (other row count, other
-    /// block-table size, another 256-position attention chunk), captures `forward` into a new graph and runs it.
-    /// Other calls run `forward` in replay mode, where ops only check shapes and stage their metadata (positions,
-    /// slots, RoPE rows, block tables) at the addresses the graph reads, then copy that metadata up in one transfer
-    /// and replay the graph. The kernels and their order are those of the eager forward, so the bits are too.
-    ///
-    /// The returned tensor lives in the graph's activation arena: read it (`to_host`) before the next call.
-    pub fn graph_forward(&self, forward: &mut dyn FnMut() -> Tensor) -> Tensor {
-        let mut slot = self.graph.lock().unwrap_or_else(|e| e.into_inner());
-        let graph_err = |e| panic!("CUDA graph: {e:?}");
-        if let Some(c) = slot.as_ref() {
-            self.gpu.begin_graph(Mode::Replay).unwrap_or_else(|e| panic!("{e}"));
-            *self.uploads() = Uploads::default();
-            let t = forward();
-            let (sig, overflow) = self.gpu.end_graph();
-            *self.uploads() = Uploads::default();
-            if !overflow && sig == c.sig {
-                self.gpu.flush_staging();
-                c.graph.launch().unwrap_or_else(graph_err);
-                self.graph_counts.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
-                return t;
-            }
-        }
-        *slot = None;
-        self.gpu.begin_graph(Mode::Capture).unwrap_or_else(|e| panic!("{e}"));
-        *self.uploads() = Uploads::default();
-        self.gpu.stream.begin_capture(CU_STREAM_CAPTURE_MODE_RELAXED).unwrap_or_else(graph_err);
-        let t = forward();
-        let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        let (sig, overflow) = self.gpu.end_graph();
-        *self.uploads() = Uploads::default();
-        match graph {
-            Ok(Some(graph)) if !overflow => {
-                self.gpu.flush_staging();
-                graph.launch().unwrap_or_else(graph_err);
-                self.graph_counts.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
-                *slot = Some(Captured { graph, sig });
-                t
-            }
-            Ok(_) => {
-                // An arena ran out (a forward too large for a graph): run it eagerly.
-                drop(t);
-                forward()
-            }
-            Err(e) => panic!("CUDA graph capture: {e:?}"),
-        }
-    }
-
-    /// (graphs captured, graphs replayed) by [`Self::graph_forward`] so far.
-    pub fn graph_counts(&self) -> (usize, usize) {
-        *self.graph_counts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The arithmetic of the matmuls.
     pub fn arithmetic(&self) -> Arithmetic {
         self.arithmetic
@@ -360,16 +246,20 @@ impl CudaBackend {
         &self.gpu.name
     }
 
-    /// Records a timing event on the stream (for profiling: GPU time between marks, no waiting).
+    /// The device, for measurement programs (crates/cuda-lab): timing events, launches of their own kernels on
+    /// the backend's stream.
     #[doc(hidden)]
-    pub fn mark(&self) -> crate::device::Mark {
-        self.gpu.mark()
+    pub fn device(&self) -> &Gpu {
+        &self.gpu
     }
 
-    /// Milliseconds of GPU time between two completed marks.
+    /// [`tf_core::Backend::kv_write`] through `kv_write_late` (kernels/ops.cu): a programmatic launch that lets the
+    /// next kernel start at once and writes only `spin_ns` after its wait, so that the rows are still old while a
+    /// dependent kernel runs its code before `griddepcontrol.wait`. Recorded like every cache write. For tests of
+    /// what attention may load before its wait (tests/kv_writes.rs).
     #[doc(hidden)]
-    pub fn elapsed_ms(&self, a: &crate::device::Mark, b: &crate::device::Mark) -> f32 {
-        self.gpu.elapsed_ms(a, b)
+    pub fn kv_write_late(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32], spin_ns: i32) {
+        self.kv_write_with(kv, layer, k, v, slots, Some(spin_ns))
     }
 
     /// [`Backend::kv_write`]; with `late_ns`, through the test kernel `kv_write_late` instead ([`Self::kv_write_late`]).

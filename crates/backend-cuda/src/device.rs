@@ -3,14 +3,11 @@
 //!
 //! Every op runs on the one stream, in order, so buffers need no events: cudarc's event tracking is turned off
 //! and a kernel argument is the buffer's device address. The stream is a created one (not the legacy default
-//! stream) so that decode forwards can be captured into CUDA graphs (`src/graph.rs`).
+//! stream).
 
 use crate::geometry::{nvrtc_arch, program, KERNELS};
-use crate::graph::{Arena, Mode, ACT_ARENA, META_ARENA};
 use crate::kernel_cache::KernelCache;
-use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,9 +23,8 @@ pub fn compile(arch: &str) -> Result<String, BackendError> {
     compile_with(arch, &[])
 }
 
-/// [`compile`] with preprocessor defines `NAME=INTEGER` (tuning knobs of the kernels, such as `IL_PIPE=1` in
-/// kernels/matmul_il.cu, for measurements; none changes an output's bits but the timing-only `ELIDE`, in
-/// kernels/common.cu).
+/// [`compile`] with preprocessor defines `NAME=INTEGER` (`crate::CudaTuning::defines`, such as `IL_PIPE=0` in
+/// kernels/matmul_il.cu; none changes an output's bits).
 pub fn compile_with(arch: &str, defines: &[String]) -> Result<String, BackendError> {
     for d in defines {
         let ok = d.split_once('=').is_some_and(|(n, v)| {
@@ -130,55 +126,9 @@ impl Drop for Mark {
     }
 }
 
-/// The measurement behind `TF_CUDA_GAPS=1` (docs/cuda.md): how long the GPU waits between steps. An event is
-/// recorded before each download's copies (after every kernel of the step) and before the first kernel launched
-/// after a download; the time between a download's event and the next first-kernel event is GPU time in which
-/// nothing was queued (the host receiving the ids, deciding, building and uploading the next step).
-#[derive(Default)]
-struct Gaps {
-    /// The last download's event.
-    last: Option<Mark>,
-    /// The first kernel's event after it.
-    first: Option<Mark>,
-    /// No kernel launched since the last download.
-    want_first: bool,
-    /// Gaps in ms.
-    samples: Vec<f32>,
-    /// When the last download returned to the host.
-    returned: Option<std::time::Instant>,
-    /// Host time from a download's return to the next kernel's launch call, ms (the host's share of a gap).
-    host: Vec<f32>,
-    /// Uploads queued between a download and the next kernel (this gap so far), and the kernel.
-    uploads: u32,
-    first_name: &'static str,
-}
-
-impl Gaps {
-    fn report(&self) -> String {
-        let mut v = self.samples.clone();
-        v.sort_by(f32::total_cmp);
-        let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize] * 1e3;
-        let mut h = self.host.clone();
-        h.sort_by(f32::total_cmp);
-        let host = if h.is_empty() { 0.0 } else { h[h.len() / 2] * 1e3 };
-        format!(
-            "GPU idle from a download to the next kernel (TF_CUDA_GAPS): {} gaps, median {:.1} µs, p10 {:.1}, p90 \
-             {:.1}, total {:.2} ms; host from the download's return to that launch: median {host:.1} µs; the last \
-             gap's first kernel {} after {} uploads",
-            v.len(),
-            q(0.5),
-            q(0.1),
-            q(0.9),
-            v.iter().sum::<f32>(),
-            self.first_name,
-            self.uploads
-        )
-    }
-}
-
 /// A device buffer of `bytes` bytes and its address.
 pub struct Buf {
-    /// Owns the allocation; `None` for a buffer carved from a graph arena.
+    /// Owns the allocation.
     slice: Option<CudaSlice<u8>>,
     /// Where the allocation goes back on drop (else it is freed, in stream order).
     pool: Option<Arc<Mutex<Pool>>>,
@@ -202,7 +152,6 @@ impl Drop for Buf {
 pub(crate) struct Pool {
     free: HashMap<usize, Vec<CudaSlice<u8>>>,
     held: usize,
-    enabled: bool,
 }
 
 /// Largest buffer the pool keeps, and most bytes it holds.
@@ -218,7 +167,7 @@ impl Pool {
 
     fn put(&mut self, s: CudaSlice<u8>) {
         let n = s.len();
-        if self.enabled && n <= POOL_MAX_BUF && self.held + n <= POOL_MAX_HELD {
+        if n <= POOL_MAX_BUF && self.held + n <= POOL_MAX_HELD {
             self.held += n;
             self.free.entry(n).or_default().push(s);
         }
@@ -239,8 +188,8 @@ unsafe impl Send for HostStage {}
 
 /// Bytes per chunk of a download: chunk c + 1 crosses the bus while the host copies chunk c out of the stage.
 const STAGE_CHUNK: usize = 1 << 20;
-/// Most threads that copy a download out of the stage, and bytes per thread below which fewer are used.
-/// (`TF_CUDA_COPY_THREADS` overrides the first; on the H200 host 4 beat 1 and 8 for 9.7 MB of logits.)
+/// Most threads that copy a download out of the stage, and bytes per thread below which fewer are used (on the
+/// H200 host 4 threads beat 1 and 8 for 9.7 MB of logits).
 const COPY_THREADS: usize = 4;
 const COPY_THREAD_BYTES: usize = 2 << 20;
 
@@ -249,18 +198,13 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     funcs: HashMap<&'static str, CudaFunction>,
-    /// The loaded kernels (for [`Gpu::trace_take`]'s device globals).
-    module: Arc<CudaModule>,
     pub name: String,
     pub cc: (i32, i32),
-    /// Graph mode, arenas and launch signature (`src/graph.rs`).
-    pub(crate) arena: Mutex<Arena>,
     /// The pinned download stage.
     stage: Mutex<HostStage>,
     /// Freed activation buffers for reuse.
     pool: Arc<Mutex<Pool>>,
-    /// Whether launches marked [`Launch::pdl`] use programmatic dependent launch (compute capability 9.0+, unless
-    /// `TF_CUDA_PDL=0`).
+    /// Whether launches marked [`Launch::pdl`] use programmatic dependent launch (compute capability 9.0+).
     pdl: bool,
     /// The kernels' `NORM_PER` (a define; 4 by default): elements per thread of the norms, for their launches.
     pub norm_per: usize,
@@ -268,8 +212,6 @@ pub struct Gpu {
     pub attn_vsplit: usize,
     /// Streaming multiprocessors.
     sms: u32,
-    /// `TF_CUDA_GAPS=1`: the GPU's idle time from each synchronizing download to the first kernel after it.
-    gaps: Option<Mutex<Gaps>>,
     /// Waits for the whole stream (downloads, [`Gpu::sync`]) started, and one more than the highest number of a
     /// completed one (src/kv_writes.rs).
     waits_started: AtomicU64,
@@ -280,12 +222,6 @@ pub struct Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        if let Some(g) = &self.gaps {
-            let g = g.lock().unwrap_or_else(|e| e.into_inner());
-            if !g.samples.is_empty() {
-                eprintln!("{}", g.report());
-            }
-        }
         let st = self.stage.get_mut().unwrap_or_else(|e| e.into_inner());
         if st.ptr.is_null() && st.events.is_empty() {
             return;
@@ -323,41 +259,17 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let cc = ctx.compute_capability().map_err(err("compute capability"))?;
         let name = ctx.name().map_err(err("device name"))?;
-        let module = match std::env::var_os("TF_CUDA_MODULE") {
-            // Measurements: a module image built elsewhere from these sources (scripts/cubin.sh: NVRTC, then
-            // ptxas for this GPU), so a variant costs no JIT on the device. The defines it was built with must
-            // be the ones in `defines` (the host reads some of them).
-            Some(path) => {
-                let image = std::fs::read(&path)
-                    .map_err(|e| BackendError(format!("TF_CUDA_MODULE {}: {e}", path.to_string_lossy())))?;
-                eprintln!("tensorfold: CUDA kernels from TF_CUDA_MODULE={}", path.to_string_lossy());
-                ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image)).map_err(err("module load"))?
-            }
-            None => {
-                let ptx = compile_with(&nvrtc_arch(cc.0, cc.1), defines)?;
-                ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?
-            }
-        };
+        let ptx = compile_with(&nvrtc_arch(cc.0, cc.1), defines)?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(err("module load"))?;
         let mut funcs = HashMap::new();
-        // TF_CUDA_CARVEOUT=P (measurement): every kernel prefers P% of the unified L1/shared memory as shared
-        // memory, so that consecutive kernels never ask an SM for different splits.
-        let carveout = std::env::var("TF_CUDA_CARVEOUT").ok().and_then(|v| v.parse::<i32>().ok());
         for k in KERNELS {
-            let f = module.load_function(k).map_err(err(k))?;
-            if let Some(p) = carveout {
-                use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT as CARVEOUT;
-                f.set_attribute(CARVEOUT, p.clamp(-1, 100)).map_err(err("carveout"))?;
-            }
-            funcs.insert(k, f);
+            funcs.insert(k, module.load_function(k).map_err(err(k))?);
         }
         let stream = ctx.new_stream().map_err(err("stream"))?;
         keep_pool_memory(&ctx)?;
         let stage = Mutex::new(HostStage { ptr: std::ptr::null_mut(), cap: 0, events: Vec::new() });
-        let pool = Arc::new(Mutex::new(Pool {
-            enabled: std::env::var("TF_CUDA_POOL").map_or(true, |v| v != "0"),
-            ..Default::default()
-        }));
-        let pdl = cc.0 >= 9 && std::env::var("TF_CUDA_PDL").map_or(true, |v| v != "0");
+        let pool = Arc::new(Mutex::new(Pool::default()));
+        let pdl = cc.0 >= 9;
         let norm_per = crate::geometry::norm_per(defines);
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -368,10 +280,8 @@ impl Gpu {
             ctx,
             stream,
             funcs,
-            module,
             name,
             cc,
-            arena: Mutex::new(Arena::new()),
             stage,
             pool,
             pdl,
@@ -381,28 +291,7 @@ impl Gpu {
             resident,
             waits_started: AtomicU64::new(0),
             waits_done: AtomicU64::new(0),
-            gaps: std::env::var("TF_CUDA_GAPS").is_ok_and(|v| v == "1").then(|| Mutex::new(Gaps::default())),
         })
-    }
-
-    /// With the kernels built with the measurement define `TRACE=1` (kernels/common.cu): the decode chain's
-    /// timestamps recorded since the last call, `tf_trace` as `[kind][instance][event][stripe]` u64 (0: not
-    /// recorded; first-events stored as `!t`), after which they and the instance counters are zeroed. `None`
-    /// without it.
-    pub fn trace_take(&self) -> Option<Vec<u64>> {
-        self.bind();
-        self.sync();
-        let mut out = None;
-        for name in ["tf_trace", "tf_trace_done", "tf_trace_blocks"] {
-            let mut g = self.module.get_global(name, &self.stream).ok()?;
-            if name == "tf_trace" {
-                let bytes = self.stream.clone_dtoh(&g).unwrap_or_else(|e| panic!("CUDA trace read: {e:?}"));
-                out = Some(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect());
-            }
-            self.stream.memset_zeros(&mut g).unwrap_or_else(|e| panic!("CUDA trace reset: {e:?}"));
-        }
-        self.sync();
-        out
     }
 
     /// How many blocks of `threads` threads of kernel `name` the GPU holds at once (the occupancy calculator's
@@ -437,22 +326,8 @@ impl Gpu {
         self.ctx.bind_to_thread().unwrap_or_else(|e| panic!("CUDA context: {e:?}"));
     }
 
-    fn arena(&self) -> std::sync::MutexGuard<'_, Arena> {
-        self.arena.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A buffer carved from the activation arena when a graph forward is in progress.
-    fn carved(&self, bytes: usize) -> Option<Buf> {
-        let mut a = self.arena();
-        (a.mode != Mode::Eager).then(|| Buf { slice: None, pool: None, ptr: a.carve(bytes), bytes })
-    }
-
     /// A zeroed buffer of `bytes` bytes (at least 1, so every buffer has an address).
     pub fn zeros(&self, bytes: usize) -> Result<Buf, BackendError> {
-        if let Some(b) = self.carved(bytes) {
-            self.memset0(&b);
-            return Ok(b);
-        }
         if let Some(slice) = self.pooled(bytes) {
             let b = self.wrap(slice, bytes);
             self.memset0(&b);
@@ -471,9 +346,6 @@ impl Gpu {
     pub fn uninit(&self, bytes: usize) -> Result<Buf, BackendError> {
         // SAFETY: u8 has no invalid bit patterns; callers only hand it to kernels that write every byte before
         // anything reads it.
-        if let Some(b) = self.carved(bytes) {
-            return Ok(b);
-        }
         if let Some(slice) = self.pooled(bytes) {
             return Ok(self.wrap(slice, bytes));
         }
@@ -483,20 +355,8 @@ impl Gpu {
 
     /// A buffer holding a copy of `data`.
     pub fn upload(&self, data: &[u8]) -> Result<Buf, BackendError> {
-        {
-            let mut a = self.arena();
-            if a.mode != Mode::Eager {
-                return Ok(Buf { slice: None, pool: None, ptr: a.stage(data), bytes: data.len() });
-            }
-        }
         if data.is_empty() {
             return self.zeros(0);
-        }
-        if let Some(g) = &self.gaps {
-            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-            if g.want_first {
-                g.uploads += 1;
-            }
         }
         if let Some(slice) = self.pooled(data.len()) {
             let b = self.wrap(slice, data.len());
@@ -539,10 +399,8 @@ impl Gpu {
         if len == 0 {
             return;
         }
-        assert_eq!(self.arena().mode, Mode::Eager, "download inside a graph forward");
         let mut st = self.stage.lock().unwrap_or_else(|e| e.into_inner());
         self.bind();
-        let gap_end = self.gaps.as_ref().map(|_| self.mark());
         let wait = self.waits_started.fetch_add(1, Ordering::SeqCst);
         let chunks = len.div_ceil(STAGE_CHUNK);
         let range = |c: usize| (c * STAGE_CHUNK, STAGE_CHUNK.min(len - c * STAGE_CHUNK));
@@ -596,11 +454,7 @@ impl Gpu {
             }
             sys::CUresult::CUDA_SUCCESS
         };
-        static MOST: OnceLock<usize> = OnceLock::new();
-        let most = *MOST.get_or_init(|| {
-            std::env::var("TF_CUDA_COPY_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(COPY_THREADS).max(1)
-        });
-        let threads = (len / COPY_THREAD_BYTES).clamp(1, most).min(chunks);
+        let threads = (len / COPY_THREAD_BYTES).clamp(1, COPY_THREADS).min(chunks);
         let results: Vec<sys::CUresult> = if threads == 1 {
             vec![copy_out(0, 1)]
         } else {
@@ -626,25 +480,6 @@ impl Gpu {
         }
         // Every chunk's event completed, so did everything queued before the first copy.
         self.waits_done.fetch_max(wait + 1, Ordering::SeqCst);
-        if let Some(g) = &self.gaps {
-            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-            if let (Some(a), Some(b)) = (g.last.take(), g.first.take()) {
-                let ms = self.elapsed_ms(&a, &b);
-                g.samples.push(ms);
-                if g.samples.len().is_multiple_of(100) {
-                    eprintln!("{}", g.report());
-                }
-                // A long-running server: bounded memory and report cost (the statistics restart).
-                if g.samples.len() >= 10_000 {
-                    g.samples.clear();
-                    g.host.clear();
-                }
-            }
-            g.last = gap_end;
-            g.want_first = true;
-            g.returned = Some(std::time::Instant::now());
-            g.uploads = 0;
-        }
     }
 
     /// Copies `bytes` bytes from `src` to `dst` on the stream.
@@ -653,72 +488,18 @@ impl Gpu {
         if bytes == 0 {
             return;
         }
-        let mode = {
-            let mut a = self.arena();
-            if a.mode != Mode::Eager {
-                a.record(("copy", src.ptr, dst.ptr, bytes));
-            }
-            a.mode
-        };
-        if mode == Mode::Replay {
-            return;
-        }
         // SAFETY: both are live device buffers of at least `bytes` bytes (asserted), ordered on the one stream.
         self.bind();
         let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, bytes, self.stream.cu_stream()) };
         assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA copy");
     }
 
-    /// Zeroes `b` on the stream (recorded, and skipped in replay, like a launch).
+    /// Zeroes `b` on the stream.
     fn memset0(&self, b: &Buf) {
-        let mode = {
-            let mut a = self.arena();
-            a.record(("memset", b.ptr, b.bytes));
-            a.mode
-        };
-        if mode != Mode::Replay {
-            // SAFETY: a live device buffer of b.bytes bytes, on the one stream.
-            self.bind();
-            let r = unsafe { sys::cuMemsetD8Async(b.ptr, 0, b.bytes, self.stream.cu_stream()) };
-            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA memset");
-        }
-    }
-
-    /// Starts a graph forward in `mode` (`Capture` or `Replay`), creating the arenas on first use.
-    pub(crate) fn begin_graph(&self, mode: Mode) -> Result<(), BackendError> {
-        let mut a = self.arena();
-        if !a.ready() {
-            let act = self.stream.alloc_zeros::<u8>(ACT_ARENA).map_err(err("graph arena"))?;
-            let meta = self.stream.alloc_zeros::<u8>(META_ARENA).map_err(err("graph arena"))?;
-            let (ap, mp) = (act.device_ptr(&self.stream).0, meta.device_ptr(&self.stream).0);
-            a.install(act, ap, meta, mp);
-        }
-        a.begin(mode);
-        Ok(())
-    }
-
-    /// Ends a graph forward: back to eager; returns the launch signature and whether an arena overflowed.
-    pub(crate) fn end_graph(&self) -> (Vec<u64>, bool) {
-        let mut a = self.arena();
-        a.mode = Mode::Eager;
-        (std::mem::take(&mut a.sig), a.overflow)
-    }
-
-    /// Copies the staged metadata of the last graph forward into the metadata arena (on the stream, before the
-    /// graph that reads it).
-    pub(crate) fn flush_staging(&self) {
-        let a = self.arena();
-        assert_eq!(a.mode, Mode::Eager, "staging flushed during a graph forward");
-        if a.staging.is_empty() {
-            return;
-        }
-        // SAFETY: the staging image fits the metadata arena (`stage` checks); pageable source memory, so the call
-        // returns once the bytes are staged by the driver and the Vec may change afterwards.
+        // SAFETY: a live device buffer of b.bytes bytes, on the one stream.
         self.bind();
-        let r = unsafe {
-            sys::cuMemcpyHtoDAsync_v2(a.meta_ptr, a.staging.as_ptr().cast(), a.staging.len(), self.stream.cu_stream())
-        };
-        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA metadata upload");
+        let r = unsafe { sys::cuMemsetD8Async(b.ptr, 0, b.bytes, self.stream.cu_stream()) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "CUDA memset");
     }
 
     /// Records a timing event on the stream (for measuring GPU time between two points without waiting).
@@ -769,14 +550,20 @@ impl Gpu {
         self.waits_done.fetch_max(w + 1, Ordering::SeqCst);
     }
 
-    /// Whether launches run now (not into a graph capture).
-    pub(crate) fn eager(&self) -> bool {
-        self.arena().mode == Mode::Eager
-    }
-
     /// One more than the highest number of a completed wait for the whole stream (0 before any).
     pub fn waits_done(&self) -> u64 {
         self.waits_done.load(Ordering::SeqCst)
+    }
+
+    /// Starts a launch of `func`, a kernel of another module loaded in this context (measurement programs,
+    /// crates/cuda-lab), on the stream.
+    pub fn launch_fn<'a>(&'a self, name: &'static str, func: &'a CudaFunction) -> Launch<'a> {
+        Launch { gpu: self, name, func, args: Vec::new(), pdl: false }
+    }
+
+    /// Streaming multiprocessors of the GPU.
+    pub fn multiprocessors(&self) -> u32 {
+        self.sms
     }
 
     /// Starts a launch of kernel `name`; add arguments with [`Launch::ptr`], [`Launch::i32`] and the like, then
@@ -846,7 +633,7 @@ impl Launch<'_> {
 
     /// Lets the kernel start before the previous kernel in the stream has finished (programmatic dependent launch,
     /// sm_90+): only for kernels that call `griddep_wait()` before reading anything an earlier kernel wrote and
-    /// before writing anything (kernels/common.cu). Eager launches only; graph captures launch plainly.
+    /// before writing anything (kernels/common.cu).
     pub fn pdl(mut self) -> Self {
         self.pdl = true;
         self
@@ -857,38 +644,7 @@ impl Launch<'_> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
         }
-        let eager = {
-            let mut a = self.gpu.arena();
-            if a.mode != Mode::Eager {
-                let args: Vec<(u8, u64)> = self
-                    .args
-                    .iter()
-                    .map(|x| match x {
-                        Arg::U64(v) => (0, *v),
-                        Arg::I32(v) => (1, *v as u32 as u64),
-                        Arg::I64(v) => (2, *v as u64),
-                        Arg::F32(v) => (3, v.to_bits() as u64),
-                    })
-                    .collect();
-                a.record((self.name, grid, block, args));
-                if a.mode == Mode::Replay {
-                    return;
-                }
-            }
-            a.mode == Mode::Eager
-        };
-        if let (Some(g), true) = (&self.gpu.gaps, eager) {
-            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-            if g.want_first {
-                if let Some(t) = g.returned.take() {
-                    g.host.push(t.elapsed().as_secs_f32() * 1e3);
-                }
-                g.first = Some(self.gpu.mark());
-                g.want_first = false;
-                g.first_name = self.name;
-            }
-        }
-        if self.pdl && self.gpu.pdl && eager {
+        if self.pdl && self.gpu.pdl {
             return self.go_pdl(grid, block);
         }
         let mut b = self.gpu.stream.launch_builder(self.func);

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 84] = [
+pub const KERNELS: [&str; 81] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -67,9 +67,6 @@ pub const KERNELS: [&str; 84] = [
     "rope_kv_write",
     "kv_copy",
     "argmax_rows",
-    "pdl_probe",
-    "barrier_probe",
-    "chain_persist",
     "attention_chunk_s1",
     "attention_chunk_s2",
     "attention_chunk_s3",
@@ -172,7 +169,7 @@ pub fn il_cols(_n: usize) -> u32 {
 pub const IL_NORM_MAX_K: usize = 4096;
 
 /// The GLU kernel norms its own row (`_il1_glu_norm`) only for rows narrower than this; wider ones take `rms_norm`
-/// first. Measured on the H200 (docs/perf-notes-cuda.md, session 23): fused, the 1.5B shape (K 1,536) decodes 2.6%
+/// first. Measured on the H200 (docs/perf-notes-cuda.md): fused, the 1.5B shape (K 1,536) decodes 2.6%
 /// faster and the 7B (K 3,584) the same, while Llama-3-8B and Llama-2-7B (K 4,096) decode 1.2% and 1.4% slower.
 pub const GLU_NORM_BELOW_K: usize = 4096;
 

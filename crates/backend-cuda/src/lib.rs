@@ -8,12 +8,18 @@
 //! A second arithmetic, [`Arithmetic::Tensor`], runs the BF16/F16-weight matmuls on tensor cores (`kernels/mma.cu`):
 //! row-exact for any row count, but not equal to the CPU.
 //!
-//! Without the feature the crate holds only its pure logic ([`geometry`], [`Arithmetic`]): kernel sources, dtype
-//! tags, launch geometry, the record of KV writes in flight.
+//! Tuning that changes speed only is one typed value, [`CudaTuning`]; its default is what the product runs.
+//! Measurement probes and timing programs live apart, in crates/cuda-lab.
+//!
+//! Without the feature the crate holds only its pure logic ([`geometry`], [`Arithmetic`], [`CudaTuning`]): kernel
+//! sources, dtype tags, launch geometry, the record of KV writes in flight.
 
 pub mod geometry;
 pub mod kernel_cache;
 pub mod kv_writes;
+pub mod tuning;
+
+pub use tuning::{CudaTuning, KernelDefine, KERNEL_DEFINES};
 
 /// The arithmetic of the CUDA backend's matmuls (docs/cuda.md). Each is row-exact with itself; only `Portable`
 /// equals the CPU backend.
@@ -44,28 +50,10 @@ impl Arithmetic {
     }
 }
 
-/// `n` bf16 values as little-endian bytes for timing probes (the bench and skeleton examples, the chain probes):
-/// random patterns near ±2⁻⁶ from an xorshift seeded by `seed`. The values never change a timing; they are
-/// nonzero and varied so that nothing about them is special to the hardware.
-#[doc(hidden)]
-pub fn timing_bf16_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .flat_map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (0x3c80u16 | (s as u16 & 0x807f)).to_le_bytes()
-        })
-        .collect()
-}
-
 #[cfg(feature = "cuda")]
 mod backend;
 #[cfg(feature = "cuda")]
 pub mod device;
-#[cfg(feature = "cuda")]
-mod graph;
 #[cfg(feature = "cuda")]
 mod host_ids;
 

@@ -23,7 +23,10 @@ fn weight(be: &dyn Backend, name: &str, shape: &[usize], seed: u32) -> Weight {
 #[test]
 fn every_cache_write_is_unsafe_until_the_host_synchronizes() {
     let g = CudaBackend::new(0, Precision::Full).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
-    g.set_float_tuning(true, 0);
+    g.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
     let (hq, hk, hd, k) = (4, 2, 64, 256);
     let spec = KvSpec { layers: 2, blocks: 8, block_size: 4, kv_heads: hk, head_dim: hd };
     let mut kv = g.alloc_kv(spec).unwrap();
@@ -129,7 +132,7 @@ fn attention_never_reads_a_row_before_its_writer_is_done() {
     let meta =
         AttnMeta { block_tables: vec![table.clone()], rows: vec![RowAttn { pos: 40, seq: 0, ctx: 41, tree: vec![] }] };
     let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.125, window: None, softcap: None };
-    g.set_attn_heads(1);
+    g.tune(|t| t.attn_heads = 1);
     // q on the device already (an upload between the write and attention would order them), through one op.
     let qh = Tensor::host(1, hq * hd, (0..hq * hd).map(|i| val(i, 2)).collect());
     let qd = g.select_rows(&qh, &[0]);

@@ -348,7 +348,7 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
     // Forced to one head per block, and to several heads of a KV group per block (2, 4 of 8, 6, 7 and 5 of a group),
     // then the default choice by block count: the same bits every way.
     for ((heads, kv_heads, hd, window, softcap), cap) in configs.into_iter().flat_map(|c| [(c, 1), (c, 7), (c, 0)]) {
-        g.set_attn_heads(cap);
+        g.tune(|t| t.attn_heads = cap);
         let spec = KvSpec { layers: 2, blocks: 96, block_size: 16, kv_heads, head_dim: hd };
         let slots = spec.blocks * spec.block_size;
         let width = kv_heads * hd;
@@ -402,7 +402,7 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
             &format!("attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?} heads per block ≤ {cap}"),
         );
     }
-    g.set_attn_heads(0);
+    g.tune(|t| t.attn_heads = 0);
 }
 
 #[test]
@@ -503,7 +503,10 @@ fn interleaved(w: &Weight) -> bool {
 fn matmul_glu_in_one_launch_matches_matmul_then_glu() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    g.set_float_tuning(true, 0);
+    g.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
     for (dtype, n, k) in [(DType::BF16, 700, 1024), (DType::F16, 129, 512), (DType::F32, 37, 256)] {
         let (gw, uw) = (random_weight(dtype, n, k, &mut rng), random_weight(dtype, n, k, &mut rng));
         let (gg, ug) = (up(&g, "gate", dtype, &[n, k], &gw), up(&g, "up", dtype, &[n, k], &uw));
@@ -607,8 +610,11 @@ fn rope_kv_write_equals_rope_then_kv_write() {
 fn norm_qkv_rope_kv_write_equals_its_two_calls() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    g.set_float_tuning(true, 0);
-    g.set_norm_fuse(0);
+    g.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
+    g.tune(|t| t.norm_fuse = 0);
     let eps = 1e-6;
     let cases = [
         (DType::BF16, 128, Rope { theta: 1e6, rot_dims: 128, style: RopeStyle::Neox, scaling: RopeScaling::None }),
@@ -617,9 +623,12 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
         (DType::BF16, 128, Rope { theta: 1e4, rot_dims: 64, style: RopeStyle::Neox, scaling: RopeScaling::None }),
     ];
     let (hq, hk, k) = (6, 2, 512);
-    // Each case at its own block width (TF_CUDA_IL_COLS; 0: the default): the same bits at any width.
+    // Each case at its own block width (`CudaTuning::il_cols`; 0: the default): the same bits at any width.
     for ((dtype, hd, rope), cols) in cases.into_iter().zip([0, 16, 2, 8]) {
-        g.set_float_tuning(true, cols);
+        g.tune(|t| {
+            t.interleave = true;
+            t.il_cols = cols;
+        });
         let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
         let nslots = spec.blocks * spec.block_size;
         let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
@@ -662,12 +671,12 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
             };
             let fused = run(&g, list(&wg, &bg), &ng);
             // The shallower kernel (picked by occupancy for grids the default does not hold), forced here.
-            g.set_qkv_wide(Some(true));
+            g.tune(|t| t.qkv_wide = Some(true));
             let wide = run(&g, list(&wg, &bg), &ng);
-            g.set_qkv_wide(None);
-            g.set_qkv_rope(false);
+            g.tune(|t| t.qkv_wide = None);
+            g.tune(|t| t.qkv_rope = false);
             let split = run(&g, list(&wg, &bg), &ng);
-            g.set_qkv_rope(true);
+            g.tune(|t| t.qkv_rope = true);
             let cpu = run(&c, list(&wc, &bc), &nc);
             for (name, other) in [("wide", &wide), ("split", &split), ("cpu", &cpu)] {
                 for (i, t) in ["q", "k", "v"].iter().enumerate() {
@@ -692,7 +701,10 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
 fn matmul_many_in_one_launch_matches_separate_calls() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    g.set_float_tuning(true, 0);
+    g.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
     let k = 1024;
     let sets: [(&[DType], &[usize], &[bool]); 6] = [
         (&[DType::BF16; 3], &[300, 64, 64], &[true, true, true]),
@@ -748,7 +760,7 @@ fn matmul_many_in_one_launch_matches_separate_calls() {
 fn fused_norm_and_residual_projections_match_the_unfused_ops() {
     let (mut rng, _g) = rng();
     let (g, c) = (gpu(Precision::Full), cpu(Precision::Full));
-    // The default block width, then the narrowest and the widest (TF_CUDA_IL_COLS): the same bits at any width.
+    // The default block width, then the narrowest and the widest (`CudaTuning::il_cols`): the same bits at any width.
     for cols in [0, 2, 16] {
         fused_cases(&g, &c, &mut rng, true, cols);
     }
@@ -764,8 +776,11 @@ fn fused_ops_on_unpermuted_weights_match_the_cpu() {
 }
 
 fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bool, cols: u32) {
-    g.set_float_tuning(interleave, cols);
-    g.set_norm_fuse(3); // both fused kernels, whatever the default
+    g.tune(|t| {
+        t.interleave = interleave;
+        t.il_cols = cols;
+    });
+    g.tune(|t| t.norm_fuse = 3); // both fused kernels, whatever the default
     let eps = 1e-6;
     // The last two have more column groups than the GPU holds blocks (an H200 holds ~1,200 of `_il1_many_norm`'s
     // and ~800 of `_il1_glu_norm`'s), so blocks loop over several after norming once.
@@ -842,12 +857,12 @@ fn fused_cases(g: &CudaBackend, c: &CpuBackend, rng: &mut StdRng, interleave: bo
                 same(&got, &g.to_host(&split), &format!("{what}: vs matmul + add"));
                 // Both one-row kernels forced in turn (`_il1_add_d`, `_il1_add`): occupancy picked one of them above.
                 for forced in [true, false] {
-                    g.set_add_deep(Some(forced));
+                    g.tune(|t| t.add_deep = Some(forced));
                     let mut other = xd.clone();
                     g.matmul_add(&h, &og, bias.then_some(&obg), &mut other);
                     same(&got, &g.to_host(&other), &format!("{what}: vs the deeper kernel {forced}"));
                 }
-                g.set_add_deep(None);
+                g.tune(|t| t.add_deep = None);
                 let mut accc = x.clone();
                 c.matmul_add(&h, &oc, bias.then_some(&obc), &mut accc);
                 same(&got, &c.to_host(&accc), &format!("{what}: cuda vs cpu"));
@@ -879,9 +894,15 @@ fn interleaved_float_weights_match_the_cpu() {
     ];
     let (gf, gc, cf, cc) =
         (gpu(Precision::Full), gpu(Precision::Checkpoint), cpu(Precision::Full), cpu(Precision::Checkpoint));
-    // Interleaving is on by default (TF_CUDA_INTERLEAVE=0 turns it off): on for these two backends either way.
-    gf.set_float_tuning(true, 0);
-    gc.set_float_tuning(true, 0);
+    // Interleaving is on by default (`CudaTuning::interleave`): on for these two backends either way.
+    gf.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
+    gc.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
     for (dtype, n, k, precision) in cases {
         let (g, c): (&dyn Backend, &dyn Backend) = if precision == Precision::Full { (&gf, &cf) } else { (&gc, &cc) };
         let block = if dtype == DType::F32 { 64 } else { 128 };
@@ -941,7 +962,10 @@ fn interleaved_float_weights_match_the_cpu() {
     // The tensor arithmetic reads the checkpoint order: nothing is interleaved there.
     let t = tf_backend_cuda::CudaBackend::with_arithmetic(0, Precision::Full, tf_backend_cuda::Arithmetic::Tensor)
         .unwrap_or_else(|e| panic!("{e}"));
-    t.set_float_tuning(true, 0);
+    t.tune(|t| {
+        t.interleave = true;
+        t.il_cols = 0;
+    });
     let w = random_weight(DType::BF16, 8, 256, &mut rng);
     assert!(!interleaved(&up(&t, "w", DType::BF16, &[8, 256], &w)), "tensor arithmetic");
 }

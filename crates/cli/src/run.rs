@@ -176,6 +176,7 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
+    crate::session::refuse_cuda_overrides("run")?;
     if args.stop.iter().any(String::is_empty) {
         return Err("--stop: an empty stop string would end every reply at once".into());
     }

@@ -214,6 +214,7 @@ report, which describes how the new bridge was designed, financed and built over
 from several countries. ";
 
 pub fn bench(args: &BenchArgs) -> Result<(), String> {
+    crate::session::use_cuda_env_tuning()?;
     if args.prompt_tokens == 0 || args.gen_tokens < 2 || args.runs == 0 {
         return Err("--prompt-tokens must be ≥ 1, --gen-tokens ≥ 2 and --runs ≥ 1".into());
     }

@@ -88,6 +88,7 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
+    crate::session::refuse_cuda_overrides("serve")?;
     if args.model.dummy() {
         return Err("--load-format dummy: serve needs real weights (use it with bench or run)".into());
     }

@@ -2,9 +2,9 @@
 
 use crate::model_ref::ModelRef;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tf_backend_cpu::CpuBackend;
-use tf_backend_cuda::Arithmetic;
+use tf_backend_cuda::{Arithmetic, CudaTuning};
 use tf_core::DType;
 use tf_core::{Backend, Precision};
 use tf_loader::dummy::DummyWeights;
@@ -36,6 +36,30 @@ impl BackendChoice {
             _ => None,
         }
     }
+}
+
+/// The tuning [`build_backend`] gives the CUDA backend: the measured defaults unless `bench` took the
+/// environment's ([`use_cuda_env_tuning`]).
+static CUDA_TUNING: OnceLock<CudaTuning> = OnceLock::new();
+
+/// For `serve` and `run`, which run the measured default CUDA tuning only: an error naming the first `TF_CUDA_*`
+/// variable set in the environment, if any.
+pub fn refuse_cuda_overrides(command: &str) -> Result<(), String> {
+    match tf_backend_cuda::tuning::env_overrides().first() {
+        Some(k) => Err(format!(
+            "{k} is set: CUDA tuning overrides are for `tensorfold bench` only; `tensorfold {command}` runs the \
+             measured defaults (unset {k})"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// For `bench`: every CUDA backend built later takes the environment's tuning (`TF_CUDA_*`,
+/// `CudaTuning::from_env`); a bad value is an error naming its variable.
+pub fn use_cuda_env_tuning() -> Result<(), String> {
+    let t = CudaTuning::from_env()?;
+    let _ = CUDA_TUNING.set(t);
+    Ok(())
 }
 
 /// Builds the backend `choice` names: the CPU with `threads` threads, or the first CUDA device in `arithmetic`
@@ -75,7 +99,8 @@ fn cuda(precision: Precision, arithmetic: Arithmetic) -> Result<Arc<dyn Backend>
     // otherwise. Both compiles are cached (src/kernel_cache.rs, the driver's cache), so later starts take seconds.
     eprintln!("tensorfold: loading the CUDA kernels (the first start on a machine compiles them, up to a minute)");
     let t = std::time::Instant::now();
-    let be = tf_backend_cuda::CudaBackend::with_arithmetic(0, precision, arithmetic)
+    let tuning = CUDA_TUNING.get().cloned().unwrap_or_default();
+    let be = tf_backend_cuda::CudaBackend::with_tuning(0, precision, arithmetic, tuning)
         .map_err(|e| format!("--backend cuda: {e}"))?;
     let s = t.elapsed().as_secs_f64();
     if s > 5.0 {

@@ -7,20 +7,22 @@
 //! Prints one line per measurement: prefill of 64 tokens, single-row decode steps and 16-row windows (medians of
 //! timed steps after warm-ups, each step ending with the logits on the host, as the engine reads them), and for
 //! float types the MLP matmuls alone at 1..2048 rows (TFLOP/s and weight GB/s), in the portable arithmetic for both
-//! weight layouts (unpermuted and interleaved). `TF_CUDA_INTERLEAVE=0` loads the model's float matrices unpermuted
-//! (the default is interleaved, `CudaWeight::interleaved`), for an A/B of whole steps. `TF_BENCH_BOUNDARY=1` and
-//! `TF_BENCH_CHAIN=1` measure one launch boundary and one dependent one-row matmul alone, launched and in one
-//! persistent launch (see their functions).
+//! weight layouts (unpermuted and interleaved). The backend runs the tuning of the environment
+//! (`CudaTuning::from_env`: `TF_CUDA_INTERLEAVE=0` loads the model's float matrices unpermuted, for an A/B of whole
+//! steps; `TF_CUDA_DEFINES` compiles the kernels with other defines). `TF_BENCH_BOUNDARY=1` and `TF_BENCH_CHAIN=1`
+//! measure one launch boundary and one dependent one-row matmul alone, launched and in one persistent launch (the
+//! lab's probes, see their functions).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
 use tf_backend_cuda::device::Mark;
-use tf_backend_cuda::{Arithmetic, CudaBackend};
+use tf_backend_cuda::{Arithmetic, CudaBackend, CudaTuning, KernelDefine};
 use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, Rope, RopeKv, RowAttn,
     Tensor, TensorInfo, Weight,
 };
+use tf_cuda_lab::probes::Probes;
 use tf_loader::dummy::DummyWeights;
 use tf_loader::hf_config::HfConfig;
 use tf_models::{load_model, Batch, Model};
@@ -81,23 +83,6 @@ fn last_host() -> f64 {
     HOST.with(|h| h.get())
 }
 
-/// [`step`] through a CUDA graph (`CudaBackend::graph_forward`).
-fn graph_step(
-    be: &CudaBackend,
-    m: &dyn Model,
-    kv: &mut KvCache,
-    table: &[u32],
-    positions: std::ops::Range<usize>,
-) -> f64 {
-    let t = Instant::now();
-    let n = positions.len();
-    let batch = batch(table, positions);
-    let y = be.graph_forward(&mut || m.forward(be, &batch, kv));
-    HOST.with(|h| h.set(t.elapsed().as_secs_f64()));
-    fetch(be, &y, n, m.vocab_size());
-    t.elapsed().as_secs_f64()
-}
-
 fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
     let n = positions.len();
     Batch {
@@ -145,7 +130,7 @@ impl Timed<'_> {
         for (op, a, b) in self.marks.lock().unwrap().drain(..) {
             let e = m.entry(op).or_default();
             e.0 += 1;
-            e.1 += self.be.elapsed_ms(&a, &b) as f64 / 1e3;
+            e.1 += self.be.device().elapsed_ms(&a, &b) as f64 / 1e3;
         }
     }
 
@@ -154,9 +139,9 @@ impl Timed<'_> {
             return f();
         }
         if self.gpu {
-            let a = self.be.mark();
+            let a = self.be.device().mark();
             let r = f();
-            let b = self.be.mark();
+            let b = self.be.device().mark();
             self.marks.lock().unwrap().push((op, a, b));
             if op == "to_host" {
                 self.collect();
@@ -325,12 +310,12 @@ fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize, int
         let gpu_us = |w: &Weight| {
             let mut times = Vec::new();
             for i in 0..23 {
-                let a = be.mark();
+                let a = be.device().mark();
                 let y = be.matmul(&x1, w, None);
-                let b = be.mark();
+                let b = be.device().mark();
                 be.synchronize();
                 if i >= 3 {
-                    times.push(be.elapsed_ms(&a, &b) as f64 * 1e3);
+                    times.push(be.device().elapsed_ms(&a, &b) as f64 * 1e3);
                 }
                 drop(y);
             }
@@ -339,7 +324,10 @@ fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize, int
         };
         let mut one = Vec::new();
         for &il in layouts {
-            be.set_float_tuning(il, 0);
+            be.tune(|t| {
+                t.interleave = il;
+                t.il_cols = 0;
+            });
             let w = be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"));
             let layout = if !layouts.contains(&true) {
                 ""
@@ -378,14 +366,23 @@ fn matmul_rates(be: &CudaBackend, dtype: DType, hidden: usize, inter: usize, int
             }
             one.push(format!("interleaved (by shape) {}", gpu_us(&w)));
             for cols in [2, 8, 16] {
-                be.set_float_tuning(true, cols);
+                be.tune(|t| {
+                    t.interleave = true;
+                    t.il_cols = cols;
+                });
                 one.push(format!("{cols} cols {}", gpu_us(&w)));
             }
-            be.set_float_tuning(true, 0);
+            be.tune(|t| {
+                t.interleave = true;
+                t.il_cols = 0;
+            });
         }
         println!("  matmul {what} [{n}, {k}] {dtype} 1 row, GPU time: {}", one.join(" | "));
     }
-    be.set_float_tuning(interleave, 0);
+    be.tune(|t| {
+        t.interleave = interleave;
+        t.il_cols = 0;
+    });
 }
 
 /// Attention alone (GPU time between events, median of 20 after 3 warm-ups) for 1 row and a 16-row window at
@@ -401,7 +398,7 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
     let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 0.088, window: None, softcap: None };
     let mut parts = Vec::new();
     for (cap, rows) in [(0usize, 1usize), (0, 16), (7, 1), (7, 16), (1, 1), (1, 16)] {
-        be.set_attn_heads(cap);
+        be.tune(|t| t.attn_heads = cap);
         for ctx in [16usize, 256, 600, 2048] {
             let q = Tensor::host(rows, heads * hd, kvals[..rows * heads * hd].to_vec());
             let qd = be.select_rows(&q, &(0..rows).collect::<Vec<_>>());
@@ -416,12 +413,12 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
             };
             let mut times = Vec::new();
             for i in 0..23 {
-                let a = be.mark();
+                let a = be.device().mark();
                 let y = be.attention(&qd, &kv, 0, &meta, &p);
-                let b = be.mark();
+                let b = be.device().mark();
                 be.synchronize();
                 if i >= 3 {
-                    times.push(be.elapsed_ms(&a, &b) as f64);
+                    times.push(be.device().elapsed_ms(&a, &b) as f64);
                 }
                 drop(y);
             }
@@ -429,7 +426,7 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
         }
         parts.push(format!("[heads per block: {}]", if cap == 0 { "auto".to_string() } else { format!("≤ {cap}") }));
     }
-    be.set_attn_heads(0);
+    be.tune(|t| t.attn_heads = 0);
     println!("  attention alone ({heads} heads, {kv_heads} kv heads, GPU time): {}", parts.join(" | "));
 }
 
@@ -449,10 +446,10 @@ fn variants(list: &str, shape: &str, cfg: &HfConfig, src: &DummyWeights, precisi
     let mut runs = Vec::new();
     let t0 = Instant::now();
     for name in &names {
-        let defines: Vec<String> =
-            if *name == "base" { vec![] } else { name.split_whitespace().map(String::from).collect() };
-        let be = CudaBackend::with_defines(0, precision, arith, &defines).unwrap_or_else(|e| panic!("{e}"));
-        be.set_float_tuning(true, 0);
+        let defines =
+            if *name == "base" { vec![] } else { KernelDefine::parse_list(name).unwrap_or_else(|e| panic!("{e}")) };
+        let tuning = CudaTuning { defines, ..CudaTuning::default() };
+        let be = CudaBackend::with_tuning(0, precision, arith, tuning).unwrap_or_else(|e| panic!("{e}"));
         let model = load_model(&be, src, cfg).unwrap_or_else(|e| panic!("{e}"));
         let mut kv = be.alloc_kv(model.kv_spec(128, BLOCK)).expect("kv");
         // The prefill's logits and those of one-row and 16-row steps after it.
@@ -500,92 +497,24 @@ fn variants(list: &str, shape: &str, cfg: &HfConfig, src: &DummyWeights, precisi
     }
 }
 
-/// The one-row decode chain's timeline per layer from `TRACE=1` kernels (kernels/common.cu): each event's offset
-/// from the layer's q/k/v kernel entry, median and mean over the steps and the layers but the first and last.
-fn trace_report(traces: &[Vec<u64>], layers: usize) {
-    const INST: usize = 64;
-    const EVENTS: usize = 8;
-    const STRIPES: usize = 16;
-    // (name, kind, instance of layer l: l, 2l or 2l + 1, 0 = l + 1, event, first)
-    let list: [(&str, usize, u8, usize, bool); 25] = [
-        ("norm entry (first)", 3, 0, 0, true),
-        ("norm exit (last)", 3, 0, 3, false),
-        ("qkv entry (first)", 0, 0, 0, true),
-        ("qkv after wait (first)", 0, 0, 1, true),
-        ("qkv after wait (last)", 0, 0, 2, false),
-        ("qkv exit (last)", 0, 0, 3, false),
-        ("attn entry (first)", 1, 0, 0, true),
-        ("attn after wait (first)", 1, 0, 1, true),
-        ("attn after wait (last)", 1, 0, 2, false),
-        ("attn q loaded (last)", 1, 0, 4, false),
-        ("attn first visits (last)", 1, 0, 7, false),
-        ("attn scores (last)", 1, 0, 5, false),
-        ("attn softmax (last)", 1, 0, 6, false),
-        ("attn exit (last)", 1, 0, 3, false),
-        ("o entry (first)", 2, 1, 0, true),
-        ("o after wait (first)", 2, 1, 1, true),
-        ("o after wait (last)", 2, 1, 2, false),
-        ("o exit (last)", 2, 1, 3, false),
-        ("glu entry (first)", 4, 0, 0, true),
-        ("glu exit (last)", 4, 0, 3, false),
-        ("down entry (first)", 2, 2, 0, true),
-        ("down after wait (first)", 2, 2, 1, true),
-        ("down exit (last)", 2, 2, 3, false),
-        ("next norm entry (first)", 3, 3, 0, true),
-        ("next qkv entry (first)", 0, 3, 0, true),
-    ];
-    let at = |t: &[u64], kind: usize, inst: usize, ev: usize, first: bool| -> Option<u64> {
-        let base = ((kind * INST + inst) * EVENTS + ev) * STRIPES;
-        let v = *t.get(base..base + STRIPES)?.iter().max()?;
-        (v != 0).then_some(if first { !v } else { v })
-    };
-    println!(
-        "trace: {} steps, layers 1..{} (µs from the layer's q/k/v kernel entry: median, mean, samples)",
-        traces.len(),
-        layers.saturating_sub(1)
-    );
-    for (name, kind, which, ev, first) in list {
-        let mut v = Vec::new();
-        for t in traces {
-            for l in 1..layers.saturating_sub(1) {
-                let inst = match which {
-                    0 => l,
-                    1 => 2 * l,
-                    2 => 2 * l + 1,
-                    _ => l + 1,
-                };
-                if let (Some(base), Some(x)) = (at(t, 0, l, 0, true), at(t, kind, inst, ev, first)) {
-                    v.push((x as i64 - base as i64) as f64 / 1e3);
-                }
-            }
-        }
-        if v.is_empty() {
-            println!("  {name:<26} -");
-            continue;
-        }
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        let n = v.len();
-        println!("  {name:<26} {:>8.2} {:>8.2} {n:>6}", median(v), mean);
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-/// `TF_BENCH_BOUNDARY=1`: what one programmatic launch boundary costs alone ([`CudaBackend::boundary_probe`]): for
+/// `TF_BENCH_BOUNDARY=1`: what one programmatic launch boundary costs alone ([`Probes::boundary`]): for
 /// grids of 1 block to 8 per SM (H200) and spins of 2 and 5 µs, GPU µs per launch with and without programmatic
 /// dependence, medians of 5 chains of 200; the boundary is the time over the spin. Then the same grids and spins
 /// with a grid barrier in global memory instead of a launch (one launch of 200 rounds): what a persistent kernel
 /// would pay per phase.
 fn boundary(arithmetic: Arithmetic) {
     let be = CudaBackend::with_arithmetic(0, Precision::Full, arithmetic).unwrap_or_else(|e| panic!("{e}"));
-    be.boundary_probe(50, 132, 128, 2000, true); // warm-up
+    let probes = Probes::new(&be).unwrap_or_else(|e| panic!("{e}"));
+    probes.boundary(50, 132, 128, 2000, true); // warm-up
     println!("boundary: blocks, spin µs; µs per launch with programmatic dependence (over the spin), plain (over)");
     for blocks in [1u32, 132, 528, 1056] {
         for spin in [2000, 5000] {
-            let med = |pdl: bool| median((0..5).map(|_| be.boundary_probe(200, blocks, 128, spin, pdl)).collect());
+            let med = |pdl: bool| median((0..5).map(|_| probes.boundary(200, blocks, 128, spin, pdl)).collect());
             let (p, q, s) = (med(true), med(false), spin as f64 / 1e3);
             println!("  {blocks:5} {s:4.1}  {p:6.2} ({:+.2})  {q:6.2} ({:+.2})", p - s, q - s);
         }
@@ -593,13 +522,13 @@ fn boundary(arithmetic: Arithmetic) {
     // The same warps in fewer, larger blocks: whether a boundary's cost follows the blocks or the warps.
     println!("boundary by block size (2 µs spin, programmatic): blocks × threads, µs per launch (over the spin)");
     for (blocks, threads) in [(2112, 64), (1056, 128), (528, 256), (264, 512), (132, 1024), (1152, 64), (288, 256)] {
-        let m = median((0..5).map(|_| be.boundary_probe(200, blocks, threads, 2000, true)).collect());
+        let m = median((0..5).map(|_| probes.boundary(200, blocks, threads, 2000, true)).collect());
         println!("  {blocks:5} × {threads:4}  {m:6.2} ({:+.2})", m - 2.0);
     }
     println!("grid barrier in one launch: blocks, spin µs; µs per round (over the spin)");
     for blocks in [1u32, 132, 528, 1056] {
         for spin in [2000, 5000] {
-            let v: Vec<f64> = (0..5).filter_map(|_| be.barrier_probe(200, blocks, spin)).collect();
+            let v: Vec<f64> = (0..5).filter_map(|_| probes.barrier(200, blocks, spin)).collect();
             if v.is_empty() {
                 println!("  {blocks:5}: more blocks than the GPU holds at once");
                 continue;
@@ -621,7 +550,7 @@ fn boundary(arithmetic: Arithmetic) {
 /// how much of the time beyond the bytes an earlier copy of the weights into L2 could take away.
 fn chain() {
     let be = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Portable).unwrap_or_else(|e| panic!("{e}"));
-    be.set_float_tuning(true, 0);
+    let probes = Probes::new(&be).unwrap_or_else(|e| panic!("{e}"));
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         s ^= s << 13;
@@ -638,7 +567,7 @@ fn chain() {
             .map(|_| {
                 // The rows grow along a chain and may reach inf or NaN; an fma costs the same on any value, so the
                 // timing does not depend on them.
-                let bytes = tf_backend_cuda::timing_bf16_bytes(k * k, next());
+                let bytes = tf_cuda_lab::timing_bf16_bytes(k * k, next());
                 be.upload(&info, &bytes).unwrap_or_else(|e| panic!("{e}"))
             })
             .collect();
@@ -648,11 +577,11 @@ fn chain() {
         };
         let (mut a, mut b) = (row(&mut next), row(&mut next));
         let mut run = |forced: Option<bool>, m: usize| {
-            be.set_add_deep(forced);
+            be.tune(|t| t.add_deep = forced);
             let mut times = Vec::new();
             for rep in 0..6 {
-                be.spin(3_000_000);
-                let t0 = be.mark();
+                probes.spin(3_000_000);
+                let t0 = be.device().mark();
                 for i in 0..200 {
                     let w = &ws[i % m];
                     if i % 2 == 0 {
@@ -661,20 +590,20 @@ fn chain() {
                         be.matmul_add(&a, w, None, &mut b);
                     }
                 }
-                let t1 = be.mark();
+                let t1 = be.device().mark();
                 be.synchronize();
                 if rep > 0 {
-                    times.push(be.elapsed_ms(&t0, &t1) as f64 * 1e3 / 200.0);
+                    times.push(be.device().elapsed_ms(&t0, &t1) as f64 * 1e3 / 200.0);
                 }
             }
             let us = median(times);
             format!("{us:7.2} ({:5.0})", wbytes as f64 / us / 1e3)
         };
         let (picked, plain, deep, hot) = (run(None, m), run(Some(false), m), run(Some(true), m), run(None, 2));
-        be.set_add_deep(None);
+        be.tune(|t| t.add_deep = None);
         println!("  {k:5} {:7.1}  {picked}  {plain}  {deep}  {hot}", wbytes as f64 / 1e6);
     }
-    // The same dependent steps in one persistent launch (`CudaBackend::chain_persist_probe`): a grid barrier per step
+    // The same dependent steps in one persistent launch (`Probes::chain_persist`): a grid barrier per step
     // and each column's next weight row in flight across it; what a persistent decode kernel would pay per step.
     println!("chain, one persistent launch: K, threads, mode (1: x in shared memory, 2: flag barrier, 4: y in");
     println!(
@@ -684,7 +613,7 @@ fn chain() {
         let wbytes = 2 * k * k;
         let m = (256_000_000usize.div_ceil(wbytes)).max(2);
         for (threads, mode) in [(256u32, 5), (128, 13), (256, 13), (512, 13)] {
-            let cell = |m: usize| match be.chain_persist_probe(k, m, 200, threads, mode) {
+            let cell = |m: usize| match probes.chain_persist(k, m, 200, threads, mode) {
                 Some(us) => format!("{us:7.2} ({:5.0})", wbytes as f64 / us / 1e3),
                 None => "      -        ".to_string(),
             };
@@ -724,10 +653,9 @@ fn main() {
         variants(&list, shape_name, &cfg, &src, precision, arithmetic);
         return;
     }
-    let be = CudaBackend::with_arithmetic(0, precision, arithmetic).unwrap_or_else(|e| panic!("{e}"));
-    // TF_CUDA_INTERLEAVE=0: the model's float matrices unpermuted (the backend's default is interleaved).
-    let interleave = !std::env::var("TF_CUDA_INTERLEAVE").is_ok_and(|v| v == "0");
-    be.set_float_tuning(interleave, 0);
+    let tuning = CudaTuning::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let interleave = tuning.interleave;
+    let be = CudaBackend::with_tuning(0, precision, arithmetic, tuning).unwrap_or_else(|e| panic!("{e}"));
     let t = Instant::now();
     let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
     be.synchronize();
@@ -751,42 +679,23 @@ fn main() {
         step(&be, model.as_ref(), &mut kv, &table, 0..64);
         let ids = std::env::var_os("TF_BENCH_IDS").is_some();
         IDS_ONLY.with(|c| c.set(ids));
-        // TF_BENCH_GRAPH=1: every step through a CUDA graph (the first of each shape captures it).
-        let graph = std::env::var_os("TF_BENCH_GRAPH").is_some();
         let (mut times, mut host) = (vec![Vec::new(); rows.len()], vec![Vec::new(); rows.len()]);
-        // TF_BENCH_TRACE=1 with kernels built with TRACE=1: each step's kernel timestamps (trace_report).
-        let trace = std::env::var_os("TF_BENCH_TRACE").is_some();
-        let mut traces = Vec::new();
-        if trace {
-            be.trace_take().expect("TF_BENCH_TRACE needs kernels built with TRACE=1");
-        }
         let mut pos = 64;
         for _ in 0..steps {
             for (i, &r) in rows.iter().enumerate() {
                 if pos + r > table.len() * BLOCK {
                     pos = 64; // stay inside the cache: later steps overwrite earlier positions
                 }
-                let s = if graph {
-                    graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + r)
-                } else {
-                    step(&be, model.as_ref(), &mut kv, &table, pos..pos + r)
-                };
+                let s = step(&be, model.as_ref(), &mut kv, &table, pos..pos + r);
                 times[i].push(s);
                 host[i].push(last_host());
-                if trace {
-                    traces.push(be.trace_take().expect("trace"));
-                }
                 pos += r;
             }
         }
-        if trace {
-            trace_report(&traces, cfg.num_hidden_layers as usize);
-        }
         let what = if ids { "argmax ids" } else { "logits" };
-        let how = if graph { format!("graph {:?}", be.graph_counts()) } else { "eager".to_string() };
         for ((r, t), h) in rows.iter().zip(times).zip(host) {
             println!(
-                "decode only ({how}): {steps} steps of {r} row(s), {what}, median {:.3} ms (host side {:.3} ms)",
+                "decode only: {steps} steps of {r} row(s), {what}, median {:.3} ms (host side {:.3} ms)",
                 median(t) * 1e3,
                 median(h) * 1e3
             );
@@ -823,31 +732,8 @@ fn main() {
         }
     }
     let (m1, m16) = (median(one), median(window));
-    // The same steps through CUDA graphs (3 warm-ups: the capture, then replays).
-    let (mut g1, mut g16, mut g1_host) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..23 {
-        let s = graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + 1);
-        pos += 1;
-        if i >= 3 {
-            g1.push(s);
-            g1_host.push(last_host());
-        }
-    }
-    for i in 0..13 {
-        let s = graph_step(&be, model.as_ref(), &mut kv, &table, pos..pos + 16);
-        pos += 16;
-        if i >= 3 {
-            g16.push(s);
-        }
-    }
-    let (g1, g16) = (median(g1), median(g16));
-    println!(
-        "  host side of a 1-row step (until the forward returns): eager {:.2} ms, graph replay {:.2} ms",
-        median(one_host) * 1e3,
-        median(g1_host) * 1e3
-    );
+    println!("  host side of a 1-row step (until the forward returns): {:.2} ms", median(one_host) * 1e3);
     let mode = format!("{} {}", precision.name(), arithmetic.name());
-    let (captured, replayed) = be.graph_counts();
     // One more set of steps with every op timed on its own (1 row, then 16 rows).
     for (rows, gpu) in [(1, false), (16, false), (1, true), (16, true)] {
         let timed = Timed::new(&be, gpu);
@@ -919,15 +805,5 @@ fn main() {
         gb / m1,
         m16 * 1e3,
         m16 / m1
-    );
-    println!(
-        "{shape_name} {dtype} {} with CUDA graphs: decode 1 row {:.2} ms = {:.1} tok/s ({:.0} GB/s of weights) | \
-         16-row window {:.2} ms = {:.2}x one row | {captured} captures, {replayed} replays",
-        mode,
-        g1 * 1e3,
-        1.0 / g1,
-        gb / g1,
-        g16 * 1e3,
-        g16 / g1
     );
 }

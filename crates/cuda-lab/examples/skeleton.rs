@@ -17,6 +17,7 @@
 
 use tf_backend_cuda::{Arithmetic, CudaBackend};
 use tf_core::{Backend, DType, GluAct, Precision, Tensor, TensorInfo, Weight};
+use tf_cuda_lab::probes::Probes;
 
 /// (name, hidden, intermediate, layers, heads, kv heads, vocab): the bench example's shapes (head_dim 128).
 const SHAPES: [(&str, usize, usize, usize, usize, usize, usize); 3] = [
@@ -46,11 +47,21 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn run(be: &CudaBackend, name: &str, hidden: usize, inter: usize, layers: usize, kv_dim: usize, vocab: usize) {
+#[allow(clippy::too_many_arguments)]
+fn run(
+    be: &CudaBackend,
+    probes: &Probes,
+    name: &str,
+    hidden: usize,
+    inter: usize,
+    layers: usize,
+    kv_dim: usize,
+    vocab: usize,
+) {
     // One pool of timing patterns sliced for every weight (each weight is its own allocation, so the reads are
     // distinct bytes to the GPU).
     let largest = [vocab * hidden, inter * hidden].into_iter().max().unwrap_or(0);
-    let pool = tf_backend_cuda::timing_bf16_bytes(largest, 0x9E37_79B9_7F4A_7C15);
+    let pool = tf_cuda_lab::timing_bf16_bytes(largest, 0x9E37_79B9_7F4A_7C15);
     let mut bytes = 0u64;
     let mut load = |shape: &[usize]| {
         let n: usize = shape.iter().product();
@@ -104,14 +115,14 @@ fn run(be: &CudaBackend, name: &str, hidden: usize, inter: usize, layers: usize,
         let n = 20;
         let times: Vec<f64> = (0..5)
             .map(|_| {
-                be.spin(3_000_000);
-                let t0 = be.mark();
+                probes.spin(3_000_000);
+                let t0 = be.device().mark();
                 for _ in 0..n {
                     drop(token(&mut x));
                 }
-                let t1 = be.mark();
+                let t1 = be.device().mark();
                 be.synchronize();
-                be.elapsed_ms(&t0, &t1) as f64 * 1e3 / n as f64
+                be.device().elapsed_ms(&t0, &t1) as f64 * 1e3 / n as f64
             })
             .collect();
         let us = median(times);
@@ -128,10 +139,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names = if args.is_empty() { vec!["qwen2.5-1.5b".to_string(), "qwen2.5-7b".to_string()] } else { args };
     let be = CudaBackend::with_arithmetic(0, Precision::Full, Arithmetic::Portable).unwrap_or_else(|e| panic!("{e}"));
-    be.set_float_tuning(true, 0);
+    let probes = Probes::new(&be).unwrap_or_else(|e| panic!("{e}"));
     for name in &names {
         let &(_, hidden, inter, layers, _heads, kv_heads, vocab) =
             SHAPES.iter().find(|s| s.0 == name).unwrap_or_else(|| panic!("unknown shape {name}"));
-        run(&be, name, hidden, inter, layers, kv_heads * 128, vocab);
+        run(&be, &probes, name, hidden, inter, layers, kv_heads * 128, vocab);
     }
 }

@@ -67,8 +67,8 @@ impl CudaBackend {
         let part =
             if cmax > 1 { self.alloc_f32(q.rows * p.heads * cmax * (p.head_dim + 2)) } else { self.alloc_f32(0) };
         // S query heads of one KV group per block share its K/V loads when there are blocks enough to fill the GPU
-        // (TF_CUDA_ATTN_HEADS=1..7 forces a cap, for timing); every head's arithmetic is the same either way.
-        let sb = attn_heads_per_block(p.heads, p.kv_heads, q.rows * cmax, self.attn_heads_cap.load(Ordering::Relaxed));
+        // (`CudaTuning::attn_heads` 1..=7 caps it); every head's arithmetic is the same either way.
+        let sb = attn_heads_per_block(p.heads, p.kv_heads, q.rows * cmax, self.tune.attn_heads.load(Ordering::Relaxed));
         // One head per block: ATTN_VSPLIT blocks per head, each with a slice of the V dimensions.
         let vsplit = if sb == 1 { self.gpu.attn_vsplit } else { 1 };
         self.gpu

@@ -35,13 +35,9 @@ impl CudaBackend {
     }
 
     /// A half copy for an activation of `rows × cols` that the `_h` tensor-core kernels will read (a window of
-    /// [`half_rows`] rows in the tensor arithmetic), unless copies are off (`TF_CUDA_HALF_X=0`): `(buffer, f16)`.
+    /// [`half_rows`] rows in the tensor arithmetic): `(buffer, f16)`.
     pub(super) fn half_out(&self, rows: usize, cols: usize) -> Option<(Buf, bool)> {
-        if self.arithmetic != Arithmetic::Tensor
-            || !half_rows(rows)
-            || cols == 0
-            || self.tune.no_half_x.load(Ordering::Relaxed)
-        {
+        if self.arithmetic != Arithmetic::Tensor || !half_rows(rows) || cols == 0 {
             return None;
         }
         let f16 = match self.half_kind.load(Ordering::Relaxed) {

@@ -213,15 +213,15 @@ impl CudaBackend {
 
     /// Whether [`Self::matmul_launch`] of `x` against `cw` picks a kernel that can add into its output (`EPI_ADD`):
     /// a tensor-core kernel, or `matmul_float`'s row groups (float weights, unless one row of an interleaved weight:
-    /// `_il1`); not the quantized kernels. Off with `TF_CUDA_EPI_ADD=0`.
+    /// `_il1`); not the quantized kernels.
     fn epi_add(&self, x: &Tensor, cw: &CudaWeight) -> bool {
         let quant = self.precision == Precision::Checkpoint && checkpoint_block(cw.dtype).is_some();
         let float = matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) && !(x.rows == 1 && cw.interleaved);
-        !quant && (self.mma_path(cw) || float) && !self.tune.no_epi_add.load(Ordering::Relaxed)
+        !quant && (self.mma_path(cw) || float)
     }
 
     /// Whether `x`'s rows against `cw` can run on the interleaved one-row kernels: an interleaved weight (the
-    /// portable arithmetic) of x's width. Every one-row kernel takes its block width from `FloatTuning::il1_cols`.
+    /// portable arithmetic) of x's width. Every one-row kernel takes its block width from `Knobs::il1_cols`.
     fn one_row_il(&self, x: &Tensor, cw: &CudaWeight) -> bool {
         cw.interleaved && cw.in_dim == x.cols
     }
@@ -249,7 +249,7 @@ impl CudaBackend {
     /// [`Backend::norm_qkv_rope_kv_write`]: one row with q/k/v on the one-row kernels and the whole head rotated:
     /// `rms_norm`, then one launch of `_il1_qkv_rope` (the projections rotate q and k and write k and v into the
     /// cache in their epilogue, with `rope_kv_write`'s arithmetic). Anything else, q/k/v norming their own row
-    /// (`TF_CUDA_NORM_FUSE` bit 0) or `TF_CUDA_QKV_ROPE=0`: the projections, then `rope_kv_write`.
+    /// (`CudaTuning::norm_fuse` bit 0) or `CudaTuning::qkv_rope` off: the projections, then `rope_kv_write`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn norm_qkv_rope_impl(
         &self,
