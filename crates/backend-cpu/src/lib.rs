@@ -126,16 +126,6 @@ impl CpuBackend {
     }
 }
 
-/// `w`, or `w` kept in its stored layout when `TF_CPU_PACK=0` (for comparing the one-row tile kernels with the
-/// AVX-512 wide layout; the bits are the same either way).
-fn packing(w: CpuWeight) -> CpuWeight {
-    if std::env::var("TF_CPU_PACK").is_ok_and(|v| v == "0") {
-        w.unpacked()
-    } else {
-        w
-    }
-}
-
 impl Backend for CpuBackend {
     fn describe(&self) -> String {
         format!("cpu ({}, {} threads)", self.isa.name(), self.threads)
@@ -146,12 +136,12 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError> {
-        let w = packing(CpuWeight::from_bytes(info, bytes)?);
+        let w = CpuWeight::from_bytes(info, bytes)?;
         Ok(Weight { name: info.name.clone(), dtype: w.dtype(), shape: w.shape().to_vec(), storage: Arc::new(w) })
     }
 
     fn upload_shared(&self, info: &TensorInfo, bytes: SharedBytes) -> Result<Weight, BackendError> {
-        let w = packing(CpuWeight::from_shared(info, bytes)?);
+        let w = CpuWeight::from_shared(info, bytes)?;
         Ok(Weight { name: info.name.clone(), dtype: w.dtype(), shape: w.shape().to_vec(), storage: Arc::new(w) })
     }
 
