@@ -9,8 +9,7 @@
 # 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
 # `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B. `floor` (ROUNDS, default 4):
 # serial decode of the three shapes against the floor this machine's copy bandwidth
-# gives, in alternated rounds (bench/decode_floor.py). `gaps`: the GPU's idle time between decode steps
-# (TF_CUDA_GAPS=1, docs/cuda.md) through the engine and through the bench example's bare loop, 7B and 1.5B.
+# gives, in alternated rounds (bench/decode_floor.py). The examples are crates/cuda-lab's.
 # Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-.device/out}
@@ -175,7 +174,7 @@ if [ "$what" = tensor ]; then
             --seeds 2 --max-tokens 48 --json >"$OUT/check-tensor.json" 2>"$OUT/check-tensor.err"
         echo "check cuda tensor rc=$?: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["cases"]; print(len(c), "cases,", r["mismatches"], "mismatches,", sum(x["drafted"] for x in c), "drafted,", sum(x["accepted"] for x in c), "accepted")' "$OUT/check-tensor.json" 2>&1)"
         tail -3 "$OUT/check-tensor.err"
-        # Forward-only timings (1 row, 16-row window, graphs, per op, MLP matmuls alone), then the CLI's serial
+        # Forward-only timings (1 row, 16-row window, per op, MLP matmuls alone), then the CLI's serial
         # decode and 2048-token prefill.
         for cfg in "qwen2.5-1.5b bf16 full tensor" "qwen2.5-7b bf16 full tensor"; do
             timeout 200 $B/bench $cfg || echo "bench $cfg failed or timed out"
@@ -226,19 +225,6 @@ for k, v in sorted(st.items(), key=lambda x: -sorted(x[1])[len(x[1]) // 2][0]):
 PY
         done
     } 2>&1 | tee "$OUT/profile.log"
-fi
-
-if [ "$what" = gaps ]; then
-    {
-        for shape in qwen2.5-7b qwen2.5-1.5b; do
-            TF_CUDA_GAPS=1 timeout 120 $B/tensorfold bench --load-format dummy --backend cuda --precision full --json \
-                --prompt-tokens 64 --gen-tokens 128 --runs 3 .device/shapes/$shape.json >"$OUT/gaps-$shape.json" \
-                2>"$OUT/gaps-$shape.err" || echo "engine $shape failed"
-            echo "engine $shape: $(grep TF_CUDA_GAPS "$OUT/gaps-$shape.err" | tail -1)"
-            TF_CUDA_GAPS=1 TF_BENCH_DECODE_ONLY=1 TF_BENCH_IDS=1 timeout 120 $B/bench $shape bf16 full portable 2>&1 |
-                grep -E "decode only|TF_CUDA_GAPS" | tail -2 | sed "s/^/example $shape: /"
-        done
-    } 2>&1 | tee "$OUT/gaps.log"
 fi
 
 if [ "$what" = floor ]; then

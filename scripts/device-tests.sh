@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA test binaries, the CUDA-enabled `tensorfold` and the bench example here (the device machine has
+# Builds the CUDA test binaries, the CUDA-enabled `tensorfold` and the lab's bench example (crates/cuda-lab) here (the device machine has
 # no Rust toolchain), copies them with two tiny model directories into .device/ (git-ignored, carried to the
 # device), and prints the `run` command that executes scripts/device-run.sh there (logs under $OUT).
 #
@@ -23,7 +23,7 @@ for line in sys.stdin:
 ' | while read -r name exe; do
     cp "$exe" ".device/bin/test-$name"
 done
-cargo build --release -p tf-backend-cuda --features cuda --examples
+cargo build --release -p tf-cuda-lab --features cuda --examples
 cp "$CARGO_TARGET_DIR/release/examples/bench" .device/bin/bench
 cp "$CARGO_TARGET_DIR/release/examples/skeleton" .device/bin/skeleton
 cargo build --release -p tf-cli --features cuda

@@ -22,7 +22,7 @@ PTXAS=${PTXAS:-$PWD/target/nvrtc/nvidia/cuda_nvcc/bin/ptxas}
 # same example from another checkout (a git worktree) sharing this target dir would then be what runs (a "new"
 # module built that way holds the worktree's old kernels).
 touch crates/backend-cuda/src/geometry.rs
-cargo build --release -q -p tf-backend-cuda --features cuda --example ptx
+cargo build --release -q -p tf-cuda-lab --features cuda --example ptx
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 LD_LIBRARY_PATH="$NVRTC_LIB" "$CARGO_TARGET_DIR/release/examples/ptx" sm_90 "$@" >"$tmp/k.ptx"
