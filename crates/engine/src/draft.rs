@@ -1,13 +1,13 @@
-//! Decode rounds, serial or drafted (DESIGN.md §1–§3). Each round a stream offers its pending token plus up to
-//! `k` draft tokens as the rows of one forward; the target's keyed draw at every row decides, by equality,
-//! which drafts stand. Every row is row-exact, so each row's logits have the bits of the serial one-row step at
-//! that position, and the emitted tokens are exactly serial decoding's. `k = 0` is serial decoding itself: the
-//! same loop, one row per round.
+//! Drafting (DESIGN.md §1–§3): its settings ([`DraftConfig`]), the proposers requests get by default, and what
+//! turning it on does at load: the window costs measured on the real weights and the self-check that a window
+//! reproduces one-row steps bit for bit. The windows themselves run in the engine loop (`window.rs`): each
+//! round a sequence offers its pending token plus up to `k` draft tokens as rows of one forward; the target's
+//! keyed draw at every row decides, by equality, which drafts stand.
 
-use crate::generate::{chain_batch, EngineError, FinishReason, Flow, GenRequest, Generator, TokenEvent};
+use crate::generate::{chain_batch, EngineError, GenRequest, Generator};
 use crate::kv_pool::BlockTable;
-use crate::logits::{draw_row, fetch, greedy_on_device, window_on_device, Logits, Row};
-use crate::spec::{truncate_after, verify, ClassStats, CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
+use crate::logits::{fetch, Logits};
+use crate::spec::{CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
 use tf_core::{AttnMeta, RowAttn};
@@ -113,159 +113,7 @@ pub struct WindowCosts {
     pub argmax: CostTable,
 }
 
-/// One drawn token waiting to be emitted: the draw and its alternatives.
-pub(crate) struct Drawn {
-    pub(crate) token: u32,
-    /// ln P(token), when the request asked for logprobs.
-    pub(crate) logprob: Option<f64>,
-    pub(crate) top: Vec<(u32, f64)>,
-}
-
 impl<'a> Generator<'a> {
-    /// Runs decode rounds after the prompt: `first` is the prompt's last logits row. Returns the reply, why it
-    /// ended and the drafting counts.
-    pub(crate) fn decode(
-        &mut self,
-        req: &GenRequest,
-        table: &BlockTable,
-        first: Row<'_>,
-        seed: u64,
-        on_token: &mut dyn FnMut(TokenEvent) -> Flow,
-        cancelled: &dyn Fn() -> bool,
-    ) -> Result<(Vec<u32>, FinishReason, DraftCounts), EngineError> {
-        let prompt = &req.prompt;
-        let config = self.drafting.clone().filter(|c| req.draft && c.max_window >= 2);
-        let mut counts = DraftCounts { drafts: config.is_some(), ..DraftCounts::default() };
-        let mut proposer = config.as_ref().map(|c| match &c.proposer {
-            Some(make) => make(req),
-            None => default_proposer(),
-        });
-        let mut stats = ClassStats::default();
-        // Measured seconds the proposer spends per drafted token (a draft model's forwards; ~0 for context
-        // copies), an exponential moving average: it is part of what a wider window costs.
-        // The first proposal is not measured: a draft model fills its prompt then.
-        let mut propose_cost = 0.0f64;
-        let mut proposals = 0usize;
-        let mut tokens: Vec<u32> = Vec::with_capacity(req.max_tokens);
-        let mut context: Vec<u32> = prompt.clone();
-
-        // The first token comes from the prompt's last row.
-        let first = draw(req, first, seed, prompt.len(), &tokens);
-        if let Some(end) = emit(req, &mut tokens, first, on_token, cancelled) {
-            return Ok((tokens, end, counts));
-        }
-        if self.runs_ahead(req, &tokens, config.is_some()) {
-            let end = self.decode_ahead(req, table, &mut tokens, &mut counts, on_token, cancelled)?;
-            return Ok((tokens, end, counts));
-        }
-        loop {
-            let pending = *tokens.last().expect("a pending token");
-            context.push(pending);
-            let p = prompt.len() + tokens.len() - 1;
-            let remaining = req.max_tokens - tokens.len();
-            // Drafts may run up to `remaining` deep: the table holds prompt + max_tokens slots.
-            let mut class = None;
-            let tree = match (&config, proposer.as_mut()) {
-                (Some(c), Some(prop)) => {
-                    // The window costs (as this round would bring its rows back) plus the proposer's own cost
-                    // per drafted token.
-                    let device = self.device_argmax;
-                    let mut costs = c.round_costs(
-                        device && greedy_on_device(req, &tokens),
-                        device && window_on_device(req, &tokens, true),
-                    );
-                    for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
-                        *x += (w - 1) as f64 * propose_cost;
-                    }
-                    let cap = (c.max_window - 1).min(remaining);
-                    let width =
-                        &mut |cl: usize| stats.best_width(cl, &costs, c.max_window - 1).max(c.min_drafts).min(cap);
-                    let started = Instant::now();
-                    let (t, cl) = prop.propose_by_class(&context, width);
-                    class = cl;
-                    if !t.is_empty() {
-                        proposals += 1;
-                        let per_token = started.elapsed().as_secs_f64() / t.len() as f64;
-                        if proposals == 2 {
-                            propose_cost = per_token;
-                        } else if proposals > 2 {
-                            propose_cost = 0.8 * propose_cost + 0.2 * per_token;
-                        }
-                    } else {
-                        // Rounds without drafts let the estimate fade so drafting is probed again.
-                        propose_cost *= 0.95;
-                    }
-                    if t.is_empty() && c.min_drafts > 0 && cap > 0 {
-                        DraftTree::from_chain(&[fallback_guess(&context)])
-                    } else {
-                        t
-                    }
-                }
-                _ => DraftTree::new(),
-            };
-            // A chain writes its rows straight into the sequence's slots; a tree's rows (several may share a
-            // position) go to scratch slots, and the accepted path is copied into place afterwards.
-            let mut scratch = None;
-            let tree = if is_chain(&tree) {
-                tree
-            } else {
-                let mut sc = BlockTable::new(&self.pool);
-                match sc.ensure(&self.pool, tree.len()) {
-                    Ok(()) => {
-                        scratch = Some(sc);
-                        tree
-                    }
-                    Err(_) => first_chain(&tree),
-                }
-            };
-            let rows = tree.row_tokens(pending);
-            let positions = tree.row_positions(p);
-            let argmax = window_on_device(req, &tokens, rows.len() > 1);
-            let all = match &scratch {
-                None => self.forward(table, &rows, p, (0..rows.len()).collect(), argmax)?,
-                Some(sc) => self.forward_tree(table, sc, &tree, &rows, p, argmax)?,
-            };
-            let mut drawn: Vec<Drawn> = Vec::new();
-            let verdict = verify(&tree, &mut |row, path| {
-                let mut reply = tokens.clone();
-                reply.extend_from_slice(path);
-                let d = draw(req, all.row(row), seed, positions[row] + 1, &reply);
-                let t = d.token;
-                drawn.push(d);
-                t
-            });
-            if let Some(sc) = &scratch {
-                let src: Vec<u32> = verdict.accepted_nodes.iter().map(|&i| sc.slot(i)).collect();
-                let dst: Vec<u32> = (1..=src.len()).map(|d| table.slot(p + d)).collect();
-                self.be.kv_copy(&mut self.kv, &src, &dst);
-            }
-            drop(scratch);
-            let verdict = truncate_after(verdict, remaining, &|t| req.stop_ids.contains(&t));
-            counts.rounds += 1;
-            counts.drafted += tree.len();
-            counts.min_rows = if counts.rounds == 1 { rows.len() } else { counts.min_rows.min(rows.len()) };
-            if let Some(prop) = proposer.as_mut() {
-                prop.observe(tree.len(), verdict.accepted());
-                if let Some(cl) = class {
-                    stats.observe(cl, tree.max_depth(), verdict.accepted());
-                }
-            }
-            let n = verdict.tokens.len();
-            for (i, d) in drawn.into_iter().take(n).enumerate() {
-                debug_assert_eq!(d.token, verdict.tokens[i]);
-                if i > 0 {
-                    context.push(*tokens.last().expect("emitted"));
-                }
-                if i + 1 < n || !verdict.has_bonus() {
-                    counts.accepted += 1;
-                }
-                if let Some(end) = emit(req, &mut tokens, d, on_token, cancelled) {
-                    return Ok((tokens, end, counts));
-                }
-            }
-        }
-    }
-
     /// The forward of a tree window: row 0 (the pending token at `p`) in its own slot, node `i` at position
     /// `p + depth(i)` in scratch slot `i`, attending to the committed prefix `0..=p` and its own path. `argmax`
     /// as in [`Generator::forward`].
@@ -449,58 +297,6 @@ impl<'a> Generator<'a> {
             }
         }
         Ok(None)
-    }
-}
-
-/// The keyed draw of one row (and its alternatives when the request wants them).
-fn draw(req: &GenRequest, row: Row<'_>, seed: u64, position: usize, reply: &[u32]) -> Drawn {
-    let (token, logprob, top) = draw_row(req, row, seed, position, reply);
-    Drawn { token, logprob, top }
-}
-
-/// Whether node `i`'s parent is node `i − 1` for every node (a single chain in order).
-fn is_chain(tree: &DraftTree) -> bool {
-    tree.nodes().iter().enumerate().all(|(i, n)| n.parent == i.checked_sub(1))
-}
-
-/// The tree's first path: the first child at every level.
-fn first_chain(tree: &DraftTree) -> DraftTree {
-    DraftTree::from_chain(&first_path(tree))
-}
-
-/// The tokens of the tree's first path (a chain's tokens, unchanged).
-pub(crate) fn first_path(tree: &DraftTree) -> Vec<u32> {
-    let mut chain = Vec::new();
-    let mut at = None;
-    while let Some(c) = tree.children(at).next() {
-        chain.push(tree.nodes()[c].token);
-        at = Some(c);
-    }
-    chain
-}
-
-/// Emits one token; says why the reply ends, if it does.
-pub(crate) fn emit(
-    req: &GenRequest,
-    tokens: &mut Vec<u32>,
-    d: Drawn,
-    on_token: &mut dyn FnMut(TokenEvent) -> Flow,
-    cancelled: &dyn Fn() -> bool,
-) -> Option<FinishReason> {
-    let position = req.prompt.len() + tokens.len();
-    tokens.push(d.token);
-    let is_stop = req.stop_ids.contains(&d.token);
-    let event =
-        TokenEvent { token: d.token, index: tokens.len() - 1, position, logprob: d.logprob, is_stop, top: d.top };
-    let flow = on_token(event);
-    if is_stop {
-        Some(FinishReason::Stop)
-    } else if flow == Flow::Stop || cancelled() {
-        Some(FinishReason::Cancelled)
-    } else if tokens.len() == req.max_tokens {
-        Some(FinishReason::Length)
-    } else {
-        None
     }
 }
 

@@ -1,4 +1,5 @@
-//! Single-stream generation: chunked prefill, then one-token decode steps, with the keyed sampler.
+//! The request and reply types, and [`Generator`]: one model on one backend over a paged KV cache, with the
+//! checks, block reservations and forwards that the engine loop (`core.rs`, `round.rs`) runs requests with.
 //!
 //! The sampling position of a token is its absolute position, i.e. its index in `prompt + generated`; the
 //! logits for position `p` come from the row at position `p − 1`. Every row is row-exact (DESIGN.md §2), so any
@@ -6,14 +7,13 @@
 
 use crate::draft::{DraftConfig, DraftCounts};
 use crate::kv_pool::{BlockTable, KvPool, PoolError};
-use crate::logits::{fetch, greedy_on_device, Logits};
+use crate::logits::{fetch, Logits};
 use crate::prefix_cache::PrefixCache;
-use crate::sampler::{log_softmax_at, penalized, top_logprobs, SamplingError, SamplingParams};
+use crate::sampler::{SamplingError, SamplingParams};
 use sha2::{Digest, Sha256};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
-use tf_core::{derive_seed, AttnMeta, Backend, BackendError, KvCache, RowAttn, DEFAULT_SEED_SALT};
+use tf_core::{derive_seed, AttnMeta, Backend, BackendError, ConstraintSpec, KvCache, RowAttn, DEFAULT_SEED_SALT};
 use tf_models::{Batch, Model};
 
 /// One generation request.
@@ -42,6 +42,9 @@ pub struct GenRequest {
     /// Report each generated token's logprob ([`TokenEvent::logprob`]). Off spares an `exp` per vocabulary entry
     /// per token (over a millisecond on a 152k vocabulary); the tokens are the same either way.
     pub logprobs: bool,
+    /// A grammar the reply must follow (DESIGN.md §8): each drawn token comes from the ids its matcher allows
+    /// after the sequence's own tokens.
+    pub constraint: Option<Arc<dyn ConstraintSpec>>,
 }
 
 impl GenRequest {
@@ -58,6 +61,7 @@ impl GenRequest {
             cancel: None,
             draft: true,
             logprobs: true,
+            constraint: None,
         }
     }
 }
@@ -200,7 +204,7 @@ pub fn token_sha(ids: &[u32]) -> String {
     h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Drives one model on one backend, one request at a time, over a paged KV cache.
+/// One model on one backend over a paged KV cache: what every round of the engine loop runs on.
 pub struct Generator<'a> {
     pub(crate) be: &'a dyn Backend,
     pub(crate) model: &'a dyn Model,
@@ -215,6 +219,10 @@ pub struct Generator<'a> {
     /// Serial greedy decoding queues each step before the host has its token (`ahead.rs`) on a backend that
     /// queues ids.
     pub(crate) run_ahead: bool,
+    /// The round queued ahead of the host whose ids are not taken yet (`ahead.rs`).
+    pub(crate) in_flight: Option<crate::ahead::InFlight>,
+    /// The last key given to a sequence ([`crate::Sequence`] identity across rounds).
+    pub(crate) next_key: u64,
 }
 
 impl<'a> Generator<'a> {
@@ -232,7 +240,18 @@ impl<'a> Generator<'a> {
     /// Uses an allocated KV cache; the pool follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
-        Generator { be, model, kv, pool, drafting: None, cache: None, device_argmax: true, run_ahead: true }
+        Generator {
+            be,
+            model,
+            kv,
+            pool,
+            drafting: None,
+            cache: None,
+            device_argmax: true,
+            run_ahead: true,
+            in_flight: None,
+            next_key: 0,
+        }
     }
 
     /// Turns the automatic prefix cache on or off (off drops every cached block).
@@ -412,115 +431,6 @@ impl<'a> Generator<'a> {
             start += piece.len();
         }
         Ok(())
-    }
-
-    /// Generates a reply to `req`, calling `on_token` for every token as it is drawn.
-    pub fn generate(
-        &mut self,
-        req: &GenRequest,
-        on_token: &mut dyn FnMut(TokenEvent) -> Flow,
-    ) -> Result<GenOutput, EngineError> {
-        let seed = self.admit(req)?;
-        let prompt = &req.prompt;
-        let cancelled = || req.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        let (table, cached_tokens) = self.reserve(req)?;
-        let vocab = self.model.vocab_size();
-
-        let t0 = Instant::now();
-        // The prompt's last row gives the first token (after an empty reply); prompt logprobs need every row's
-        // values.
-        let argmax = req.prompt_logprobs.is_none() && greedy_on_device(req, &[]);
-        let mut last_row = None;
-        let mut prompt_logprobs = Vec::new();
-        if req.prompt_logprobs.is_some() {
-            prompt_logprobs.push(None);
-        }
-        let mut start = cached_tokens;
-        for chunk in prompt[cached_tokens..].chunks(req.prefill_chunk) {
-            if cancelled() {
-                return Ok(self.output(
-                    Vec::new(),
-                    FinishReason::Cancelled,
-                    t0.elapsed().as_secs_f64(),
-                    0.0,
-                    req,
-                    seed,
-                ));
-            }
-            let last = start + chunk.len() == prompt.len();
-            let rows = match req.prompt_logprobs {
-                Some(_) => (0..chunk.len()).collect(),
-                None if last => vec![chunk.len() - 1],
-                None => Vec::new(),
-            };
-            let l = self.forward(&table, chunk, start, rows, argmax && last)?;
-            if let (Some(k), Logits::Values { data, .. }) = (req.prompt_logprobs, &l) {
-                // Row i (position start + i) predicts prompt[start + i + 1].
-                for (i, row) in data.chunks_exact(vocab).enumerate() {
-                    let Some(&next) = prompt.get(start + i + 1) else { break };
-                    let values = penalized(row, &req.params, &[]);
-                    prompt_logprobs.push(Some(TokenLogprob {
-                        token: next,
-                        logprob: log_softmax_at(&values, next),
-                        top: top_logprobs(&values, k),
-                    }));
-                }
-            }
-            if last {
-                last_row = Some(l);
-            }
-            start += chunk.len();
-        }
-        let prefill_s = t0.elapsed().as_secs_f64();
-        if req.max_tokens == 0 {
-            if let Some(cache) = self.cache.as_mut() {
-                cache.insert(prompt, &table);
-            }
-            let mut out = self.output(Vec::new(), FinishReason::Length, prefill_s, 0.0, req, seed);
-            out.prompt_logprobs = prompt_logprobs;
-            return Ok(out);
-        }
-
-        let t1 = Instant::now();
-        let last_row = last_row.expect("the prompt's last chunk ran");
-        let first = last_row.row(last_row.rows() - 1);
-        let (tokens, finish_reason, counts) = self.decode(req, &table, first, seed, on_token, &cancelled)?;
-        if let Some(cache) = self.cache.as_mut() {
-            // Every token but the last was fed: its K/V sits at its position (a tree's accepted path was copied
-            // into place), so those full blocks are exactly what a fresh fill would write.
-            let mut fed = prompt.clone();
-            fed.extend_from_slice(&tokens[..tokens.len().saturating_sub(1)]);
-            cache.insert(&fed, &table);
-        }
-        let decode_s = t1.elapsed().as_secs_f64();
-        let mut out = self.output(tokens, finish_reason, prefill_s, decode_s, req, seed);
-        out.prompt_logprobs = prompt_logprobs;
-        out.counts = counts;
-        out.cached_tokens = cached_tokens;
-        Ok(out)
-    }
-
-    fn output(
-        &self,
-        tokens: Vec<u32>,
-        finish_reason: FinishReason,
-        prefill_s: f64,
-        decode_s: f64,
-        req: &GenRequest,
-        seed: u64,
-    ) -> GenOutput {
-        GenOutput {
-            token_sha: token_sha(&tokens),
-            tokens,
-            finish_reason,
-            prefill_s,
-            decode_s,
-            prompt_tokens: req.prompt.len(),
-            seed,
-            prompt_logprobs: Vec::new(),
-            counts: DraftCounts::default(),
-            cached_tokens: 0,
-        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! The engine thread behind [`EngineHandle`] (DESIGN.md §5): a synchronous loop that owns the backend and the
 //! model, fed by a command channel (submit, cancel, shutdown) and answering each request through its own event
-//! sink. One request runs at a time for now; waiting requests queue (interactive before background, FIFO
-//! within a class) up to a bound, beyond which `submit` refuses at once.
+//! sink. Every request goes through the one engine loop (`core.rs`): up to `parallel` sequences share each
+//! round; waiting requests queue (interactive before background) up to a bound, beyond which `submit` refuses at
+//! once.
 //!
 //! Nothing here uses an async runtime: the server wraps the sink around its own channel.
 
+use crate::core::{Core, Entry};
 use crate::generate::{EngineError, Flow, GenOutput, GenRequest, Generator, TokenEvent};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -83,7 +85,7 @@ pub struct EngineConfig {
     pub min_drafts: usize,
     /// Keep full KV blocks after each request for later requests that start the same way.
     pub prefix_cache: bool,
-    /// Streams that share each round (1: one request at a time, solo decoding with tree windows).
+    /// Sequences admitted at once, sharing each round (1: one request at a time).
     pub parallel: usize,
     /// Most rows in one shared round (windows first, then prompt chunks).
     pub max_rows: usize,
@@ -242,10 +244,8 @@ impl EngineHandle {
                     g.set_prefix_cache(prefix_cache);
                     let ok = setup.is_ok();
                     let _ = ready_tx.send(setup);
-                    if ok && parallel > 1 {
-                        crate::handle_shared::shared_loop(&mut g, &rx, &thread_stats, &thread_live, parallel, max_rows);
-                    } else if ok {
-                        engine_loop(&mut g, &rx, &thread_stats, &thread_live);
+                    if ok {
+                        engine_loop(&mut g, &rx, &thread_stats, &thread_live, parallel, max_rows);
                     }
                 }));
                 match run {
@@ -420,91 +420,36 @@ pub(crate) fn drain(rx: &mpsc::Receiver<Command>, queue: &mut Queue, shutting_do
     }
 }
 
-fn engine_loop(g: &mut Generator<'_>, rx: &mpsc::Receiver<Command>, stats: &EngineStats, live: &LiveList) {
-    let mut queue = Queue::default();
+/// The engine thread's loop: commands in, one [`Core::step`] per turn while anything is queued or running.
+fn engine_loop(
+    g: &mut Generator<'_>,
+    rx: &mpsc::Receiver<Command>,
+    stats: &EngineStats,
+    live: &LiveList,
+    parallel: usize,
+    max_rows: usize,
+) {
+    let forget = |id: u64| live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
+    let mut core = Core::new(g, stats, &forget, parallel, max_rows);
+    let mut inbox = Queue::default();
     let mut shutting_down = false;
     loop {
-        // Take every command that is there; block only when there is nothing to run.
-        let block = queue.is_empty() && !shutting_down;
-        if !drain(rx, &mut queue, &mut shutting_down, block) {
+        let idle = core.is_idle() && inbox.is_empty();
+        let block = idle && !shutting_down;
+        if !drain(rx, &mut inbox, &mut shutting_down, block) && idle {
             return;
         }
-        let Some(mut job) = queue.pop() else {
+        // New requests join the scheduler, interactive first, then by arrival.
+        while let Some(job) = inbox.pop() {
+            let Job { id, req, priority, sink, cancel, queued_at } = *job;
+            core.submit(g, Entry { id, req, priority, sink, cancel, queued_at });
+        }
+        if core.is_idle() {
             if shutting_down {
                 return;
             }
             continue;
-        };
-        stats.waiting.fetch_sub(1, Ordering::SeqCst);
-        run_job(g, &mut job, stats);
-        live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != job.id);
-    }
-}
-
-pub(crate) fn run_job(g: &mut Generator<'_>, job: &mut Job, stats: &EngineStats) {
-    let queued_s = job.queued_at.elapsed().as_secs_f64();
-    stats.queue_us.fetch_add(micros(queued_s), Ordering::Relaxed);
-    if job.cancel.load(Ordering::Relaxed) {
-        stats.finished_cancelled.fetch_add(1, Ordering::Relaxed);
-        let _ = (job.sink)(EngineEvent::Error(EngineError::Cancelled));
-        return;
-    }
-    stats.running.fetch_add(1, Ordering::SeqCst);
-    let _ = (job.sink)(EngineEvent::Started { queued_s });
-    let started = Instant::now();
-    let total_blocks = g.pool().total_blocks();
-    let mut first = true;
-    let mut decode_start = None;
-    let sink = &mut job.sink;
-    let result = {
-        let mut on_token = |ev: TokenEvent| {
-            if first {
-                first = false;
-                stats.observe_ttft(started.elapsed().as_secs_f64() + queued_s);
-                decode_start = Some(Instant::now());
-            } else if let Some(t) = decode_start {
-                let s = t.elapsed().as_secs_f64();
-                if s > 0.0 {
-                    stats.live_decode_milli_tps.store((ev.index as f64 / s * 1000.0) as u64, Ordering::Relaxed);
-                }
-            }
-            stats.generation_tokens.fetch_add(1, Ordering::Relaxed);
-            sink(EngineEvent::Token(ev))
-        };
-        // KV in use while this request runs: everything it reserved.
-        stats.kv_blocks_used.store(
-            g.pool().blocks_for(job.req.prompt.len() + job.req.max_tokens.saturating_sub(1)).min(total_blocks),
-            Ordering::Relaxed,
-        );
-        g.generate(&job.req, &mut on_token)
-    };
-    let cached = g.prefix_cache().map_or(0, |c| c.len());
-    stats.kv_blocks_cached.store(cached, Ordering::Relaxed);
-    stats.kv_blocks_used.store(total_blocks.saturating_sub(g.pool().free_blocks() + cached), Ordering::Relaxed);
-    stats.live_decode_milli_tps.store(0, Ordering::Relaxed);
-    stats.running.fetch_sub(1, Ordering::SeqCst);
-    match result {
-        Ok(out) => {
-            stats.prompt_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
-            if g.prefix_cache().is_some() {
-                stats.prefix_query_tokens.fetch_add(out.prompt_tokens as u64, Ordering::Relaxed);
-                stats.prefix_hit_tokens.fetch_add(out.cached_tokens as u64, Ordering::Relaxed);
-            }
-            stats.prefill_us.fetch_add(micros(out.prefill_s), Ordering::Relaxed);
-            stats.decode_us.fetch_add(micros(out.decode_s), Ordering::Relaxed);
-            stats.drafted_tokens.fetch_add(out.counts.drafted as u64, Ordering::Relaxed);
-            stats.accepted_tokens.fetch_add(out.counts.accepted as u64, Ordering::Relaxed);
-            let counter = match out.finish_reason {
-                crate::FinishReason::Stop => &stats.finished_stop,
-                crate::FinishReason::Length => &stats.finished_length,
-                crate::FinishReason::Cancelled => &stats.finished_cancelled,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            let _ = sink(EngineEvent::Done(out));
         }
-        Err(e) => {
-            stats.finished_error.fetch_add(1, Ordering::Relaxed);
-            let _ = sink(EngineEvent::Error(e));
-        }
+        core.step(g);
     }
 }

@@ -1,22 +1,26 @@
-//! The TensorFold engine (DESIGN.md §5), first cut: the keyed sampler, the paged KV block pool and a
-//! single-stream generation loop (chunked prefill, one-token decode steps). Synchronous; no async runtime.
+//! The TensorFold engine (DESIGN.md §5): requests, the keyed sampler, the paged KV block pool with its prefix
+//! cache, the scheduler, drafting, and the one engine loop every request goes through (`core.rs`: the
+//! scheduler's plan, then one forward per round in `round.rs`, windows verified in `window.rs`, greedy steps
+//! queued ahead in `ahead.rs`), behind [`EngineHandle`]. Synchronous; no async runtime.
 //!
 //! Depends on `tf-core` and `tf-models` only; it never names a backend or a model family.
 
 mod ahead;
+mod core;
 pub mod draft;
 pub mod draft_model;
 mod failure;
 pub mod generate;
 pub mod handle;
-mod handle_shared;
 pub mod kv_pool;
 mod logits;
 pub mod prefix_cache;
-pub mod rounds;
+mod round;
 pub mod sampler;
 pub mod sched;
+mod seq;
 pub mod spec;
+mod window;
 
 pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory, WindowCosts};
 pub use draft_model::{model_proposer_factory, DraftModel, ModelProposer};
@@ -30,6 +34,7 @@ pub use handle::{
 pub use kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
 pub use logits::greedy_on_device;
 pub use prefix_cache::PrefixCache;
-pub use rounds::{Grant, OnToken, Stream};
+pub use round::Grant;
 pub use sampler::{log_softmax_at, penalized, sample, sample_token, top_logprobs, Draw, SamplingError, SamplingParams};
+pub use seq::{OnToken, Sequence};
 pub use spec::CostTable;

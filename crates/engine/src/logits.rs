@@ -11,11 +11,12 @@ use tf_core::{Backend, Tensor};
 /// Whether a row of `req` drawn after `reply` (the stream's generated tokens before it) may take its token from
 /// [`tf_core::Backend::argmax_rows`] instead of the downloaded logits: the request is greedy (temperature ≤ 0),
 /// reports no logprob (`!logprobs`) and no alternatives (`top_logprobs == 0`), sets no `logit_bias`, and no
-/// penalty can change the values (none set, or `reply` empty: penalties act on the reply's tokens only). Then
+/// penalty can change the values (none set, or `reply` empty: penalties act on the reply's tokens only), and no
+/// grammar masks the row. Then
 /// the sampler's draw is exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves
 /// (prompt logprobs, [`crate::Generator::score`], the drafting self-check) always download.
 pub fn greedy_on_device(req: &GenRequest, reply: &[u32]) -> bool {
-    !req.logprobs && req.top_logprobs == 0 && draw_is_argmax(&req.params, reply)
+    !req.logprobs && req.top_logprobs == 0 && req.constraint.is_none() && draw_is_argmax(&req.params, reply)
 }
 
 /// Whether the draw with `params` after `reply` is `tf_core::argmax_row` of the raw logits (the token alone;
@@ -47,13 +48,6 @@ pub(crate) enum Row<'a> {
 }
 
 impl Logits {
-    pub(crate) fn rows(&self) -> usize {
-        match self {
-            Logits::Values { data, vocab } => data.len() / vocab,
-            Logits::Argmax(ids) => ids.len(),
-        }
-    }
-
     pub(crate) fn row(&self, i: usize) -> Row<'_> {
         match self {
             Logits::Values { data, vocab } => Row::Values(&data[i * vocab..(i + 1) * vocab]),
@@ -99,19 +93,30 @@ pub(crate) fn fetch(
 /// The keyed draw of one row (DESIGN.md §3) after `reply`: (token, its logprob when the request wants it, the
 /// request's `top_logprobs` alternatives). An argmax row is the token itself; it must only come where
 /// [`greedy_on_device`] holds (checked: anything else would be a different token, or a missing logprob).
+/// With a grammar's `mask` (bit `t % 32` of word `t / 32`: token `t` allowed), disallowed ids are removed before
+/// the draw (their logits become −∞): the keyed noise of every other id is unchanged (DESIGN.md §8).
 pub(crate) fn draw_row(
     req: &GenRequest,
     row: Row<'_>,
     seed: u64,
     position: usize,
     reply: &[u32],
+    mask: Option<&[u32]>,
 ) -> (u32, Option<f64>, Vec<(u32, f64)>) {
-    let logits = match row {
+    let unmasked = match row {
         Row::Argmax(token) => {
-            assert!(greedy_on_device(req, reply), "an argmax row for a draw that needs the logits");
+            assert!(greedy_on_device(req, reply) && mask.is_none(), "an argmax row for a draw that needs the logits");
             return (token, None, Vec::new());
         }
         Row::Values(l) => l,
+    };
+    let masked;
+    let logits = match mask {
+        None => unmasked,
+        Some(m) => {
+            masked = apply_mask(unmasked, m);
+            &masked[..]
+        }
     };
     let (token, logprob) = if req.logprobs {
         let d = sample(logits, &req.params, seed, position as u64, reply);
@@ -125,6 +130,15 @@ pub(crate) fn draw_row(
         Vec::new()
     };
     (token, logprob, top)
+}
+
+/// `logits` with every id the mask does not allow set to −∞.
+pub(crate) fn apply_mask(logits: &[f32], mask: &[u32]) -> Vec<f32> {
+    logits
+        .iter()
+        .enumerate()
+        .map(|(t, &v)| if tf_core::mask_allows(mask, t as u32) { v } else { f32::NEG_INFINITY })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use fake::{FakeBackend, FakeModel};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tf_engine::{
-    CostTable, DraftConfig, FinishReason, Flow, GenOutput, GenRequest, Generator, OnToken, SamplingParams,
+    CostTable, DraftConfig, FinishReason, Flow, GenOutput, GenRequest, Generator, Grant, OnToken, SamplingParams,
 };
 
 const VOCAB: usize = 14;
@@ -75,8 +75,11 @@ fn sixteen_concurrent_streams_each_equal_their_solo_run() {
         assert_eq!(o.tokens, solo.tokens, "prompt {:?}", r.prompt);
         assert_eq!(o.tokens, reference(r, r.params.seed.unwrap()));
         assert_eq!(o.counts.drafts, r.draft);
-        if r.draft && o.counts.rounds > 0 {
-            assert!(o.counts.min_rows >= 2, "{:?}", o.counts);
+        // The scheduler keeps rows for prompt chunks while prompts fill, so a drafting stream's window may get
+        // no draft rows in some rounds; a stream that does not draft never has a draft row.
+        if !r.draft {
+            assert_eq!(o.counts.drafted, 0);
+            assert!(o.counts.min_rows <= 1, "{:?}", o.counts);
         }
         drafted += o.counts.drafted;
     }
@@ -220,7 +223,7 @@ fn preempted_and_resumed_streams_equal_their_solo_runs() {
         let reqs = requests(8);
         let mut streams = Vec::new();
         for r in &reqs {
-            streams.push(g.admit_stream(r.clone(), Box::new(|_| Flow::Continue)).unwrap());
+            streams.push(g.admit_seq(r.clone(), Box::new(|_| Flow::Continue)).unwrap());
         }
         let mut preemptions = 0;
         let mut times = vec![0; streams.len()];
@@ -243,7 +246,8 @@ fn preempted_and_resumed_streams_equal_their_solo_runs() {
                     g.resume(s).unwrap();
                 }
             }
-            g.round(&mut streams, 24).unwrap();
+            let grants = grants(&g, &streams, 24);
+            g.run_round(&mut streams, &grants).unwrap();
             if streams.iter().all(|s| s.is_done() || s.is_preempted()) {
                 for s in streams.iter_mut().filter(|s| s.is_preempted()) {
                     g.resume(s).unwrap();
@@ -251,9 +255,9 @@ fn preempted_and_resumed_streams_equal_their_solo_runs() {
             }
         }
         assert!(preemptions >= 8, "{preemptions}");
-        for (r, s) in reqs.iter().zip(&streams) {
+        for (r, s) in reqs.iter().zip(streams.iter_mut()) {
             assert!(s.is_done());
-            assert_eq!(s.output().tokens, reference(r, r.params.seed.unwrap()), "cache {prefix_cache}");
+            assert_eq!(s.output().unwrap().tokens, reference(r, r.params.seed.unwrap()), "cache {prefix_cache}");
         }
         drop(streams);
         let cached = g.prefix_cache().map_or(0, |c| c.len());
@@ -298,4 +302,24 @@ fn shared_rounds_price_greedy_streams_with_the_argmax_costs() {
         }
     }
     assert!(greedy_drafted > 0, "greedy streams are priced with the argmax costs");
+}
+
+/// Every decoding sequence's window with the drafts it wants, then prompt chunks in order, within `max_rows`
+/// (this test preempts and resumes by hand, so it grants rows itself instead of asking the scheduler).
+fn grants(g: &Generator<'_>, seqs: &[tf_engine::Sequence<'_>], max_rows: usize) -> Vec<(usize, Grant)> {
+    let decoding: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].is_decoding()).collect();
+    let mut budget = max_rows.saturating_sub(decoding.len());
+    let mut out = Vec::new();
+    for &i in &decoding {
+        let k = g.want_drafts(&seqs[i]).min(budget);
+        budget -= k;
+        out.push((i, Grant::Window { max_drafts: k }));
+    }
+    for i in (0..seqs.len()).filter(|&i| seqs[i].is_filling()) {
+        if budget > 0 {
+            out.push((i, Grant::Fill { max_len: budget }));
+            budget -= budget.min(seqs[i].req.prefill_chunk);
+        }
+    }
+    out
 }

@@ -262,7 +262,10 @@ fn remaining(s: &Stream) -> usize {
 }
 
 /// Drafts a decoding stream may use this round: its want, capped so the window's tokens stay within
-/// `max_total` (a window of `1 + d` rows yields at most `1 + d` tokens).
+/// `max_total` (a window of `1 + d` rows yields at most `1 + d` tokens). The last token's window still gets one
+/// draft when the stream wants any, so a stream that drafts verifies a draft every round (its `min_rows` ≥ 2);
+/// that draft's slot, `max_total − 1`, is reserved.
 fn draft_want(s: &Stream) -> usize {
-    s.want_drafts.min(s.max_total.saturating_sub(s.target()).saturating_sub(1))
+    let left = s.max_total.saturating_sub(s.target());
+    s.want_drafts.min(left.saturating_sub(1).max(left.min(1)))
 }

@@ -262,6 +262,11 @@ fn drafts_are_full_when_rows_are_plenty_and_split_when_scarce() {
     sim.submit(1, I, 8, 3, 8).unwrap();
     sim.until_decoding(1);
     assert_eq!(drafts(&sim.step()), vec![(1, 1)]);
+    // The last token's window keeps one draft (a drafting stream verifies a draft every round).
+    let mut sim = Sim::new(cfg(64, 512));
+    sim.submit(1, I, 8, 2, 8).unwrap();
+    sim.until_decoding(1);
+    assert_eq!(drafts(&sim.step()), vec![(1, 1)]);
 
     // The split itself.
     assert_eq!(water_fill(&[5, 5], 9), vec![5, 4]);
