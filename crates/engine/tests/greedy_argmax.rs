@@ -523,6 +523,32 @@ fn a_draft_model_drafts_the_same_with_device_argmaxes() {
         assert!(out.counts.accepted > 0, "{:?}", out.counts);
     }
     assert!(on.calls() > 0 && on.downloads() == 0);
+    // Eight sequences sharing rounds and the one draft model (greedy and sampled): each equals serial.
+    let reqs: Vec<GenRequest> = prompts()
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+        .map(|(i, prompt)| {
+            let params = match i % 2 {
+                0 => greedy(i as u64),
+                _ => SamplingParams { temperature: 0.8, top_k: 6, seed: Some(i as u64), ..SamplingParams::default() },
+            };
+            request(prompt, params, 20)
+        })
+        .collect();
+    let items: Vec<(GenRequest, tf_engine::OnToken<'_>)> =
+        reqs.iter().map(|r| (r.clone(), Box::new(|_| Flow::Continue) as tf_engine::OnToken<'_>)).collect();
+    let outs = g.generate_many(items, 64);
+    let mut accepted = 0;
+    for (r, o) in reqs.iter().zip(outs) {
+        let o = o.unwrap();
+        let serial = g.generate(&GenRequest { draft: false, ..r.clone() }, &mut |_| Flow::Continue).unwrap();
+        assert_eq!(o.tokens, serial.tokens, "{:?}", r.params);
+        assert_eq!(o.tokens, reference(r));
+        accepted += o.counts.accepted;
+    }
+    assert!(accepted > 0, "the draft model's drafts were accepted in shared rounds");
 }
 
 #[test]

@@ -210,6 +210,54 @@ fn accepted_drafts_with_penalties_under_concurrency_equal_solo() {
     assert!(accepted > 50, "{accepted}");
 }
 
+/// Tree windows (context copies with three candidates merged) of eight sequences sharing rounds, some of them
+/// scoring their prompt (prompt logprobs, also with nothing to generate): every reply and every prompt logprob
+/// equals the same request run alone, and trees really ran in shared rounds.
+#[test]
+fn tree_windows_and_prompt_logprobs_under_parallel_8_equal_solo() {
+    use tf_engine::spec::{NgramConfig, NgramProposer, Proposer};
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = Generator::new(&be, &model, 256, 8).unwrap();
+    let mut c = drafting();
+    c.proposer = Some(Arc::new(|_: &GenRequest| {
+        Box::new(NgramProposer::new(NgramConfig { max_candidates: 3, min_n: 1, ..NgramConfig::default() }))
+            as Box<dyn Proposer>
+    }));
+    g.set_drafting(Some(c));
+    let mut reqs = requests(8);
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.draft = true;
+        if i % 3 == 1 {
+            r.prompt_logprobs = Some(2);
+        }
+        if i == 4 {
+            r.max_tokens = 0;
+        }
+    }
+    let outs = many(&mut g, &reqs, 64);
+    assert!(model.shared_tree_rows.load(Ordering::SeqCst) > 0, "tree windows ran in shared rounds");
+    for (r, o) in reqs.iter().zip(&outs) {
+        let solo = g.generate(r, &mut |_| Flow::Continue).unwrap();
+        assert_eq!(o.tokens, solo.tokens, "prompt {:?}", r.prompt);
+        assert_eq!(o.tokens, reference(r, r.params.seed.unwrap()));
+        assert_eq!(o.prompt_logprobs, solo.prompt_logprobs);
+        if r.prompt_logprobs.is_some() {
+            assert_eq!(o.prompt_logprobs.len(), r.prompt.len());
+            assert!(o.prompt_logprobs[0].is_none());
+            // Each entry is the definition's: ln P of the next prompt token under the logits of the prefix.
+            for (p, lp) in o.prompt_logprobs.iter().enumerate().skip(1) {
+                let lp = lp.as_ref().expect("scored");
+                let values = tf_engine::penalized(&fake::reference_logits(&r.prompt[..p], VOCAB), &r.params, &[]);
+                assert_eq!(lp.token, r.prompt[p]);
+                assert_eq!(lp.logprob.to_bits(), tf_engine::log_softmax_at(&values, r.prompt[p]).to_bits());
+            }
+        } else {
+            assert!(o.prompt_logprobs.is_empty());
+        }
+    }
+    assert_eq!(g.pool().free_blocks(), 256, "scratch and sequence blocks are returned");
+}
+
 /// Streams preempted at every phase (mid-fill, right after their first token, mid-decode with drafts) and
 /// resumed later — from their cached blocks or, with the cache off, refilled from scratch — equal their solo
 /// runs; every block returns to the pool.

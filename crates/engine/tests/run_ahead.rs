@@ -305,3 +305,23 @@ fn a_wrong_fed_id_changes_the_reply() {
     }
     assert_eq!(differ, prompts().len(), "every reply fed wrong ids differs from the definition");
 }
+
+/// Several greedy sequences sharing rounds run ahead together (one queued row each, fed by the previous round's
+/// queued ids), ending at different lengths: every reply equals the serial definition.
+#[test]
+fn shared_greedy_rounds_run_ahead_and_equal_serial() {
+    let model = FakeModel::new(VOCAB, 256);
+    let be = Queueing::new(true);
+    let mut g = Generator::new(&be, &model, 64, 4).unwrap();
+    let reqs: Vec<GenRequest> =
+        prompts().into_iter().enumerate().map(|(i, p)| request(p, greedy(i as u64), 5 + 4 * i)).collect();
+    let items: Vec<(GenRequest, tf_engine::OnToken<'_>)> =
+        reqs.iter().map(|r| (r.clone(), Box::new(|_| Flow::Continue) as tf_engine::OnToken<'_>)).collect();
+    let outs = g.generate_many(items, 64);
+    for (i, (r, o)) in reqs.iter().zip(outs).enumerate() {
+        assert_eq!(o.unwrap().tokens, fake::reference_reply(r, i as u64, VOCAB), "request {i}");
+    }
+    let queued = be.events().iter().filter(|e| matches!(e, Event::Queue(_))).count();
+    assert!(queued > 0, "the shared rounds were queued ahead");
+    assert_eq!(g.pool().free_blocks(), 64);
+}

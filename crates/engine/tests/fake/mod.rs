@@ -192,6 +192,8 @@ pub struct FakeModel {
     pub logit_rows: AtomicUsize,
     /// Largest number of rows in one call.
     pub widest: AtomicUsize,
+    /// Tree-window rows (rows with their own ancestor list) run in a forward shared by several sequences.
+    pub shared_tree_rows: AtomicUsize,
     /// While set, `forward` panics (a device error in the middle of a forward).
     pub fail: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -205,12 +207,13 @@ impl FakeModel {
             rows: AtomicUsize::new(0),
             logit_rows: AtomicUsize::new(0),
             widest: AtomicUsize::new(0),
+            shared_tree_rows: AtomicUsize::new(0),
             fail: Default::default(),
         }
     }
 
     pub fn reset_counts(&self) {
-        for c in [&self.forwards, &self.rows, &self.logit_rows, &self.widest] {
+        for c in [&self.forwards, &self.rows, &self.logit_rows, &self.widest, &self.shared_tree_rows] {
             c.store(0, Ordering::SeqCst);
         }
     }
@@ -240,6 +243,10 @@ impl Model for FakeModel {
         self.rows.fetch_add(n, Ordering::SeqCst);
         self.logit_rows.fetch_add(batch.logit_rows.len(), Ordering::SeqCst);
         self.widest.fetch_max(n, Ordering::SeqCst);
+        if batch.attn.block_tables.len() > 1 {
+            let tree_rows = batch.attn.rows.iter().filter(|r| !r.tree.is_empty()).count();
+            self.shared_tree_rows.fetch_add(tree_rows, Ordering::SeqCst);
+        }
         let bs = kv.spec.block_size;
         let slots = kv.storage.downcast_ref::<Slots>().expect("fake KV storage");
         let mut slots = slots.lock().unwrap();
