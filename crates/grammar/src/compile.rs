@@ -16,7 +16,9 @@ use crate::{GrammarEnv, GrammarError};
 /// options replace this.
 pub const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,32}";
 
-/// What a request constrains its reply to.
+/// What a request constrains its reply to. In JSON grammars, whitespace between tokens follows
+/// [`JSON_WHITESPACE`], and strings may hold `\uXXXX` escapes of any printable character (as `ensure_ascii` JSON
+/// writers produce) except where the string has a `pattern` or `format`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Grammar {
     /// Any JSON object.
@@ -49,7 +51,14 @@ fn json_grammar(mut schema: Value, strict: bool) -> Result<TopLevelGrammar, Stri
     match &mut schema {
         Value::Object(map) => {
             if !map.contains_key("x-guidance") {
-                map.insert("x-guidance".into(), json!({ "whitespace_pattern": JSON_WHITESPACE, "lenient": !strict }));
+                map.insert(
+                    "x-guidance".into(),
+                    json!({
+                        "whitespace_pattern": JSON_WHITESPACE,
+                        "lenient": !strict,
+                        "json_allow_general_unicode_escapes": true
+                    }),
+                );
             }
         }
         Value::Bool(_) => {}
@@ -80,25 +89,99 @@ fn choice_grammar(options: &[String]) -> Result<TopLevelGrammar, String> {
     Ok(TopLevelGrammar::from_lark(format!("start: {}", alts.join(" | "))))
 }
 
-/// The first line of llguidance's message without its internal prefixes (`Grammar error:`, `at line ...`
-/// trailers are kept: they point into the user's grammar).
-fn clean_message(raw: &str) -> String {
-    let mut msg = raw.trim();
-    for prefix in ["Grammar error:", "error:"] {
-        if let Some(rest) = msg.strip_prefix(prefix) {
-            msg = rest.trim_start();
-        }
+/// llguidance's message on one line, without source excerpts (`1 | ...`, `^`). Regex syntax errors become
+/// `invalid regex: <what>`; `at line(column)` positions are kept unless `in_lark` is false (the regex was
+/// wrapped into a grammar of ours, so the position would not point into the user's text).
+fn clean_message(raw: &str, in_lark: bool) -> String {
+    let is_excerpt = |l: &str| {
+        l.chars().all(|c| c == '^' || c == '~' || c == ' ')
+            || l.split_once(" |").is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    };
+    let lines: Vec<&str> = raw.lines().map(str::trim).filter(|l| !l.is_empty() && !is_excerpt(l)).collect();
+    let Some(&first) = lines.first() else { return "invalid grammar".into() };
+    let (pos, first) = match first.split_once("): ") {
+        Some((p, rest)) if p.starts_with("at ") => (Some(format!("{p})")), rest),
+        _ => (None, first),
+    };
+    let mut out = if first.contains("regex parse error") {
+        let what = lines.iter().find_map(|l| l.strip_prefix("error: ")).unwrap_or("syntax error");
+        format!("invalid regex: {what}")
+    } else {
+        let mut parts = vec![first];
+        parts.extend(&lines[1..]);
+        parts.join("; ")
+    };
+    if let Some(p) = pos.filter(|_| in_lark) {
+        out = format!("{p}: {out}");
     }
-    let lines: Vec<&str> = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let mut out = lines.join("; ");
     if out.chars().count() > 600 {
         out = out.chars().take(600).collect::<String>() + "…";
     }
-    if out.is_empty() {
-        "invalid grammar".into()
-    } else {
-        out
+    out
+}
+
+/// The JSON pointer of the first subschema (depth-first, in key order) that `hit` selects.
+fn locate(schema: &Value, hit: &dyn Fn(&serde_json::Map<String, Value>) -> bool) -> Option<String> {
+    let obj = schema.as_object()?;
+    if hit(obj) {
+        return Some(String::new());
     }
+    let esc = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    for (k, v) in obj {
+        let found = match k.as_str() {
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => v
+                .as_object()
+                .into_iter()
+                .flatten()
+                .find_map(|(name, sub)| locate(sub, hit).map(|p| format!("/{}{p}", esc(name)))),
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" | "items" if v.is_array() => v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .find_map(|(i, sub)| locate(sub, hit).map(|p| format!("/{i}{p}"))),
+            "items"
+            | "additionalProperties"
+            | "additionalItems"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "propertyNames"
+            | "unevaluatedItems"
+            | "unevaluatedProperties" => locate(v, hit),
+            _ => None,
+        };
+        if let Some(p) = found {
+            return Some(format!("/{}{p}", esc(k)));
+        }
+    }
+    None
+}
+
+/// llguidance's schema errors name the keyword or format but not where it is; this adds the location.
+fn schema_message(schema: &Value, msg: String) -> String {
+    let keyword = msg
+        .split_once("Unimplemented keys: [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .and_then(|(list, _)| list.split(',').next())
+        .map(|k| k.trim().trim_matches('"').to_string());
+    if let Some(k) = keyword.filter(|k| !k.is_empty()) {
+        let at = locate(schema, &|o| o.contains_key(&k)).map(|p| if p.is_empty() { "/".into() } else { p });
+        return match at {
+            Some(at) => format!("unsupported keyword '{k}' at {at}"),
+            None => format!("unsupported keyword '{k}'"),
+        };
+    }
+    if let Some((_, fmt)) = msg.split_once("Unknown format: ") {
+        let fmt = fmt.split([';', '\n']).next().unwrap_or_default().trim().to_string();
+        let at = locate(schema, &|o| o.get("format").and_then(Value::as_str) == Some(fmt.as_str()));
+        if let Some(at) = at {
+            return format!("unsupported format '{fmt}' at {}", if at.is_empty() { "/" } else { &at });
+        }
+    }
+    msg
 }
 
 /// Compiles `g` against `env`. The result is shared by every sequence using the grammar; the work is the
@@ -120,11 +203,17 @@ pub fn compile(env: &GrammarEnv, g: &Grammar) -> Result<Arc<dyn ConstraintSpec>,
     }
     .map_err(|m| GrammarError::new(ctx, m))?;
 
-    let parser =
-        env.factory().create_parser(top).map_err(|e| GrammarError::new(ctx, clean_message(&format!("{e:#}"))))?;
+    let explain = |raw: String| {
+        let msg = clean_message(&raw, !matches!(g, Grammar::Regex(_)));
+        match g {
+            Grammar::JsonSchema { schema, .. } => schema_message(schema, msg),
+            _ => msg,
+        }
+    };
+    let parser = env.factory().create_parser(top).map_err(|e| GrammarError::new(ctx, explain(format!("{e:#}"))))?;
     let proto = Matcher::new(Ok(parser));
     if let Some(e) = proto.get_error() {
-        return Err(GrammarError::new(ctx, clean_message(&e)));
+        return Err(GrammarError::new(ctx, explain(e)));
     }
     Ok(Arc::new(Spec { env: env.clone(), proto, kind: ctx }))
 }
