@@ -1,6 +1,7 @@
-//! tf-grammar on the real tokenizers (SmolLM2's 49k and Qwen2.5's 152k GGUF vocabularies): random walks over
-//! the masks produce text valid under the grammar; rollback, rejected tokens, forced tokens, compile errors and
-//! masks wider than the vocabulary. A missing model file fails the test (run `scripts/fetch-models.sh all`).
+//! tf-grammar on the real tokenizers (SmolLM2's 49k and Qwen2.5's 152k BPE vocabularies, Gemma 3's
+//! SentencePiece): random walks over the masks produce text valid under the grammar; rollback, rejected tokens,
+//! forced tokens, compile errors and masks wider than the vocabulary. A missing model file fails the test (run
+//! `scripts/fetch-models.sh all`).
 //! Walks are seeded: the seed is in every failure message, and `TF_GRAMMAR_SEED` replaces the base seed.
 
 mod support;
@@ -458,4 +459,22 @@ fn many_grammars_share_one_env() {
         assert!(format!("{{\"k{i}\":").starts_with(&text) && text.len() > 3, "{i}: forced {text:?}");
     }
     eprintln!("qwen05: {n} schemas compiled and started in {:.0} ms", t0.elapsed().as_secs_f64() * 1e3);
+}
+
+/// A SentencePiece vocabulary (Gemma 3): text continued mid-sequence gets no prefix space, so forced bytes
+/// become forced tokens that spell them.
+#[test]
+fn sentencepiece_vocab_forces_tokens() {
+    let tok = tokenizer("gemma3");
+    let env = GrammarEnv::new(tok.clone(), tok.stop_ids()).expect("grammar env");
+    assert!(env.forces_tokens(), "gemma3: continuation encoding does not reproduce text");
+    let option = "Hello there, 42 times.";
+    let spec = compile(&env, &Grammar::Choice(vec![option.into()])).unwrap();
+    let mut c = start(&spec);
+    let forced = c.forced();
+    assert_eq!(text_of(&tok, &forced), option, "gemma3: forced {forced:?}");
+    for &t in &forced {
+        c.consume(t).unwrap();
+    }
+    assert!(c.is_stopped() && c.is_accepting());
 }
