@@ -13,6 +13,7 @@ use tf_engine::{EngineConfig, EngineHandle};
 use tf_loader::gguf::GgufFile;
 use tf_server::params::SamplingDefaults;
 use tf_server::run::ServeOptions;
+use tf_server::tools::ToolParserSetting;
 use tf_server::{AppState, ServedModel, ServerConfig};
 
 /// KV block size (token slots per block).
@@ -85,6 +86,10 @@ pub struct ServeArgs {
     /// Do not keep KV blocks for later requests that start with the same tokens (the automatic prefix cache).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// How tool calls are taken out of chat replies: auto (from the chat template), hermes, llama3, mistral, or
+    /// none (calls stay in the reply's text).
+    #[arg(long, default_value = "auto", value_parser = ToolParserSetting::parse)]
+    pub tool_parser: ToolParserSetting,
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
@@ -196,6 +201,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         default_max_tokens: args.max_tokens,
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         max_body_bytes: args.max_body_mib.max(1) << 20,
+        tool_parser: args.tool_parser,
         ..Default::default()
     };
     let auth = cfg.api_key.is_some();

@@ -3,13 +3,17 @@
 use crate::error::ApiError;
 use crate::gen::{self, Job, Piece};
 use crate::params::{kind, parse_object, sampling, Fields};
+use crate::structured::{self, FormatField, OutputGrammar};
+use crate::tools;
 use crate::{new_id, read_body, unix_now, AppState, Shared};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
-use tf_text::ChatRenderOptions;
+use std::sync::Arc;
+use tf_core::ConstraintSpec;
+use tf_text::{ChatRenderOptions, ToolEvent};
 
 pub async fn handle(State(st): State<Shared>, headers: HeaderMap, body: Body) -> Response {
     match run(st, headers, body).await {
@@ -135,27 +139,13 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
-    f.check_text_format(f.get("response_format"), "response_format")?;
+    let output = structured::output_grammar(&f, FormatField::ResponseFormat)?;
     f.str("user")?;
-    let messages = normalize_messages(f.get("messages"), "messages")?;
-    let tools = match f.get("tools") {
-        None => None,
-        Some(v @ Value::Array(_)) => Some(v.clone()),
-        Some(v) => return Err(ApiError::field("tools", format!("expected an array, got {}", kind(v)))),
-    };
-    // Forcing a tool call needs constrained decoding (not here yet), and calls are not parsed out of replies.
-    match f.get("tool_choice") {
-        None => {}
-        Some(Value::String(c)) if c == "auto" || c == "none" => {}
-        Some(v) => {
-            return Err(ApiError::field(
-                "tool_choice",
-                format!(
-                    "{v} is not supported: forcing a tool call needs constrained decoding; use \"auto\" or \"none\""
-                ),
-            ))
-        }
-    }
+    let mut messages = normalize_messages(f.get("messages"), "messages")?;
+    tools::arguments_as_objects(&mut messages);
+    let tool_req = tools::read(&f, tools::Shape::Chat)?;
+    let plan = tools::plan(&st, tool_req.as_ref())?;
+    let constraint = constrain(&st, output, plan.forced)?;
     let extra = match f.get("chat_template_kwargs") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -173,7 +163,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let stops = f.stops("stop")?;
     let priority = f.priority()?;
     let draft = f.bool("draft")?.unwrap_or(true);
-    let prompt = chat_prompt(&st, messages, tools, extra)?;
+    let prompt = chat_prompt(&st, messages, tool_req.map(|t| t.rendered), extra)?;
     let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
     let job = Job {
         prompt,
@@ -185,6 +175,8 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         prompt_logprobs: None,
         priority,
         draft,
+        constraint,
+        shown: tools::shown_markers(&st, plan.format),
     };
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
@@ -203,12 +195,21 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
                 .collect();
             json!({"content": content})
         });
-        let mut choice = json!({
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": lp,
-            "finish_reason": gen::finish_reason(&out, stop_hit),
-        });
+        let mut finish = gen::finish_reason(&out, stop_hit);
+        let mut message = json!({"role": "assistant", "content": text});
+        if let Some(format) = plan.format {
+            let mut parser = tools::parser(format);
+            let mut content: String = parser.push(&text).into_iter().filter_map(content_of).collect();
+            let end = parser.finish();
+            content.extend(end.events.into_iter().filter_map(content_of));
+            let has_calls = !end.calls.is_empty();
+            message["content"] = if content.is_empty() && has_calls { Value::Null } else { Value::String(content) };
+            if has_calls {
+                message["tool_calls"] = tools::chat_calls(&end.calls);
+                finish = if finish == "length" { finish } else { "tool_calls" };
+            }
+        }
+        let mut choice = json!({"index": 0, "message": message, "logprobs": lp, "finish_reason": finish});
         let mut reply = json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
             "system_fingerprint": fingerprint(&st),
@@ -229,6 +230,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     };
     let mut started = false;
     let prompt_ids = job.prompt.clone();
+    let mut parser = plan.format.map(tools::parser);
     Ok(gen::sse(running, first, move |piece| {
         let mut out = String::new();
         if !started {
@@ -244,20 +246,37 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             Piece::Token { ev, text } => {
                 let lp = (logprobs && !ev.is_stop)
                     .then(|| json!({"content": [gen::chat_logprob(&tok, ev.token, ev.logprob, &ev.top)]}));
-                if !text.is_empty() || lp.is_some() || return_ids {
-                    let mut choice =
-                        json!({"index": 0, "delta": {"content": text}, "logprobs": lp, "finish_reason": null});
-                    if return_ids {
-                        choice["token_ids"] = json!([ev.token]);
-                    }
-                    out.push_str(&gen::sse_data(&chunk(json!([choice]))));
+                let deltas = match &mut parser {
+                    Some(p) => p.push(&text).iter().map(tools::chat_delta).collect(),
+                    None if text.is_empty() => Vec::new(),
+                    None => vec![json!({"content": text})],
+                };
+                let mut extra = (lp, return_ids.then(|| json!([ev.token])));
+                if deltas.is_empty() && (extra.0.is_some() || extra.1.is_some()) {
+                    out.push_str(&gen::sse_data(&chunk(delta_choice(json!({"content": ""}), &mut extra))));
+                }
+                for d in deltas {
+                    out.push_str(&gen::sse_data(&chunk(delta_choice(d, &mut extra))));
                 }
                 (out, false)
             }
             Piece::Done { out: res, tail, stop_hit } => {
-                let delta = if tail.is_empty() { json!({}) } else { json!({"content": tail}) };
+                let mut finish_reason = gen::finish_reason(&res, stop_hit);
+                let mut delta = if tail.is_empty() { json!({}) } else { json!({"content": tail}) };
+                if let Some(p) = &mut parser {
+                    let mut events = p.push(&tail);
+                    let end = p.finish();
+                    events.extend(end.events);
+                    delta = json!({});
+                    for ev in &events {
+                        out.push_str(&gen::sse_data(&chunk(delta_choice(tools::chat_delta(ev), &mut (None, None)))));
+                    }
+                    if !end.calls.is_empty() && finish_reason != "length" {
+                        finish_reason = "tool_calls";
+                    }
+                }
                 let finish = chunk(json!([{"index": 0, "delta": delta, "logprobs": null,
-                                           "finish_reason": gen::finish_reason(&res, stop_hit)}]));
+                                           "finish_reason": finish_reason}]));
                 out.push_str(&gen::sse_end(finish, chunk(json!([])), include_usage, &res));
                 (out, true)
             }
@@ -267,6 +286,38 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             }
         }
     }))
+}
+
+/// One stream choice with `delta`, taking the token's logprobs and ids (they ride on its first chunk).
+fn delta_choice(delta: Value, extra: &mut (Option<Value>, Option<Value>)) -> Value {
+    let mut choice = json!({"index": 0, "delta": delta, "logprobs": extra.0.take(), "finish_reason": null});
+    if let Some(ids) = extra.1.take() {
+        choice["token_ids"] = ids;
+    }
+    json!([choice])
+}
+
+fn content_of(ev: ToolEvent) -> Option<String> {
+    match ev {
+        ToolEvent::Content(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The reply's constraint: a structured-output grammar or a forced tool call (not both).
+pub fn constrain(
+    st: &AppState,
+    output: Option<OutputGrammar>,
+    forced: Option<OutputGrammar>,
+) -> Result<Option<Arc<dyn ConstraintSpec>>, ApiError> {
+    match (output, forced) {
+        (Some(o), Some(_)) => Err(ApiError::field(
+            &o.param,
+            "cannot be combined with a forced tool call (`tool_choice` \"required\" or a named function)",
+        )),
+        (Some(g), None) | (None, Some(g)) => structured::compile(st, &g).map(Some),
+        (None, None) => Ok(None),
+    }
 }
 
 /// `system_fingerprint`: the model id and the engine's arithmetic (same fingerprint ⇒ same bits).

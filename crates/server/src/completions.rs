@@ -4,6 +4,7 @@
 use crate::error::ApiError;
 use crate::gen::{self, Job, Piece};
 use crate::params::{kind, parse_object, sampling, Fields};
+use crate::structured::{self, FormatField};
 use crate::{new_id, read_body, unix_now, AppState, Shared};
 use axum::body::Body;
 use axum::extract::State;
@@ -104,7 +105,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
-    f.check_text_format(f.get("response_format"), "response_format")?;
+    let output = structured::output_grammar(&f, FormatField::ResponseFormat)?;
     f.str("user")?;
     if f.int_in("best_of", 1, 1)?.is_some_and(|b| b != 1) {
         return Err(ApiError::field("best_of", "only best_of = 1 is supported"));
@@ -133,6 +134,8 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         stops: f.stops("stop")?,
         priority: f.priority()?,
         draft: f.bool("draft")?.unwrap_or(true),
+        constraint: output.as_ref().map(|g| structured::compile(&st, g)).transpose()?,
+        shown: Vec::new(),
     };
     let tok = st.model.tokenizer.clone();
     let prompt_text =

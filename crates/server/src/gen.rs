@@ -7,6 +7,7 @@ use crate::params::Fields;
 use crate::AppState;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use tf_core::ConstraintSpec;
 use tf_engine::{
     EngineError, EngineEvent, FinishReason, Flow, GenOutput, GenRequest, Priority, SamplingParams, SubmitError, Ticket,
     TokenEvent,
@@ -29,6 +30,10 @@ pub struct Job {
     pub priority: Priority,
     /// The request's `draft` field: `false` decodes serially (one row per round).
     pub draft: bool,
+    /// The grammar the reply must follow (structured output, a forced tool call).
+    pub constraint: Option<Arc<dyn ConstraintSpec>>,
+    /// Control tokens whose text the reply shows (tool-call markers the parser reads), with that text.
+    pub shown: Vec<(u32, String)>,
 }
 
 /// What the engine thread sends the handler.
@@ -112,8 +117,9 @@ pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     req.top_logprobs = job.top_logprobs;
     req.prompt_logprobs = job.prompt_logprobs;
     req.draft = job.draft;
+    req.constraint = job.constraint.clone();
     let (tx, rx) = mpsc::unbounded_channel();
-    let sink = make_sink(st.model.tokenizer.clone(), job.stops.clone(), tx);
+    let sink = make_sink(st.model.tokenizer.clone(), job.stops.clone(), job.shown.clone(), tx);
     match st.engine.submit(req, job.priority, sink) {
         Ok(ticket) => Ok(Running { rx, guard: CancelGuard(ticket) }),
         Err(e @ SubmitError::QueueFull { .. }) => Err(ApiError::busy(e.to_string())),
@@ -121,7 +127,12 @@ pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     }
 }
 
-fn make_sink(tok: Arc<Tokenizer>, stops: Vec<String>, tx: mpsc::UnboundedSender<Piece>) -> tf_engine::EventSink {
+fn make_sink(
+    tok: Arc<Tokenizer>,
+    stops: Vec<String>,
+    shown: Vec<(u32, String)>,
+    tx: mpsc::UnboundedSender<Piece>,
+) -> tf_engine::EventSink {
     let mut detok = IncrementalDetokenizer::new(true);
     let mut filter = StopFilter::new(stops);
     let mut broken: Option<String> = None;
@@ -131,7 +142,12 @@ fn make_sink(tok: Arc<Tokenizer>, stops: Vec<String>, tx: mpsc::UnboundedSender<
             let (text, hit) = if ev.is_stop || broken.is_some() {
                 (String::new(), false)
             } else {
-                match detok.push(&tok, ev.token) {
+                let text = match shown.iter().find(|(id, _)| *id == ev.token) {
+                    // A shown control token: the text before it, then its own.
+                    Some((_, marker)) => detok.finish(&tok).map(|t| t + marker),
+                    None => detok.push(&tok, ev.token),
+                };
+                match text {
                     Ok(t) => filter.push(&t),
                     Err(e) => {
                         broken = Some(e.to_string());

@@ -8,8 +8,11 @@ pub mod error;
 pub mod gen;
 pub mod misc;
 pub mod params;
+pub mod resp_items;
 pub mod responses;
 pub mod run;
+pub mod structured;
+pub mod tools;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -23,7 +26,7 @@ use params::SamplingDefaults;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tf_engine::EngineHandle;
-use tf_text::{ChatTemplate, Tokenizer};
+use tf_text::{ChatTemplate, Tokenizer, ToolFormat};
 
 /// The model being served, as the server sees it (no tensors).
 pub struct ServedModel {
@@ -51,6 +54,8 @@ pub struct ServerConfig {
     /// Stored responses for `previous_response_id`: most entries and most bytes.
     pub store_max_entries: usize,
     pub store_max_bytes: usize,
+    /// Which tool-call format replies are parsed with (`--tool-parser`).
+    pub tool_parser: tools::ToolParserSetting,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +67,7 @@ impl Default for ServerConfig {
             max_body_bytes: 8 << 20,
             store_max_entries: 1024,
             store_max_bytes: 64 << 20,
+            tool_parser: tools::ToolParserSetting::Auto,
         }
     }
 }
@@ -77,6 +83,11 @@ pub struct AppState {
     pub created: u64,
     /// HTTP requests refused before reaching the engine, by status class (for /metrics).
     pub rejected: std::sync::atomic::AtomicU64,
+    /// The tool-call format of replies (from the chat template, or `--tool-parser`); `None`: calls are not parsed.
+    pub tool_format: Option<ToolFormat>,
+    /// Grammars compile against this (built once from the tokenizer and the stop ids); why not, when it could
+    /// not be built.
+    pub grammar: Result<tf_grammar::GrammarEnv, String>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -84,6 +95,8 @@ pub type Shared = Arc<AppState>;
 impl AppState {
     pub fn new(model: ServedModel, engine: EngineHandle, cfg: ServerConfig) -> Shared {
         let store = responses::Store::new(cfg.store_max_entries, cfg.store_max_bytes);
+        let tool_format = cfg.tool_parser.resolve(model.template.as_ref().map(ChatTemplate::source), &model.tokenizer);
+        let grammar = structured::build_env(&model.tokenizer);
         Arc::new(AppState {
             model,
             engine,
@@ -92,6 +105,8 @@ impl AppState {
             started: Instant::now(),
             created: unix_now(),
             rejected: Default::default(),
+            tool_format,
+            grammar,
         })
     }
 

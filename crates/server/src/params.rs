@@ -154,32 +154,6 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The output format a request asks for (`response_format` on chat and completions, `text.format` on
-    /// responses, named by `param`): plain text only. JSON modes need constrained decoding, which this server
-    /// does not have yet, so a request for one is refused instead of answered with text that may not parse.
-    pub fn check_text_format(&self, value: Option<&Value>, param: &str) -> Result<(), ApiError> {
-        let Some(v) = value.filter(|v| !v.is_null()) else { return Ok(()) };
-        let Value::Object(m) = v else {
-            return Err(ApiError::field(param, format!("expected an object, got {}", kind(v))));
-        };
-        match m.get("type") {
-            Some(Value::String(t)) if t == "text" => Ok(()),
-            Some(Value::String(t)) if t == "json_object" || t == "json_schema" => Err(ApiError::field(
-                param,
-                format!(
-                    "type `{t}` needs constrained (JSON) decoding, which this server does not support yet; \
-                     ask for JSON in the prompt and check the reply, or leave `{param}` out"
-                ),
-            )
-            .with_code("unsupported_response_format")),
-            Some(other) => Err(ApiError::field(
-                param,
-                format!("type must be \"text\", \"json_object\" or \"json_schema\", got {other}"),
-            )),
-            None => Err(ApiError::field(param, "needs a `type` (\"text\")")),
-        }
-    }
-
     /// `n` must be 1 (one choice per request).
     pub fn check_n(&self) -> Result<(), ApiError> {
         match self.int_in("n", 1, i64::MAX)? {
@@ -351,28 +325,5 @@ mod tests {
         assert!(parse_object(b"[1]").is_err());
         assert!(parse_object(b"{\"a\": NaN}").is_err());
         assert!(parse_object(b"\xff\xfe").is_err());
-    }
-
-    #[test]
-    fn only_plain_text_output_is_accepted() {
-        let m = obj(json!({}));
-        let f = Fields::new(&m);
-        for ok in [None, Some(json!(null)), Some(json!({"type": "text"}))] {
-            f.check_text_format(ok.as_ref(), "response_format").unwrap();
-        }
-        for (bad, code) in [
-            (json!({"type": "json_object"}), Some("unsupported_response_format")),
-            (
-                json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-                Some("unsupported_response_format"),
-            ),
-            (json!({"type": "yaml"}), None),
-            (json!({"type": 3}), None),
-            (json!({}), None),
-            (json!("json_object"), None),
-        ] {
-            let e = f.check_text_format(Some(&bad), "text.format").expect_err(&bad.to_string());
-            assert_eq!((e.param.as_deref(), e.code, e.status.as_u16()), (Some("text.format"), code, 400), "{bad}");
-        }
     }
 }

@@ -1,10 +1,13 @@
 //! `POST /v1/responses` (text in, text out) and `GET /v1/responses/{id}`, with an in-memory store bounded in
 //! entries and bytes for `previous_response_id`.
 
-use crate::chat::{chat_prompt, content_text};
+use crate::chat::{chat_prompt, constrain, content_text};
 use crate::error::ApiError;
 use crate::gen::{self, Job, Piece};
 use crate::params::{kind, parse_object, sampling, Fields};
+use crate::resp_items::{Emit, Items};
+use crate::structured::{self, FormatField};
+use crate::tools;
 use crate::{new_id, read_body, unix_now, AppState, Shared};
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -13,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use tf_engine::GenOutput;
+use tf_text::ToolParser;
 
 /// Stored responses, oldest evicted first when either bound is passed.
 pub struct Store {
@@ -97,8 +101,23 @@ fn input_messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                     return Err(ApiError::field(&at, format!("expected an item object, got {}", kind(it))));
                 };
                 let ty = o.get("type").and_then(Value::as_str).unwrap_or("message");
-                if ty != "message" {
-                    return Err(ApiError::field(&at, format!("input items of type `{ty}` are not supported")));
+                match ty {
+                    "message" => {}
+                    "function_call" => {
+                        function_call_item(o, &at, &mut out)?;
+                        continue;
+                    }
+                    "function_call_output" => {
+                        let call_id = item_str(o, "call_id", &at)?;
+                        let output = match o.get("output") {
+                            Some(Value::String(s)) => s.clone(),
+                            v @ Some(Value::Array(_)) => content_text(v, &format!("{at}.output"))?.unwrap_or_default(),
+                            _ => return Err(ApiError::field(&format!("{at}.output"), "expected a string")),
+                        };
+                        out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+                        continue;
+                    }
+                    _ => return Err(ApiError::field(&at, format!("input items of type `{ty}` are not supported"))),
                 }
                 let role = match o.get("role").and_then(Value::as_str) {
                     Some(r @ ("user" | "assistant" | "system")) => r,
@@ -123,6 +142,34 @@ fn input_messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
     }
 }
 
+/// A string field of an input item.
+fn item_str(o: &Map<String, Value>, key: &str, at: &str) -> Result<String, ApiError> {
+    match o.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(ApiError::field(&format!("{at}.{key}"), "expected a non-empty string")),
+    }
+}
+
+/// A `function_call` input item joins the assistant message before it (or starts one) as a chat `tool_calls`
+/// entry.
+fn function_call_item(o: &Map<String, Value>, at: &str, out: &mut Vec<Value>) -> Result<(), ApiError> {
+    let call_id = item_str(o, "call_id", at)?;
+    let name = item_str(o, "name", at)?;
+    let arguments = match o.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err(ApiError::field(&format!("{at}.arguments"), "expected a string (JSON text)")),
+    };
+    let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
+    match out.last_mut() {
+        Some(m) if m["role"] == "assistant" => match m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            Some(calls) => calls.push(call),
+            None => m["tool_calls"] = json!([call]),
+        },
+        _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+    }
+    Ok(())
+}
+
 /// What a response object says besides its output.
 struct Meta {
     id: String,
@@ -136,23 +183,28 @@ struct Meta {
     previous: Option<String>,
     store: bool,
     metadata: Value,
+    /// The request's `tools`, `tool_choice`, `parallel_tool_calls` and `text`, echoed.
+    tools: Value,
+    tool_choice: Value,
+    parallel_tool_calls: bool,
+    text: Value,
 }
 
 impl Meta {
-    fn object(&self, status: &str, text: Option<&str>, out: Option<&GenOutput>, stop_hit: bool) -> Value {
-        let output = match text {
+    /// The response object; `items` (none while in progress) give the output, whose message items end as the
+    /// response does (cut by max_output_tokens, both are "incomplete").
+    fn object(&self, status: &str, items: Option<&Items>, out: Option<&GenOutput>, stop_hit: bool) -> Value {
+        let output = match items {
             None => json!([]),
-            // The message item ends as the response does: cut by max_output_tokens, both are "incomplete".
-            Some(t) => {
-                json!([message(&self.msg_id, if status == "incomplete" { status } else { "completed" }, Some(t))])
-            }
+            Some(it) => json!(it.output(if status == "incomplete" { status } else { "completed" })),
         };
         let mut r = json!({
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "model": self.model, "output": output, "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens, "temperature": self.temperature, "top_p": self.top_p,
             "previous_response_id": self.previous, "store": self.store, "metadata": self.metadata,
-            "parallel_tool_calls": false, "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
+            "parallel_tool_calls": self.parallel_tool_calls, "tool_choice": self.tool_choice, "tools": self.tools,
+            "text": self.text,
             "truncation": "disabled", "error": null, "incomplete_details": null, "usage": null,
         });
         if let Some(o) = out {
@@ -172,7 +224,8 @@ impl Meta {
     }
 }
 
-fn message(id: &str, status: &str, text: Option<&str>) -> Value {
+/// A message output item (`text` None: no content yet).
+pub fn message(id: &str, status: &str, text: Option<&str>) -> Value {
     let content = match text {
         None => json!([]),
         Some(t) => json!([{"type": "output_text", "text": t, "annotations": [], "logprobs": []}]),
@@ -185,11 +238,10 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let obj = parse_object(&body)?;
     let f = Fields::new(&obj);
     st.check_model(&f)?;
-    match f.get("text") {
-        None => {}
-        Some(Value::Object(t)) => f.check_text_format(t.get("format"), "text.format")?,
-        Some(v) => return Err(ApiError::field("text", format!("expected an object, got {}", kind(v)))),
-    }
+    let output = structured::output_grammar(&f, FormatField::TextFormat)?;
+    let tool_req = tools::read(&f, tools::Shape::Responses)?;
+    let plan = tools::plan(&st, tool_req.as_ref())?;
+    let constraint = constrain(&st, output, plan.forced)?;
     let mut messages = Vec::new();
     let previous = f.str("previous_response_id")?.map(str::to_owned);
     if let Some(p) = &previous {
@@ -210,6 +262,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         rendered.push(json!({"role": "system", "content": i}));
     }
     rendered.extend(messages.iter().cloned());
+    tools::arguments_as_objects(&mut rendered);
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let store = f.bool("store")?.unwrap_or(true);
@@ -218,7 +271,14 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         Some(v @ Value::Object(_)) => v.clone(),
         Some(v) => return Err(ApiError::field("metadata", format!("expected an object, got {}", kind(v)))),
     };
-    let prompt = chat_prompt(&st, rendered, None, Map::new())?;
+    let echoed_tools = f.get("tools").cloned().unwrap_or_else(|| json!([]));
+    let tool_choice = f.get("tool_choice").cloned().unwrap_or_else(|| json!("auto"));
+    let parallel_tool_calls = tool_req.as_ref().map_or(f.bool("parallel_tool_calls")?.unwrap_or(true), |t| t.parallel);
+    let text_echo = match f.get("text") {
+        Some(t @ Value::Object(o)) if o.get("format").is_some_and(|v| !v.is_null()) => t.clone(),
+        _ => json!({"format": {"type": "text"}}),
+    };
+    let prompt = chat_prompt(&st, rendered, tool_req.map(|t| t.rendered), Map::new())?;
     let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_output_tokens"], prompt.len(), false)?;
     let meta = Meta {
         id: new_id("resp_"),
@@ -232,6 +292,10 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         previous,
         store,
         metadata,
+        tools: echoed_tools,
+        tool_choice,
+        parallel_tool_calls,
+        text: text_echo,
     };
     let job = Job {
         prompt,
@@ -243,27 +307,32 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         prompt_logprobs: None,
         priority: f.priority()?,
         draft: f.bool("draft")?.unwrap_or(true),
+        constraint,
+        shown: tools::shown_markers(&st, plan.format),
     };
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
-    let keep = move |st: &AppState, meta: &Meta, text: &str, obj: &Value| {
+    let keep = move |st: &AppState, meta: &Meta, items: &Items, obj: &Value| {
         if meta.store {
             let mut conv = messages.clone();
-            conv.push(json!({"role": "assistant", "content": text}));
+            conv.push(items.assistant_message());
             st.store.lock().unwrap_or_else(|p| p.into_inner()).put(meta.id.clone(), conv, obj.clone());
         }
     };
+    let mut items = Items::new(meta.msg_id.clone());
+    let mut parser = plan.format.map(tools::parser);
     if !stream {
         let (tokens, out, tail, stop_hit) = gen::collect(running, first).await?;
         let mut text: String = tokens.iter().map(|(_, t)| t.as_str()).collect();
         text.push_str(&tail);
         let status = if gen::finish_reason(&out, stop_hit) == "length" { "incomplete" } else { "completed" };
-        let obj = meta.object(status, Some(&text), Some(&out), stop_hit);
-        keep(&st, &meta, &text, &obj);
+        let mut none = |_: &str, _: Value| {};
+        feed(&mut items, &mut parser, &text, true, status, &mut none);
+        let obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+        keep(&st, &meta, &items, &obj);
         return Ok(axum::Json(obj).into_response());
     }
     let mut seq = 0u64;
-    let mut text = String::new();
     let mut opened = false;
     let st2 = st.clone();
     Ok(gen::sse(running, first, move |piece| {
@@ -274,57 +343,26 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             seq += 1;
             s.push_str(&format!("event: {ty}\ndata: {v}\n\n"));
         };
-        let part = |t: &str| json!({"type": "output_text", "text": t, "annotations": [], "logprobs": []});
         if !opened {
             opened = true;
             ev("response.created", json!({"response": meta.object("in_progress", None, None, false)}));
             ev("response.in_progress", json!({"response": meta.object("in_progress", None, None, false)}));
-            ev(
-                "response.output_item.added",
-                json!({"output_index": 0, "item": message(&meta.msg_id, "in_progress", None)}),
-            );
-            ev(
-                "response.content_part.added",
-                json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
-                                                     "part": part("")}),
-            );
-        }
-        let delta = |ev: &mut dyn FnMut(&str, Value), d: &str| {
-            if !d.is_empty() {
-                ev(
-                    "response.output_text.delta",
-                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
-                                                        "delta": d, "logprobs": []}),
-                );
+            // Without tool parsing the reply is one message, opened at once.
+            if parser.is_none() {
+                items.open_message(&mut ev);
             }
-        };
+        }
         match piece {
             Piece::Token { text: t, .. } => {
-                delta(&mut ev, &t);
-                text.push_str(&t);
+                feed(&mut items, &mut parser, &t, false, "", &mut ev);
                 (s, false)
             }
             Piece::Done { out, tail, stop_hit } => {
-                delta(&mut ev, &tail);
-                text.push_str(&tail);
-                ev(
-                    "response.output_text.done",
-                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
-                                                       "text": text, "logprobs": []}),
-                );
-                ev(
-                    "response.content_part.done",
-                    json!({"item_id": meta.msg_id, "output_index": 0, "content_index": 0,
-                                                        "part": part(&text)}),
-                );
                 let incomplete = gen::finish_reason(&out, stop_hit) == "length";
                 let status = if incomplete { "incomplete" } else { "completed" };
-                ev(
-                    "response.output_item.done",
-                    json!({"output_index": 0, "item": message(&meta.msg_id, status, Some(&text))}),
-                );
-                let obj = meta.object(status, Some(&text), Some(&out), stop_hit);
-                keep(&st2, &meta, &text, &obj);
+                feed(&mut items, &mut parser, &tail, true, status, &mut ev);
+                let obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+                keep(&st2, &meta, &items, &obj);
                 ev(if incomplete { "response.incomplete" } else { "response.completed" }, json!({"response": obj}));
                 (s, true)
             }
@@ -335,6 +373,28 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             }
         }
     }))
+}
+
+/// Feeds reply text to the items, through the tool parser when there is one; `end` finishes them with the
+/// message `status`.
+fn feed(items: &mut Items, parser: &mut Option<ToolParser>, text: &str, end: bool, status: &str, emit: Emit<'_>) {
+    let Some(p) = parser else {
+        items.content(text, emit);
+        if end {
+            items.finish(&[], status, emit);
+        }
+        return;
+    };
+    for e in p.push(text) {
+        items.event(e, emit);
+    }
+    if end {
+        let fin = p.finish();
+        for e in fin.events {
+            items.event(e, emit);
+        }
+        items.finish(&fin.calls, status, emit);
+    }
 }
 
 #[cfg(test)]
@@ -372,6 +432,18 @@ mod tests {
         let m = input_messages(Some(&items)).unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert!(input_messages(Some(&json!([{"type": "function_call_output"}]))).is_err());
+        let items = json!([{"role": "user", "content": "weather?"},
+                           {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{\"city\": \"Oslo\"}"},
+                           {"type": "function_call", "call_id": "c2", "name": "w", "arguments": "{}"},
+                           {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]);
+        let m = input_messages(Some(&items)).unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1]["role"], "assistant");
+        assert_eq!(m[1]["tool_calls"][1]["id"], "c2");
+        assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+        assert_eq!(m[2], json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"}));
+        assert!(input_messages(Some(&json!([{"type": "function_call", "call_id": "c", "name": "w"}]))).is_err());
+        assert!(input_messages(Some(&json!([{"type": "web_search_call"}]))).is_err());
         assert!(input_messages(Some(&json!(5))).is_err());
         assert!(input_messages(Some(&json!([]))).is_err());
         assert!(input_messages(None).is_err());
