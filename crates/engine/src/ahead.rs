@@ -12,9 +12,10 @@
 
 use crate::generate::{EngineError, Generator};
 use crate::logits::greedy_on_device;
-use crate::round::Grant;
+use crate::round::{push_window, Grant};
 use crate::seq::Sequence;
-use tf_core::{AttnMeta, QueuedIds, RowAttn};
+use crate::spec::DraftTree;
+use tf_core::{AttnMeta, QueuedIds};
 use tf_models::Batch;
 
 /// A round queued on the backend whose ids the host has not taken: the sequences of its rows, in row order.
@@ -83,16 +84,15 @@ impl Generator<'_> {
             logit_rows: Vec::new(),
             fed: fed.as_ref().map(|f| f.ids.clone()),
         };
+        let none = DraftTree::new();
         for (seq, &i) in order.iter().enumerate() {
             let s = &seqs[i];
-            let p = if fed.is_some() { s.fill_target() } else { s.fill_target() - 1 };
-            let pos = p as u32;
             batch.attn.block_tables.push(s.table.ids());
-            batch.logit_rows.push(seq);
-            batch.tokens.push(if fed.is_some() { 0 } else { *s.tokens.last().expect("decoding") });
-            batch.positions.push(pos);
-            batch.slots.push(s.table.slot(p));
-            batch.attn.rows.push(RowAttn { pos, seq, ctx: pos + 1, tree: Vec::new() });
+            let (p, token) = match fed {
+                Some(_) => (s.fill_target(), 0),
+                None => (s.fill_target() - 1, *s.tokens.last().expect("decoding")),
+            };
+            push_window(&mut batch, seq, &s.table, None, &none, token, p);
         }
         let vocab = self.model.vocab_size();
         let out = self.model.forward(self.be, &batch, &mut self.kv);

@@ -6,12 +6,10 @@
 
 use crate::generate::{chain_batch, EngineError, GenRequest, Generator};
 use crate::kv_pool::BlockTable;
-use crate::logits::{fetch, Logits};
+use crate::logits::fetch;
 use crate::spec::{CostTable, DraftTree, NgramConfig, NgramProposer, Proposer};
 use std::sync::Arc;
 use std::time::Instant;
-use tf_core::{AttnMeta, RowAttn};
-use tf_models::Batch;
 
 /// Makes the proposer of one request.
 pub type ProposerFactory = Arc<dyn Fn(&GenRequest) -> Box<dyn Proposer> + Send + Sync>;
@@ -114,40 +112,6 @@ pub struct WindowCosts {
 }
 
 impl<'a> Generator<'a> {
-    /// The forward of a tree window: row 0 (the pending token at `p`) in its own slot, node `i` at position
-    /// `p + depth(i)` in scratch slot `i`, attending to the committed prefix `0..=p` and its own path. `argmax`
-    /// as in [`Generator::forward`].
-    fn forward_tree(
-        &mut self,
-        table: &BlockTable,
-        scratch: &BlockTable,
-        tree: &DraftTree,
-        rows: &[u32],
-        p: usize,
-        argmax: bool,
-    ) -> Result<Logits, EngineError> {
-        let positions: Vec<u32> = tree.row_positions(p).into_iter().map(|x| x as u32).collect();
-        let mut slots = vec![table.slot(p)];
-        slots.extend((0..tree.len()).map(|i| scratch.slot(i)));
-        let ctx = p as u32 + 1;
-        let mut attn = vec![RowAttn { pos: p as u32, seq: 0, ctx, tree: Vec::new() }];
-        for i in 0..tree.len() {
-            let mut path = tree.ancestors(i);
-            path.push(i);
-            let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, scratch.slot(a))).collect();
-            attn.push(RowAttn { pos: positions[i + 1], seq: 0, ctx, tree: pairs });
-        }
-        let batch = Batch {
-            tokens: rows.to_vec(),
-            slots,
-            attn: AttnMeta { block_tables: vec![table.ids()], rows: attn },
-            positions,
-            logit_rows: (0..rows.len()).collect(),
-            fed: None,
-        };
-        self.forward_batch(&batch, argmax)
-    }
-
     /// Measures window costs, runs the self-check with `max_window`-row windows on the real weights, and turns
     /// drafting on if every row matched (off, with a warning, otherwise).
     pub fn setup_drafting(
@@ -272,8 +236,9 @@ impl<'a> Generator<'a> {
             let mut scratch = BlockTable::new(&self.pool);
             scratch.ensure(&self.pool, tree.len())?;
             self.forward(&table, &tokens[..prefix], 0, Vec::new(), false)?;
-            let rows = tree.row_tokens(tokens[prefix]);
-            let all = self.forward_tree(&table, &scratch, &tree, &rows, prefix, false)?.into_values();
+            let mut batch = chain_batch(&table, &[], prefix, Vec::new());
+            crate::round::push_window(&mut batch, 0, &table, Some(&scratch), &tree, tokens[prefix], prefix);
+            let all = self.forward_batch(&batch, false)?.into_values();
             let mut at = None;
             for d in 0..=depth {
                 let row = match d {

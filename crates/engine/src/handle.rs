@@ -8,7 +8,6 @@
 
 use crate::core::{Core, Entry};
 use crate::generate::{EngineError, Flow, GenOutput, GenRequest, Generator, TokenEvent};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -363,33 +362,10 @@ impl EngineHandle {
     }
 }
 
-/// Waiting requests: interactive first, FIFO within a class.
-#[derive(Default)]
-pub(crate) struct Queue {
-    pub(crate) interactive: VecDeque<Box<Job>>,
-    pub(crate) background: VecDeque<Box<Job>>,
-}
-
-impl Queue {
-    pub(crate) fn push(&mut self, job: Box<Job>) {
-        match job.priority {
-            Priority::Interactive => self.interactive.push_back(job),
-            Priority::Background => self.background.push_back(job),
-        }
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<Box<Job>> {
-        self.interactive.pop_front().or_else(|| self.background.pop_front())
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.interactive.is_empty() && self.background.is_empty()
-    }
-}
-
-/// Takes every command waiting in `rx` into `queue` (blocking for one first when `block`); returns false when the
-/// channel is gone (every handle dropped).
-pub(crate) fn drain(rx: &mpsc::Receiver<Command>, queue: &mut Queue, shutting_down: &mut bool, block: bool) -> bool {
+/// Takes every command waiting in `rx` (blocking for one first when `block`), new requests into `inbox` in
+/// arrival order; returns false when the channel is gone (every handle dropped). The scheduler orders them
+/// (interactive first).
+fn drain(rx: &mpsc::Receiver<Command>, inbox: &mut Vec<Job>, shutting_down: &mut bool, block: bool) -> bool {
     let mut first = block;
     loop {
         let cmd = if first {
@@ -409,9 +385,9 @@ pub(crate) fn drain(rx: &mpsc::Receiver<Command>, queue: &mut Queue, shutting_do
             }
         };
         match cmd {
-            Command::Submit(job) => queue.push(job),
+            Command::Submit(job) => inbox.push(*job),
             Command::CancelAll => {
-                for job in queue.interactive.iter().chain(queue.background.iter()) {
+                for job in inbox.iter() {
                     job.cancel.store(true, Ordering::Relaxed);
                 }
             }
@@ -431,7 +407,7 @@ fn engine_loop(
 ) {
     let forget = |id: u64| live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
     let mut core = Core::new(g, stats, &forget, parallel, max_rows);
-    let mut inbox = Queue::default();
+    let mut inbox = Vec::new();
     let mut shutting_down = false;
     loop {
         let idle = core.is_idle() && inbox.is_empty();
@@ -439,9 +415,8 @@ fn engine_loop(
         if !drain(rx, &mut inbox, &mut shutting_down, block) && idle {
             return;
         }
-        // New requests join the scheduler, interactive first, then by arrival.
-        while let Some(job) = inbox.pop() {
-            let Job { id, req, priority, sink, cancel, queued_at } = *job;
+        for job in inbox.drain(..) {
+            let Job { id, req, priority, sink, cancel, queued_at } = job;
             core.submit(g, Entry { id, req, priority, sink, cancel, queued_at });
         }
         if core.is_idle() {

@@ -288,31 +288,45 @@ fn round_batch(seqs: &[Sequence<'_>], parts: &[(usize, Part)]) -> Batch {
                 }
             }
             Part::Window { tree, scratch } => {
-                let p = s.fill_target() - 1;
                 let pending = *s.tokens.last().expect("decoding");
-                let positions = tree.row_positions(p);
-                for (row, &t) in tree.row_tokens(pending).iter().enumerate() {
-                    let pos = positions[row] as u32;
-                    batch.logit_rows.push(batch.tokens.len());
-                    batch.tokens.push(t);
-                    batch.positions.push(pos);
-                    match (row, scratch) {
-                        (0, _) | (_, None) => {
-                            batch.slots.push(s.table.slot(positions[row]));
-                            batch.attn.rows.push(RowAttn { pos, seq, ctx: pos + 1, tree: Vec::new() });
-                        }
-                        (_, Some(sc)) => {
-                            let node = row - 1;
-                            let mut path = tree.ancestors(node);
-                            path.push(node);
-                            let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, sc.slot(a))).collect();
-                            batch.slots.push(sc.slot(node));
-                            batch.attn.rows.push(RowAttn { pos, seq, ctx: p as u32 + 1, tree: pairs });
-                        }
-                    }
-                }
+                push_window(&mut batch, seq, &s.table, scratch.as_ref(), tree, pending, s.fill_target() - 1);
             }
         }
     }
     batch
+}
+
+/// Appends the rows of one window of sequence `seq` to `batch`, every row wanting logits: row 0 (the pending
+/// token at `p`) in its own slot, then each draft node at `p + depth`: a chain's in the sequence's slots, a tree's
+/// in its scratch slot, attending to the committed prefix `0..=p` and its own path.
+pub(crate) fn push_window(
+    batch: &mut Batch,
+    seq: usize,
+    table: &BlockTable,
+    scratch: Option<&BlockTable>,
+    tree: &DraftTree,
+    pending: u32,
+    p: usize,
+) {
+    let positions = tree.row_positions(p);
+    for (row, &t) in tree.row_tokens(pending).iter().enumerate() {
+        let pos = positions[row] as u32;
+        batch.logit_rows.push(batch.tokens.len());
+        batch.tokens.push(t);
+        batch.positions.push(pos);
+        match (row, scratch) {
+            (0, _) | (_, None) => {
+                batch.slots.push(table.slot(positions[row]));
+                batch.attn.rows.push(RowAttn { pos, seq, ctx: pos + 1, tree: Vec::new() });
+            }
+            (_, Some(sc)) => {
+                let node = row - 1;
+                let mut path = tree.ancestors(node);
+                path.push(node);
+                let pairs = path.iter().map(|&a| ((p + tree.depth(a)) as u32, sc.slot(a))).collect();
+                batch.slots.push(sc.slot(node));
+                batch.attn.rows.push(RowAttn { pos, seq, ctx: p as u32 + 1, tree: pairs });
+            }
+        }
+    }
 }
