@@ -10,7 +10,7 @@ percentage of the floor.
 Run on the GPU machine from the repository root (after scripts/device-tests.sh built .device/):
   python3 bench/decode_floor.py [--rounds 4] [--variant NAME=ENV=VALUE,ENV=VALUE ...] [--out FILE.json]
 A variant sets environment variables for its runs (for instance
-`--variant quad=TF_CUDA_MODULE=.device/q.cubin,TF_CUDA_DEFINES=ATTN_QV=4`); the pseudo-variable ARGS adds
+`--variant pipe=TF_CUDA_DEFINES=IL_PIPE=0`); the pseudo-variable ARGS adds
 space-separated arguments to `tensorfold bench` instead (`--variant serial=ARGS=--no-run-ahead`) and BIN another
 `tensorfold` binary (an A/B of host code); without any variant, the default build runs.
 `--copy-gbs X` skips the torch measurement and uses X GB/s (for machines without torch, or for a smoke test with

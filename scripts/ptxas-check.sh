@@ -6,7 +6,7 @@
 # `pip install --target target/nvrtc13 "nvidia-cuda-nvrtc==13.0.*" "nvidia-cuda-nvcc==13.0.*"`; else the cu12 wheels
 # nvidia-cuda-nvrtc-cu12 and nvidia-cuda-nvcc-cu12 under target/nvrtc). CARGO_TARGET_DIR defaults to target/cuda.
 #
-# With CUBIN_OUT=FILE it also keeps the machine code there (scripts/cubin.sh).
+# With CUBIN_OUT=FILE it also keeps the machine code there.
 #
 # Usage: scripts/ptxas-check.sh [NAME=INTEGER ...] [| grep il1]
 set -euo pipefail
