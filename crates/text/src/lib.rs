@@ -8,6 +8,7 @@
 //! * [`ChatTemplate`] renders HF Jinja chat templates the way `transformers` does.
 //! * [`ToolParser`] takes tool calls out of replies (streamed or whole); [`tool_call_grammar`] builds the grammar
 //!   that forces one.
+//! * [`ReasoningParser`] splits `<think>…</think>` reasoning from the answer (streamed or whole).
 //!
 //! This crate depends on no other TensorFold crate.
 
@@ -17,6 +18,7 @@ mod gguf_vocab;
 mod hf;
 mod pretok;
 mod pyfmt;
+mod reasoning;
 mod spm;
 mod stop;
 mod tokenizer;
@@ -27,6 +29,9 @@ pub use chat::{strftime_utc, ChatRenderOptions, ChatTemplate};
 pub use detok::IncrementalDetokenizer;
 pub use gguf_vocab::{GgufVocab, TokenType};
 pub use pyfmt::{float_repr, json_dumps, DumpOptions};
+pub use reasoning::{
+    ParsedReasoning, ReasoningEvent, ReasoningFormat, ReasoningParser, ReasoningStream, THINK_END, THINK_START,
+};
 pub use stop::StopFilter;
 pub use tokenizer::{TokenKind, Tokenizer};
 pub use tool_grammar::{tool_call_grammar, ToolSpec};
