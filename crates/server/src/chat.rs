@@ -105,10 +105,11 @@ pub fn content_text(v: Option<&Value>, field: &str) -> Result<Option<String>, Ap
     }
 }
 
-/// Renders messages with the model's chat template and tokenizes the result.
+/// Renders messages with the model's chat template and tokenizes the result. Earlier tool calls' `arguments`
+/// reach the template as objects ([`tools::arguments_as_objects`]).
 pub fn chat_prompt(
     st: &AppState,
-    messages: Vec<Value>,
+    mut messages: Vec<Value>,
     tools: Option<Value>,
     extra: Map<String, Value>,
 ) -> Result<Vec<u32>, ApiError> {
@@ -118,6 +119,7 @@ pub fn chat_prompt(
             format!("the model `{}` has no chat template; use /v1/completions with a plain prompt", st.model.id),
         ));
     };
+    tools::arguments_as_objects(&mut messages);
     let tok = &st.model.tokenizer;
     let opts = ChatRenderOptions {
         add_generation_prompt: true,
@@ -141,8 +143,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     f.check_n()?;
     let output = structured::output_grammar(&f, FormatField::ResponseFormat)?;
     f.str("user")?;
-    let mut messages = normalize_messages(f.get("messages"), "messages")?;
-    tools::arguments_as_objects(&mut messages);
+    let messages = normalize_messages(f.get("messages"), "messages")?;
     let tool_req = tools::read(&f, tools::Shape::Chat)?;
     let plan = tools::plan(&st, tool_req.as_ref())?;
     let constraint = constrain(&st, output, plan.forced)?;

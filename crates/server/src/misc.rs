@@ -138,7 +138,8 @@ async fn tokenize_inner(st: Shared, headers: HeaderMap, body: Body) -> Result<Re
     let tok = &st.model.tokenizer;
     let tokens = if f.get("messages").is_some() {
         let messages = normalize_messages(f.get("messages"), "messages")?;
-        chat_prompt(&st, messages, None, Map::new())?
+        let tools = crate::tools::read(&f, crate::tools::Shape::Chat)?.map(|t| t.rendered);
+        chat_prompt(&st, messages, tools, Map::new())?
     } else {
         let prompt = f.str("prompt")?.ok_or_else(|| ApiError::field("prompt", "is required (or give messages)"))?;
         let special = f.bool("add_special_tokens")?.unwrap_or(true);

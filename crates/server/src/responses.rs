@@ -262,7 +262,6 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         rendered.push(json!({"role": "system", "content": i}));
     }
     rendered.extend(messages.iter().cloned());
-    tools::arguments_as_objects(&mut rendered);
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let store = f.bool("store")?.unwrap_or(true);

@@ -64,7 +64,12 @@ impl Server {
     /// prints `listening on http://127.0.0.1:PORT` on stderr. Panics with everything it printed if it exits
     /// first or does not get there within [`START_BOUND`].
     pub fn start(extra: &[&str]) -> Server {
-        let model = tf_testkit::model_path("smollm2");
+        Server::start_model("smollm2", extra)
+    }
+
+    /// [`Server::start`] with another of the real models (a short name of `tf_testkit::MODELS`).
+    pub fn start_model(short: &str, extra: &[&str]) -> Server {
+        let model = tf_testkit::model_path(short);
         let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
             .arg("serve")
             .arg(&model)
