@@ -311,15 +311,23 @@ fn cases() -> Vec<Case> {
     c.field(CHAT, CHAT_BASE, "model", Some(r#""""#), Under500);
     c.field(CHAT, CHAT_BASE, "model", None, OkOrBad);
 
-    // Output formats: plain text is served; JSON modes (no constrained decoding yet) and malformed formats are
-    // refused before anything runs, streamed or not.
+    // Output formats: plain text and JSON modes are served; malformed formats and schemas are refused before
+    // anything runs, streamed or not.
     for (path, base, field) in [(CHAT, CHAT_BASE, "response_format"), (COMP, COMPLETION_BASE, "response_format")] {
         c.field(path, base, field, Some(r#"{"type":"text"}"#), Ok);
         c.field(path, base, field, Some("null"), Ok);
         for raw in [r#"{"type":"json_object"}"#, r#"{"type":"json_schema","json_schema":{"name":"a","schema":{}}}"#] {
-            c.field(path, base, field, Some(raw), Bad);
+            c.field(path, base, field, Some(raw), Ok);
         }
-        for raw in [r#"{"type":"yaml"}"#, "{}", r#""json_object""#, "[]", "1"] {
+        for raw in [
+            r#"{"type":"yaml"}"#,
+            "{}",
+            r#""json_object""#,
+            "[]",
+            "1",
+            r#"{"type":"json_schema","json_schema":{"name":"a","schema":5}}"#,
+            r#"{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","required":5}}}"#,
+        ] {
             c.field(path, base, field, Some(raw), Bad);
         }
     }
@@ -336,17 +344,23 @@ fn cases() -> Vec<Case> {
     for raw in [r#""auto""#, r#""none""#, "null"] {
         c.field(CHAT, CHAT_BASE, "tool_choice", Some(raw), Ok);
     }
+    // Without tools, forcing a call is refused (a named function must be among them).
     for raw in [r#""required""#, r#"{"type":"function","function":{"name":"f"}}"#, r#""sometimes""#, "1"] {
         c.field(CHAT, CHAT_BASE, "tool_choice", Some(raw), Bad);
     }
+    for raw in [r#"[{"type":"function","function":{"name":"f","parameters":"x"}}]"#, r#"[{"type":"retrieval"}]"#, "{}"]
+    {
+        c.field(CHAT, CHAT_BASE, "tools", Some(raw), Bad);
+    }
     let streamed = r#"{"model":"$M","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}"#;
-    c.field(CHAT, streamed, "response_format", Some(r#"{"type":"json_object"}"#), Bad);
+    c.field(CHAT, streamed, "response_format", Some(r#"{"type":"json_schema","json_schema":{"schema":[]}}"#), Bad);
+    c.field(CHAT, streamed, "guided_regex", Some(r#""(""#), Bad);
     c.field(RESP, RESPONSES_BASE, "text", Some(r#"{"format":{"type":"text"}}"#), Ok);
     c.field(RESP, RESPONSES_BASE, "text", Some(r#"{"verbosity":"low"}"#), Ok);
     for raw in [r#"{"format":{"type":"json_schema","name":"a","schema":{}}}"#, r#"{"format":{"type":"json_object"}}"#] {
-        c.field(RESP, RESPONSES_BASE, "text", Some(raw), Bad);
+        c.field(RESP, RESPONSES_BASE, "text", Some(raw), Ok);
     }
-    for raw in [r#"{"format":"text"}"#, r#""text""#, "[]"] {
+    for raw in [r#"{"format":"text"}"#, r#""text""#, "[]", r#"{"format":{"type":"json_schema","name":"a"}}"#] {
         c.field(RESP, RESPONSES_BASE, "text", Some(raw), Bad);
     }
 
