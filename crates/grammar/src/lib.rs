@@ -5,16 +5,20 @@
 //!   `toktrie` trie of every token's bytes and an `llguidance` parser factory. It is a cheap-to-clone handle.
 //! * [`compile`] turns a [`Grammar`] into an `Arc<dyn ConstraintSpec>` (tf-core), shared by every sequence that
 //!   uses it; `start()` gives one sequence's [`TokenConstraint`](tf_core::TokenConstraint).
+//! * [`ThinkingBudget`] counts a reply's thinking tokens, forces `</think>` at the budget and hands the answer to
+//!   an inner constraint.
 //!
 //! Mask semantics: ids past the tokenizer's vocabulary are never allowed; the end-of-sequence ids are allowed
 //! exactly when the grammar is accepting; once the grammar is stopped (nothing may follow) the mask holds the
 //! end-of-sequence ids only. Where the grammar forces bytes, the mask holds only the first token of their
 //! canonical tokenization (the same token [`forced`](tf_core::TokenConstraint::forced) returns).
 
+mod budget;
 mod compile;
 mod env;
 mod matcher;
 
+pub use budget::{BudgetMatcher, ThinkingBudget};
 pub use compile::{compile, Grammar, JSON_WHITESPACE};
 pub use env::GrammarEnv;
 pub use matcher::GrammarMatcher;
