@@ -1,17 +1,25 @@
-//! `tensorfold check`: the exactness receipt. Runs the built-in suite with drafts on and with `draft: false`
-//! (one row per round), compares token ids, and prints per prompt kind: replies, tokens, equal or not,
-//! acceptance, tokens per round and speedup. Exits non-zero on any mismatch, on a drafted reply that had a
-//! one-row round, or when the load-time self-check turned drafting off.
+//! `tensorfold check`: the exactness receipt. Runs the built-in suite through one engine thread, each reply with
+//! drafts on and with `draft: false` (one row per round), compares token ids, and prints per prompt kind:
+//! replies, tokens, equal or not, acceptance, tokens per round and speedup. The `constrained` kind's requests
+//! carry a JSON-schema grammar: their replies must also parse as JSON that follows the schema. Exits non-zero on
+//! any mismatch, on a drafted reply that had a one-row round (outside the constrained kind, where the grammar
+//! cuts drafts it rejects), on a constrained reply that ended and is not valid under its schema, or when the
+//! load-time self-check turned drafting off.
 
-use crate::check_suite::cases;
+use crate::check_suite::{cases, schema_violation};
 use crate::drafting::DraftArgs;
-use crate::run::ModelArgs;
+use crate::run::{complete, spawn_engine, ModelArgs, BLOCK_SIZE};
+use crate::session::Session;
 use clap::Args;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use tf_engine::{Flow, GenOutput, GenRequest, Generator, SamplingParams};
+use std::sync::Arc;
+use tf_core::ConstraintSpec;
+use tf_engine::{FinishReason, GenOutput, GenRequest, SamplingParams};
+use tf_grammar::{compile, Grammar, GrammarEnv};
 
-const BLOCK_SIZE: usize = 16;
+/// Tokens a constrained reply gets at least, so that a whole object fits.
+const CONSTRAINED_MIN_TOKENS: usize = 128;
 
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
@@ -40,15 +48,48 @@ struct Outcome {
     sampling: String,
     drafted: GenOutput,
     serial: GenOutput,
+    /// Constrained replies: `Ok(true)` when it ended and follows its schema, `Ok(false)` when it was cut at the
+    /// token limit (nothing to parse), `Err` why it does not follow the schema.
+    json: Option<Result<bool, String>>,
 }
 
 impl Outcome {
     fn equal(&self) -> bool {
         self.drafted.tokens == self.serial.tokens
     }
-    /// A drafted reply must verify at least one draft every round.
+    /// A drafted reply must verify at least one draft every round; a grammar cuts the drafts it rejects, so a
+    /// constrained round may be one row.
     fn windows_ok(&self) -> bool {
-        self.drafted.counts.rounds == 0 || self.drafted.counts.min_rows >= 2
+        self.json.is_some() || self.drafted.counts.rounds == 0 || self.drafted.counts.min_rows >= 2
+    }
+    fn json_ok(&self) -> bool {
+        !matches!(self.json, Some(Err(_)))
+    }
+    fn ok(&self) -> bool {
+        self.equal() && self.windows_ok() && self.json_ok()
+    }
+}
+
+/// A suite prompt ready to run: its index in the suite, kind, token ids, and the schema of a constrained one with
+/// its compiled grammar.
+struct Prompt {
+    index: usize,
+    kind: &'static str,
+    ids: Vec<u32>,
+    schema: Option<Value>,
+    constraint: Option<Arc<dyn ConstraintSpec>>,
+}
+
+/// Whether a constrained reply's text follows `schema` (see [`Outcome::json`]).
+fn judge_json(tokenizer: &tf_text::Tokenizer, out: &GenOutput, schema: &Value) -> Result<bool, String> {
+    if out.finish_reason != FinishReason::Stop {
+        return Ok(false);
+    }
+    let text = tokenizer.decode(&out.tokens, true).map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON ({e}): {text:?}"))?;
+    match schema_violation(&v, schema) {
+        None => Ok(true),
+        Some(why) => Err(format!("{why}: {text:?}")),
     }
 }
 
@@ -73,24 +114,57 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         } else {
             s.plain_prompt(&c.text)?
         };
-        prompts.push((i, c.kind, ids));
+        prompts.push(Prompt { index: i, kind: c.kind, ids, schema: c.schema, constraint: None });
     }
-    let longest = prompts.iter().map(|p| p.2.len()).max().unwrap_or(0);
-    let context = (longest + args.max_tokens).max(64 + args.drafting.max_window);
-    if longest + args.max_tokens > s.model.context_length() {
+    let max_tokens = |p: &Prompt| match p.schema {
+        Some(_) => args.max_tokens.max(CONSTRAINED_MIN_TOKENS),
+        None => args.max_tokens,
+    };
+    let longest = prompts.iter().map(|p| p.ids.len() + max_tokens(p)).max().unwrap_or(0);
+    let context = longest.max(64 + args.drafting.max_window);
+    if longest > s.model.context_length() {
         return Err(format!(
             "the longest prompt plus --max-tokens exceeds the model's context ({})",
             s.model.context_length()
         ));
     }
     let drafting = args.drafting.resolve(&s, context, BLOCK_SIZE)?;
-    let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), context.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
-        .map_err(|e| e.to_string())?;
-    let setup = g
-        .setup_drafting(drafting.max_window, drafting.proposer, args.drafting.min_drafts.max(1))
-        .map_err(|e| e.to_string())?;
-    if let Some(w) = setup.warning {
-        return Err(w);
+    let describe = drafting.describe.clone();
+    let path = s.path.clone();
+    let stop_ids = s.tokenizer.stop_ids().to_vec();
+    let Session { backend, model, tokenizer, .. } = s;
+    let tokenizer = Arc::new(tokenizer);
+    // The grammar environment of the model's vocabulary; without end-of-sequence ids a grammar has no way to
+    // end, and the constrained prompts are left out.
+    match GrammarEnv::new(tokenizer.clone(), &stop_ids) {
+        Ok(env) => {
+            let mut grammars: Vec<(&Value, Arc<dyn ConstraintSpec>)> = Vec::new();
+            for p in &mut prompts {
+                let Some(schema) = &p.schema else { continue };
+                let spec = match grammars.iter().find(|(s, _)| *s == schema) {
+                    Some((_, spec)) => spec.clone(),
+                    None => {
+                        let g = Grammar::JsonSchema { schema: schema.clone(), strict: true };
+                        let spec = compile(&env, &g).map_err(|e| format!("the schema of prompt {}: {e}", p.index))?;
+                        grammars.push((schema, spec.clone()));
+                        spec
+                    }
+                };
+                p.constraint = Some(spec);
+            }
+        }
+        Err(e) => {
+            if !args.json {
+                eprintln!("constrained prompts left out: {e}");
+            }
+            prompts.retain(|p| p.schema.is_none());
+        }
+    }
+    // One request at a time: each reply's decode time is its own, for the speedup column.
+    let max_rows = 64.max(drafting.max_window);
+    let engine = spawn_engine(backend, model, context, 1, max_rows, drafting, args.drafting.min_drafts.max(1))?;
+    if let Some(w) = &engine.info().drafting.warning {
+        return Err(w.clone());
     }
     let mut samplings = vec![("greedy".to_string(), SamplingParams::greedy())];
     for seed in 1..=args.seeds {
@@ -98,48 +172,60 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         samplings.push((format!("seed {seed}"), p));
     }
     let mut outcomes = Vec::new();
-    for (i, kind, ids) in &prompts {
+    for p in &prompts {
+        let kind = p.kind;
         for (name, params) in &samplings {
-            let mut req = GenRequest::new(ids.clone(), params.clone(), args.max_tokens);
-            req.stop_ids = s.tokenizer.stop_ids().to_vec();
+            let mut req = GenRequest::new(p.ids.clone(), params.clone(), max_tokens(p));
+            req.stop_ids = stop_ids.clone();
+            req.constraint = p.constraint.clone();
             // The drafted reply takes the engine's fast paths, as a request without `logprobs` does (greedy rows
             // get their token from the backend's argmax_rows, sampled ones skip the logprob); the serial reference
             // downloads every row's logits and computes its logprob.
             req.logprobs = false;
-            let drafted = g.generate(&req, &mut |_| Flow::Continue).map_err(|e| e.to_string())?;
+            let drafted = complete(&engine, req.clone())?;
             req.draft = false;
             req.logprobs = true;
-            let serial = g.generate(&req, &mut |_| Flow::Continue).map_err(|e| e.to_string())?;
-            let o = Outcome { kind, prompt: *i, sampling: name.clone(), drafted, serial };
+            let serial = complete(&engine, req)?;
+            let json = p.schema.as_ref().map(|schema| judge_json(&tokenizer, &serial, schema));
+            let o = Outcome { kind, prompt: p.index, sampling: name.clone(), drafted, serial, json };
             if !args.json && (!o.equal() || !o.windows_ok()) {
                 eprintln!(
                     "MISMATCH prompt {} ({kind}, {name}): drafted {} vs serial {}, min_rows {}",
-                    i, o.drafted.token_sha, o.serial.token_sha, o.drafted.counts.min_rows
+                    p.index, o.drafted.token_sha, o.serial.token_sha, o.drafted.counts.min_rows
                 );
+            }
+            if let (Some(Err(why)), false) = (&o.json, args.json) {
+                eprintln!("INVALID JSON prompt {} ({kind}, {name}): {why}", p.index);
             }
             outcomes.push(o);
         }
     }
-    let bad = outcomes.iter().filter(|o| !o.equal() || !o.windows_ok()).count();
+    engine.shutdown();
+    let bad = outcomes.iter().filter(|o| !o.ok()).count();
     if args.json {
         let cases: Vec<_> = outcomes
             .iter()
             .map(|o| {
                 json!({"kind": o.kind, "prompt": o.prompt, "sampling": o.sampling, "equal": o.equal(),
-                       "tokens": o.drafted.tokens.len(), "token_sha": o.drafted.token_sha,
-                       "serial_token_sha": o.serial.token_sha, "rounds": o.drafted.counts.rounds,
-                       "drafted": o.drafted.counts.drafted, "accepted": o.drafted.counts.accepted,
-                       "min_rows": o.drafted.counts.min_rows, "drafted_decode_s": o.drafted.decode_s,
-                       "serial_decode_s": o.serial.decode_s})
+                "tokens": o.drafted.tokens.len(), "token_sha": o.drafted.token_sha,
+                "serial_token_sha": o.serial.token_sha, "rounds": o.drafted.counts.rounds,
+                "drafted": o.drafted.counts.drafted, "accepted": o.drafted.counts.accepted,
+                "min_rows": o.drafted.counts.min_rows, "drafted_decode_s": o.drafted.decode_s,
+                "serial_decode_s": o.serial.decode_s, "json": match &o.json {
+                    None => Value::Null,
+                    Some(Ok(done)) => json!(if *done { "valid" } else { "cut" }),
+                    Some(Err(why)) => json!(format!("invalid: {why}")),
+                }})
             })
             .collect();
-        println!("{}", json!({"model": s.path, "drafter": drafting.describe, "mismatches": bad, "cases": cases}));
+        println!("{}", json!({"model": path, "drafter": describe, "mismatches": bad, "cases": cases}));
     } else {
-        print_table(&outcomes, &drafting.describe, &s.path);
+        print_table(&outcomes, &describe, &path);
     }
     if bad > 0 {
         return Err(format!(
-            "{bad} of {} replies differ from serial decoding (or ran a one-row round)",
+            "{bad} of {} replies differ from serial decoding (or ran a one-row round, or are not valid under their \
+             schema)",
             outcomes.len()
         ));
     }
@@ -158,7 +244,7 @@ fn print_table(outcomes: &[Outcome], drafter: &str, model: &str) {
     for kind in kinds {
         let os: Vec<&Outcome> = outcomes.iter().filter(|o| kind == "all" || o.kind == kind).collect();
         let tokens: usize = os.iter().map(|o| o.drafted.tokens.len()).sum();
-        let equal = os.iter().filter(|o| o.equal() && o.windows_ok()).count();
+        let equal = os.iter().filter(|o| o.ok()).count();
         let drafted: usize = os.iter().map(|o| o.drafted.counts.drafted).sum();
         let accepted: usize = os.iter().map(|o| o.drafted.counts.accepted).sum();
         let rounds: usize = os.iter().map(|o| o.drafted.counts.rounds).sum();
@@ -175,6 +261,15 @@ fn print_table(outcomes: &[Outcome], drafter: &str, model: &str) {
             100.0 * accepted as f64 / drafted.max(1) as f64,
             decoded as f64 / rounds.max(1) as f64,
             t_s / t_d.max(1e-9),
+        );
+    }
+    let judged: Vec<&Result<bool, String>> = outcomes.iter().filter_map(|o| o.json.as_ref()).collect();
+    if !judged.is_empty() {
+        let valid = judged.iter().filter(|j| matches!(j, Ok(true))).count();
+        let cut = judged.iter().filter(|j| matches!(j, Ok(false))).count();
+        println!(
+            "\nconstrained: {valid} of {} replies are valid JSON under their schema, {cut} cut at the token limit",
+            judged.len()
         );
     }
 }

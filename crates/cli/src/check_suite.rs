@@ -1,10 +1,120 @@
-//! The built-in prompt suite of `tensorfold check`: 30 prompts in five kinds. Code edits copy long stretches of
-//! the prompt (where context copies pay); the rest cover generation, prose, JSON and other languages.
+//! The built-in prompt suite of `tensorfold check`: 30 prompts in five kinds, and 6 constrained prompts whose
+//! replies follow a JSON schema. Code edits copy long stretches of the prompt (where context copies pay); the rest
+//! cover generation, prose, JSON and other languages.
+
+use serde_json::{json, Value};
 
 /// One prompt of the suite.
 pub struct Case {
     pub kind: &'static str,
     pub text: String,
+    /// The JSON schema the reply must follow (the `constrained` kind).
+    pub schema: Option<Value>,
+}
+
+/// A person: name, age, and tags from a fixed list.
+pub fn person_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 40},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["friend", "family", "work", "sports", "music", "travel"]},
+                "minItems": 1,
+                "maxItems": 3
+            }
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false
+    })
+}
+
+/// A product: title, price, and whether it is in stock.
+pub fn product_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 60},
+            "price": {"type": "number", "minimum": 0},
+            "in_stock": {"type": "boolean"}
+        },
+        "required": ["title", "price", "in_stock"],
+        "additionalProperties": false
+    })
+}
+
+/// Why `v` does not follow `schema`, for the keywords the suite's schemas use (type, enum, properties, required,
+/// additionalProperties: false, items, minItems/maxItems, minLength/maxLength, minimum/maximum); `None` when it
+/// does.
+pub fn schema_violation(v: &Value, schema: &Value) -> Option<String> {
+    let num = |k: &str| schema.get(k).and_then(Value::as_f64);
+    if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        let ok = match t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            _ => true,
+        };
+        if !ok {
+            return Some(format!("{v} is not of type {t}"));
+        }
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        if !options.contains(v) {
+            return Some(format!("{v} is not one of {}", Value::Array(options.clone())));
+        }
+    }
+    if let Some(s) = v.as_str() {
+        let n = s.chars().count() as f64;
+        if num("minLength").is_some_and(|m| n < m) || num("maxLength").is_some_and(|m| n > m) {
+            return Some(format!("{v}: length {n} out of bounds"));
+        }
+    }
+    if let Some(x) = v.as_f64() {
+        if num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m) {
+            return Some(format!("{v} out of bounds"));
+        }
+    }
+    if let Some(items) = v.as_array() {
+        let n = items.len() as f64;
+        if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
+            return Some(format!("{} items out of bounds", items.len()));
+        }
+        if let Some(each) = schema.get("items") {
+            if let Some(why) = items.iter().find_map(|x| schema_violation(x, each)) {
+                return Some(why);
+            }
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        let props = schema.get("properties").and_then(Value::as_object);
+        for key in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !obj.contains_key(key) {
+                return Some(format!("the required field {key:?} is missing"));
+            }
+        }
+        for (key, value) in obj {
+            match props.and_then(|p| p.get(key)) {
+                Some(sub) => {
+                    if let Some(why) = schema_violation(value, sub) {
+                        return Some(format!("{key}: {why}"));
+                    }
+                }
+                None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                    return Some(format!("the field {key:?} is not in the schema"));
+                }
+                None => {}
+            }
+        }
+    }
+    None
 }
 
 const PY_STATS: &str = "def summarize(values):
@@ -93,6 +203,7 @@ pub fn cases() -> Vec<Case> {
     let edit = |code: &str, ask: &str| Case {
         kind: "code-edit",
         text: format!("{ask} Reply with the whole code and nothing else.\n\n```\n{code}\n```"),
+        schema: None,
     };
     let mut v = vec![
         edit(PY_STATS, "Rename the variable `total` to `running_sum` in this function."),
@@ -103,7 +214,7 @@ pub fn cases() -> Vec<Case> {
         edit(SQL_REPORT, "Change the LIMIT of this query to 50 and keep everything else as it is."),
     ];
     let simple = |kind: &'static str, texts: &[&str]| -> Vec<Case> {
-        texts.iter().map(|t| Case { kind, text: t.to_string() }).collect()
+        texts.iter().map(|t| Case { kind, text: t.to_string(), schema: None }).collect()
     };
     v.extend(simple(
         "code-gen",
@@ -149,17 +260,65 @@ pub fn cases() -> Vec<Case> {
             "Scrivi una breve poesia sul mare.",
         ],
     ));
+    let constrained =
+        |text: &str, schema: Value| Case { kind: "constrained", text: text.to_string(), schema: Some(schema) };
+    v.extend([
+        constrained(
+            "Describe a fictional person as a JSON object with a name, an age and a list of tags (friend, family, \
+             work, sports, music or travel).",
+            person_schema(),
+        ),
+        constrained(
+            "My colleague Marta is 42 and we play tennis together. Give her as JSON with name, age and tags.",
+            person_schema(),
+        ),
+        constrained(
+            "Return a JSON record for a grandfather who loves jazz and trains: his name, his age and his tags.",
+            person_schema(),
+        ),
+        constrained(
+            "Describe a pair of running shoes as a JSON object with a title, a price and whether it is in stock.",
+            product_schema(),
+        ),
+        constrained(
+            "Give a JSON object for a sold-out concert ticket: its title, its price in euros and in_stock.",
+            product_schema(),
+        ),
+        constrained("Crée un objet JSON pour une personne : nom, âge et étiquettes.", person_schema()),
+    ]);
     v
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_suite_has_thirty_prompts_in_five_kinds() {
+    fn the_suite_has_thirty_prompts_in_five_kinds_and_constrained_ones() {
         let cases = super::cases();
-        assert!(cases.len() >= 30);
-        for kind in ["code-edit", "code-gen", "prose", "json", "multilingual"] {
+        assert!(cases.len() >= 36);
+        for kind in ["code-edit", "code-gen", "prose", "json", "multilingual", "constrained"] {
             assert!(cases.iter().filter(|c| c.kind == kind).count() >= 6, "{kind}");
+        }
+        assert!(cases.iter().all(|c| c.schema.is_some() == (c.kind == "constrained")));
+    }
+
+    #[test]
+    fn schema_violations_name_the_field() {
+        use super::{person_schema, schema_violation};
+        use serde_json::json;
+        let s = person_schema();
+        assert_eq!(schema_violation(&json!({"name": "Ann", "age": 30, "tags": ["work"]}), &s), None);
+        let bad = [
+            json!({"name": "Ann", "age": 30}),
+            json!({"name": "Ann", "age": 30.5, "tags": ["work"]}),
+            json!({"name": "Ann", "age": 30, "tags": ["chess"]}),
+            json!({"name": "Ann", "age": 30, "tags": []}),
+            json!({"name": "", "age": 30, "tags": ["work"]}),
+            json!({"name": "Ann", "age": -1, "tags": ["work"]}),
+            json!({"name": "Ann", "age": 30, "tags": ["work"], "city": "Lyon"}),
+            json!(["Ann"]),
+        ];
+        for v in bad {
+            assert!(schema_violation(&v, &s).is_some(), "{v}");
         }
     }
 }

@@ -39,11 +39,18 @@ pub struct Drafting {
     pub describe: String,
 }
 
+impl Drafting {
+    /// No drafting: every request decodes one row per round.
+    pub fn serial() -> Drafting {
+        Drafting { max_window: 1, proposer: None, describe: "off (serial)".into() }
+    }
+}
+
 impl DraftArgs {
     /// Resolves the options against the loaded target (a draft model is loaded onto the same backend).
     pub fn resolve(&self, target: &Session, context: usize, block_size: usize) -> Result<Drafting, String> {
         if self.no_drafts || self.drafter == "none" || self.max_window < 2 {
-            return Ok(Drafting { max_window: 1, proposer: None, describe: "off (serial)".into() });
+            return Ok(Drafting::serial());
         }
         if self.max_window > 64 {
             return Err(format!("--max-window {}: at most 64 rows", self.max_window));

@@ -1,17 +1,23 @@
 //! `tensorfold run`: generate from a prompt, streaming text to stdout; the receipt (token_sha, speeds) goes to
 //! stderr.
 
+use crate::drafting::Drafting;
 use crate::model_ref;
 use crate::session::{BackendChoice, Session};
 use clap::Args;
 use std::io::Write;
+use std::sync::{mpsc, Arc};
 use tf_backend_cuda::Arithmetic;
-use tf_core::{DType, Precision};
-use tf_engine::{Flow, GenRequest, Generator, SamplingParams};
-use tf_text::{IncrementalDetokenizer, StopFilter};
+use tf_core::{Backend, DType, Precision};
+use tf_engine::{
+    EngineConfig, EngineError, EngineEvent, EngineHandle, EventSink, Flow, GenOutput, GenRequest, Priority,
+    SamplingParams,
+};
+use tf_models::Model;
+use tf_text::{IncrementalDetokenizer, StopFilter, Tokenizer};
 
-/// KV block size (token slots per block) of the CLI's pool.
-const BLOCK_SIZE: usize = 16;
+/// KV block size (token slots per block) of the pool of `run`, `check`, `perplexity` and `bench`.
+pub(crate) const BLOCK_SIZE: usize = 16;
 
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
@@ -175,6 +181,114 @@ pub struct RunArgs {
     pub drafting: crate::drafting::DraftArgs,
 }
 
+/// Starts the engine thread of one command on `backend` and `model`: a KV pool of at least `kv_tokens` token
+/// slots, `parallel` sequences sharing each round, at most `max_rows` rows per round, no prefix cache, and
+/// drafting as `drafting` says (`min_drafts` per drafted round). The load-time self-check's warning, if any, is
+/// in `info().drafting.warning`.
+pub fn spawn_engine(
+    backend: Arc<dyn Backend>,
+    model: Box<dyn Model>,
+    kv_tokens: usize,
+    parallel: usize,
+    max_rows: usize,
+    drafting: Drafting,
+    min_drafts: usize,
+) -> Result<EngineHandle, String> {
+    let parallel = parallel.max(1);
+    EngineHandle::spawn(
+        backend,
+        model,
+        EngineConfig {
+            kv_blocks: kv_tokens.div_ceil(BLOCK_SIZE).max(1),
+            block_size: BLOCK_SIZE,
+            max_waiting: parallel,
+            max_window: drafting.max_window,
+            proposer: drafting.proposer,
+            min_drafts,
+            prefix_cache: false,
+            parallel,
+            max_rows: max_rows.max(1),
+        },
+    )
+    .map_err(|e| format!("cannot start the engine: {e}"))
+}
+
+/// Submits `req` and waits for its end: the reply, or the engine's error as text.
+pub fn complete(engine: &EngineHandle, req: GenRequest) -> Result<GenOutput, String> {
+    let (tx, rx) = mpsc::channel();
+    let sink: EventSink = Box::new(move |ev| {
+        match ev {
+            EngineEvent::Done(out) => drop(tx.send(Ok(out))),
+            EngineEvent::Error(e) => drop(tx.send(Err(e.to_string()))),
+            EngineEvent::Started { .. } | EngineEvent::Token(_) => {}
+        }
+        Flow::Continue
+    });
+    engine.submit(req, Priority::Interactive, sink).map_err(|e| e.to_string())?;
+    rx.recv().map_err(|_| "the engine ended without a reply".to_string())?
+}
+
+/// What `run`'s token sink sends to the main thread.
+enum Printed {
+    /// Text to print now.
+    Text(String),
+    /// The reply ended: the rest of the text (held back by the detokenizer or the stop filter) and the reply.
+    Done(String, GenOutput),
+    Error(String),
+}
+
+/// The sink of `run`: detokenizes on the engine thread, applies the stop strings (a match ends the reply
+/// exactly after the token that completed it) and sends the printable text to `tx`.
+fn printing_sink(tokenizer: Arc<Tokenizer>, stops: Vec<String>, tx: mpsc::Sender<Printed>) -> EventSink {
+    let mut detok = IncrementalDetokenizer::new(true);
+    let mut stops = StopFilter::new(stops);
+    let mut failed = false;
+    Box::new(move |ev| match ev {
+        EngineEvent::Started { .. } => Flow::Continue,
+        EngineEvent::Token(ev) => {
+            if failed {
+                return Flow::Stop;
+            }
+            let text = match detok.push(&tokenizer, ev.token) {
+                Ok(t) => t,
+                Err(e) => {
+                    failed = true;
+                    let _ = tx.send(Printed::Error(e.to_string()));
+                    return Flow::Stop;
+                }
+            };
+            let (print, hit) = stops.push(&text);
+            let gone = !print.is_empty() && tx.send(Printed::Text(print)).is_err();
+            if hit || gone {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        }
+        EngineEvent::Done(out) => {
+            if failed {
+                return Flow::Stop;
+            }
+            let msg = match detok.finish(&tokenizer) {
+                Ok(tail) => {
+                    let (mut rest, hit) = stops.push(&tail);
+                    if !hit {
+                        rest.push_str(&stops.finish());
+                    }
+                    Printed::Done(rest, out)
+                }
+                Err(e) => Printed::Error(e.to_string()),
+            };
+            let _ = tx.send(msg);
+            Flow::Stop
+        }
+        EngineEvent::Error(e) => {
+            let _ = tx.send(Printed::Error(e.to_string()));
+            Flow::Stop
+        }
+    })
+}
+
 pub fn run(args: &RunArgs) -> Result<(), String> {
     crate::session::refuse_cuda_overrides("run")?;
     if args.stop.iter().any(String::is_empty) {
@@ -195,50 +309,47 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     req.stop_ids = s.tokenizer.stop_ids().to_vec();
     req.prefill_chunk = args.prefill_chunk;
     req.logprobs = false; // not printed
-    let blocks = (req.prompt.len() + args.max_tokens).max(64 + args.drafting.max_window).div_ceil(BLOCK_SIZE);
-    let drafting = args.drafting.resolve(&s, req.prompt.len() + args.max_tokens, BLOCK_SIZE)?;
-    let mut generator =
-        Generator::new(s.backend.as_ref(), s.model.as_ref(), blocks, BLOCK_SIZE).map_err(|e| e.to_string())?;
-    let setup = generator
-        .setup_drafting(drafting.max_window, drafting.proposer, args.drafting.min_drafts)
-        .map_err(|e| e.to_string())?;
-    if let Some(w) = &setup.warning {
+    let total = req.prompt.len().saturating_add(args.max_tokens);
+    let context_length = s.model.context_length();
+    if total > context_length {
+        let e = EngineError::ContextOverflow {
+            prompt_tokens: req.prompt.len(),
+            max_tokens: args.max_tokens,
+            context_length,
+        };
+        return Err(e.to_string());
+    }
+    let drafting = args.drafting.resolve(&s, total, BLOCK_SIZE)?;
+    let describe = s.backend.describe();
+    let max_rows = args.prefill_chunk.max(drafting.max_window);
+    let Session { backend, model, tokenizer, .. } = s;
+    let kv_tokens = total.max(64 + args.drafting.max_window);
+    let engine = spawn_engine(backend, model, kv_tokens, 1, max_rows, drafting, args.drafting.min_drafts)?;
+    if let Some(w) = &engine.info().drafting.warning {
         eprintln!("warning: {w}");
     }
 
-    let mut detok = IncrementalDetokenizer::new(true);
-    let mut stops = StopFilter::new(args.stop.clone());
+    let (tx, rx) = mpsc::channel();
+    let sink = printing_sink(Arc::new(tokenizer), args.stop.clone(), tx);
+    let ticket = engine.submit(req, Priority::Interactive, sink).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
-    let mut io_error = None;
-    let mut on_token = |ev: tf_engine::TokenEvent| {
-        let text = match detok.push(&s.tokenizer, ev.token) {
-            Ok(t) => t,
-            Err(e) => {
-                io_error = Some(e.to_string());
-                return Flow::Stop;
+    let result = loop {
+        match rx.recv() {
+            Ok(Printed::Text(t)) => {
+                if let Err(e) = out.write_all(t.as_bytes()).and_then(|_| out.flush()) {
+                    ticket.cancel();
+                    return Err(format!("stdout: {e}"));
+                }
             }
-        };
-        let (print, hit) = stops.push(&text);
-        if let Err(e) = out.write_all(print.as_bytes()).and_then(|_| out.flush()) {
-            io_error = Some(format!("stdout: {e}"));
-            return Flow::Stop;
-        }
-        if hit {
-            Flow::Stop
-        } else {
-            Flow::Continue
+            Ok(Printed::Done(rest, result)) => {
+                let _ = writeln!(out, "{rest}").and_then(|_| out.flush());
+                break result;
+            }
+            Ok(Printed::Error(e)) => return Err(e),
+            Err(_) => return Err("the engine ended without a reply".into()),
         }
     };
-    let result = generator.generate(&req, &mut on_token).map_err(|e| e.to_string())?;
-    if let Some(e) = io_error {
-        return Err(e);
-    }
-    let tail = detok.finish(&s.tokenizer).map_err(|e| e.to_string())?;
-    let (mut rest, hit) = stops.push(&tail);
-    if !hit {
-        rest.push_str(&stops.finish());
-    }
-    let _ = writeln!(out, "{rest}").and_then(|_| out.flush());
+    engine.shutdown();
     let n = result.tokens.len();
     let prefill_tps = result.prompt_tokens as f64 / result.prefill_s.max(1e-9);
     let decode_tps = n.saturating_sub(1) as f64 / result.decode_s.max(1e-9);
@@ -255,7 +366,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         result.counts.rounds,
         result.counts.drafted,
         result.counts.accepted,
-        s.backend.describe(),
+        describe,
         args.model.precision.name(),
     );
     Ok(())

@@ -1,15 +1,14 @@
 //! `tensorfold perplexity` (teacher-forced scoring of a text file) and `tensorfold bench` (prefill and serial
 //! decode speed, in-process).
 
-use crate::run::ModelArgs;
+use crate::drafting::Drafting;
+use crate::run::{complete, spawn_engine, ModelArgs};
 use crate::session::Session;
 use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
-use tf_engine::{GenRequest, Generator, SamplingParams};
-
-const BLOCK_SIZE: usize = 16;
+use tf_engine::{EngineHandle, GenRequest, SamplingParams};
 
 #[derive(Args, Debug, Clone)]
 pub struct PerplexityArgs {
@@ -47,39 +46,39 @@ pub struct ScoreDump {
     pub perplexity: f64,
 }
 
-/// Argmax with ties to the lower id, and −ln softmax(logits)[target] in f64.
-pub fn argmax_and_nll(logits: &[f32], target: u32) -> (u32, f64) {
-    let mut best = 0usize;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    let max = logits[best] as f64;
-    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
-    (best as u32, max + sum.ln() - logits[target as usize] as f64)
-}
-
 /// Per scored position: its index in `ids`, the teacher-forced argmax, and the NLL of the next token.
 pub type Scores = (Vec<usize>, Vec<u32>, Vec<f64>);
 
+/// Starts an engine thread for scoring windows of up to `longest` tokens, `chunk` prompt rows per forward.
+pub fn scoring_engine(s: Session, longest: usize, chunk: usize) -> Result<EngineHandle, String> {
+    let Session { backend, model, .. } = s;
+    spawn_engine(backend, model, longest, 1, chunk, Drafting::serial(), 0)
+}
+
 /// Scores `windows` of `ids` and returns (positions, top1, nll) for every position that predicts a next token.
-pub fn score_windows(s: &Session, ids: &[u32], windows: &[[usize; 2]], chunk: usize) -> Result<Scores, String> {
-    let longest = windows.iter().map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), longest.div_ceil(BLOCK_SIZE).max(1), BLOCK_SIZE)
-        .map_err(|e| e.to_string())?;
+/// Each window is one request with `prompt_logprobs` and no reply: ln P of every token after the first, and the
+/// likeliest id (ties to the lower id), from the raw logits in f64; the NLL is −ln P.
+pub fn score_windows(
+    engine: &EngineHandle,
+    ids: &[u32],
+    windows: &[[usize; 2]],
+    chunk: usize,
+) -> Result<Scores, String> {
     let (mut positions, mut top1, mut nll) = (Vec::new(), Vec::new(), Vec::new());
     for w in windows {
-        let tokens = &ids[w[0]..w[1]];
-        g.score(tokens, chunk, &mut |p, logits| {
-            if p + 1 < tokens.len() {
-                let (best, l) = argmax_and_nll(logits, tokens[p + 1]);
-                positions.push(w[0] + p);
-                top1.push(best);
-                nll.push(l);
-            }
-        })
-        .map_err(|e| e.to_string())?;
+        let mut req = GenRequest::new(ids[w[0]..w[1]].to_vec(), SamplingParams::greedy(), 0);
+        req.prompt_logprobs = Some(1);
+        req.prefill_chunk = chunk;
+        req.draft = false;
+        req.logprobs = false;
+        let out = complete(engine, req)?;
+        for (p, lp) in out.prompt_logprobs.iter().enumerate().skip(1) {
+            let lp = lp.as_ref().ok_or_else(|| format!("no logprob for position {p} of window {w:?}"))?;
+            let &(best, _) = lp.top.first().ok_or_else(|| format!("no argmax for position {p} of window {w:?}"))?;
+            positions.push(w[0] + p - 1);
+            top1.push(best);
+            nll.push(-lp.logprob);
+        }
     }
     Ok((positions, top1, nll))
 }
@@ -106,8 +105,12 @@ pub fn perplexity(args: &PerplexityArgs) -> Result<(), String> {
     if windows.is_empty() {
         return Err(format!("{}: no tokens to score", args.file.display()));
     }
+    let longest = windows.iter().map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let (model, precision, describe) = (s.path.clone(), args.model.precision.name(), s.backend.describe());
+    let engine = scoring_engine(s, longest, args.chunk)?;
     let t0 = Instant::now();
-    let (positions, top1, nll) = score_windows(&s, &ids, &windows, args.chunk)?;
+    let (positions, top1, nll) = score_windows(&engine, &ids, &windows, args.chunk)?;
+    engine.shutdown();
     let secs = t0.elapsed().as_secs_f64();
     let mean = nll.iter().sum::<f64>() / nll.len().max(1) as f64;
     let ppl = mean.exp();
@@ -117,20 +120,12 @@ pub fn perplexity(args: &PerplexityArgs) -> Result<(), String> {
         windows.len(),
         args.ctx,
         ids.len() as f64 / secs,
-        s.backend.describe(),
-        args.model.precision.name()
+        describe,
+        precision
     );
     if let Some(path) = &args.dump_top1 {
-        let dump = ScoreDump {
-            model: s.path.clone(),
-            precision: args.model.precision.name().into(),
-            ids,
-            windows,
-            positions,
-            top1,
-            nll,
-            perplexity: ppl,
-        };
+        let dump =
+            ScoreDump { model, precision: precision.into(), ids, windows, positions, top1, nll, perplexity: ppl };
         let json = serde_json::to_string(&dump).expect("dump serializes");
         std::fs::write(path, json).map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -161,12 +156,14 @@ pub struct BenchArgs {
     /// decode tok/s summed over streams once all of them are decoding.
     #[arg(long)]
     pub streams: Option<usize>,
-    /// Also time one forward of every width 1..=N after a 64-token prefix, as drafting measures it at start
-    /// (median of 3): with only each row's argmax brought back, and with every logits row copied to the host.
+    /// Also time one forward of every width 1..=N after a 64-token prefix, as drafting measures it when the engine
+    /// starts (median of 3, after the load-time self-check): with only each row's argmax brought back, and with
+    /// every logits row copied to the host.
     #[arg(long, value_name = "N")]
     pub window_costs: Option<usize>,
-    /// Decode without running ahead: on a GPU, serial greedy steps are normally queued before the host has the
-    /// previous step's token (fed on the device); this waits for each token first (an A/B; the same tokens).
+    /// Decode without running ahead. The engine queues serial greedy steps before the host has the previous
+    /// step's token (fed on the device) on a backend that queues its work (a GPU), and has no switch for it: there
+    /// the flag is refused; elsewhere steps never run ahead.
     #[arg(long)]
     pub no_run_ahead: bool,
 }
@@ -187,8 +184,7 @@ struct BenchResult {
     /// Bytes of weights one decode step reads (`Model::weight_bytes_per_token`): a device's copy bandwidth over
     /// this is the memory-bandwidth floor of serial decode.
     weight_bytes_per_token: u64,
-    /// Whether serial decode steps ran ahead of the host (`--no-run-ahead` turns it off; only a backend that
-    /// queues its work runs ahead).
+    /// Whether serial decode steps ran ahead of the host (on a backend that queues its work).
     run_ahead: bool,
     /// Milliseconds of one forward of width 1, 2, … (`--window-costs`), argmaxes only / logits copied.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -230,17 +226,30 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if let Some(n) = args.streams {
         return crate::bench_streams::bench_streams(s, args, n, prompt);
     }
+    if args.no_run_ahead && s.backend.queues_ids() {
+        return Err("--no-run-ahead: the engine runs serial greedy steps ahead on this backend; the switch is not \
+                    available"
+            .into());
+    }
     let total = (args.prompt_tokens + args.gen_tokens).max(64 + args.window_costs.unwrap_or(0));
-    let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), total.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
-        .map_err(|e| e.to_string())?;
-    g.set_run_ahead(!args.no_run_ahead);
+    let (model_name, backend, queues_ids) = (s.path.clone(), s.backend.describe(), s.backend.queues_ids());
+    let weight_bytes_per_token = s.model.weight_bytes_per_token();
+    // With --window-costs the engine measures every width up to N at start, as drafting does (its window costs
+    // need at least 2 rows); the requests below never draft.
+    let drafting = match args.window_costs {
+        Some(n) => Drafting { max_window: n.max(2), proposer: None, describe: String::new() },
+        None => Drafting::serial(),
+    };
+    let Session { backend: be, model, .. } = s;
+    let engine = spawn_engine(be, model, total, 1, args.prefill_chunk, drafting, 0)?;
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
     req.prefill_chunk = args.prefill_chunk;
+    req.draft = false;
     // What a client that asks for no logprobs gets (the server computes them only when asked).
     req.logprobs = false;
     let (mut pre, mut dec) = (Vec::new(), Vec::new());
     for run in 0..=args.runs {
-        let out = g.generate(&req, &mut |_| tf_engine::Flow::Continue).map_err(|e| e.to_string())?;
+        let out = complete(&engine, req.clone())?;
         if run > 0 {
             pre.push(args.prompt_tokens as f64 / out.prefill_s);
             // decode_s covers gen_tokens draws and gen_tokens - 1 one-row forwards.
@@ -250,15 +259,20 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     let windows = match args.window_costs {
         None => None,
         Some(n) => {
-            let c = g.measure_costs(n).map_err(|e| e.to_string())?;
+            let setup = &engine.info().drafting;
+            if let Some(w) = &setup.warning {
+                return Err(format!("--window-costs: {w}"));
+            }
+            let c = &setup.costs;
             let ms = |t: &tf_engine::CostTable| (1..=n).map(|w| t.get(w).unwrap_or(f64::NAN) * 1e3).collect();
             Some((ms(&c.argmax), ms(&c.logits)))
         }
     };
+    engine.shutdown();
     let (window_ms_argmax, window_ms_logits) = windows.unzip();
     let r = BenchResult {
-        model: s.path.clone(),
-        backend: s.backend.describe(),
+        model: model_name,
+        backend,
         precision: args.model.precision.name().into(),
         threads: args.model.threads(),
         prompt_tokens: args.prompt_tokens,
@@ -268,8 +282,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         decode_tok_s: median(&dec),
         prefill_tok_s_runs: pre,
         decode_tok_s_runs: dec,
-        weight_bytes_per_token: s.model.weight_bytes_per_token(),
-        run_ahead: !args.no_run_ahead && s.backend.queues_ids(),
+        weight_bytes_per_token,
+        run_ahead: queues_ids,
         window_ms_argmax,
         window_ms_logits,
     };

@@ -8,23 +8,25 @@
 //! The numbers are printed for docs/quality.md.
 
 use serde_json::Value;
+use tf_cli::drafting::Drafting;
 use tf_cli::model_ref::ModelRef;
+use tf_cli::run::{complete, spawn_engine};
 use tf_cli::score::score_windows;
 use tf_cli::session::Session;
 use tf_core::Precision;
-use tf_engine::{GenRequest, Generator, SamplingParams};
+use tf_engine::{EngineHandle, GenRequest, SamplingParams};
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 /// Top-1 agreement of `precision` with the fixture, over every scored position.
-fn top1_agreement(s: &Session, fx: &Value) -> (usize, usize) {
+fn top1_agreement(engine: &EngineHandle, fx: &Value) -> (usize, usize) {
     let (mut agree, mut total) = (0, 0);
     for w in fx["windows"].as_array().unwrap() {
         let input = ids(&w["input"]);
         let reference = ids(&w["top1"]);
-        let (_, top1, _) = score_windows(s, &input, &[[0, input.len()]], 64).unwrap();
+        let (_, top1, _) = score_windows(engine, &input, &[[0, input.len()]], 64).unwrap();
         // score_windows leaves out the last position (it predicts nothing within the window).
         for (ours, theirs) in top1.iter().zip(&reference) {
             agree += (ours == theirs) as usize;
@@ -35,20 +37,27 @@ fn top1_agreement(s: &Session, fx: &Value) -> (usize, usize) {
 }
 
 /// How many of the 8 greedy generations match the reference for all 32 tokens, and the first divergence of each.
-fn greedy(s: &Session, fx: &Value) -> (usize, Vec<Option<usize>>) {
+fn greedy(engine: &EngineHandle, fx: &Value) -> (usize, Vec<Option<usize>>) {
     let mut same = 0;
     let mut firsts = Vec::new();
     for case in fx["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
         let reference = ids(&case["generated"]);
-        let mut g = Generator::new(s.backend.as_ref(), s.model.as_ref(), (prompt.len() + 40).div_ceil(16), 16).unwrap();
         let req = GenRequest::new(prompt, SamplingParams::greedy(), reference.len());
-        let out = g.generate(&req, &mut |_| tf_engine::Flow::Continue).unwrap();
+        let out = complete(engine, req).unwrap();
         let first = out.tokens.iter().zip(&reference).position(|(a, b)| a != b);
         same += first.is_none() as usize;
         firsts.push(first);
     }
     (same, firsts)
+}
+
+/// Token slots one request of the fixtures needs at most: a scored window, or a prompt and its generation.
+fn kv_tokens(fx: &Value, gx: &Value) -> usize {
+    let windows = fx["windows"].as_array().unwrap().iter().map(|w| ids(&w["input"]).len());
+    let cases =
+        gx["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt_ids"]).len() + ids(&c["generated"]).len());
+    windows.chain(cases).max().unwrap()
 }
 
 fn check(short: &str) {
@@ -58,9 +67,12 @@ fn check(short: &str) {
     let model = ModelRef::Gguf(path);
     for precision in [Precision::Full, Precision::Checkpoint] {
         let s = Session::load(&model, 2, precision).unwrap();
-        let (agree, total) = top1_agreement(&s, &fx);
+        let Session { backend, model: m, .. } = s;
+        let engine = spawn_engine(backend, m, kv_tokens(&fx, &gx), 1, 64, Drafting::serial(), 0).unwrap();
+        let (agree, total) = top1_agreement(&engine, &fx);
         let rate = agree as f64 / total as f64;
-        let (same, firsts) = greedy(&s, &gx);
+        let (same, firsts) = greedy(&engine, &gx);
+        engine.shutdown();
         eprintln!(
             "quality {short} {}: top-1 {agree}/{total} = {:.2}%, greedy identical {same}/{} (first divergence {firsts:?})",
             precision.name(),
