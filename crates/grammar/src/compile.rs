@@ -197,7 +197,7 @@ pub fn compile(env: &GrammarEnv, g: &Grammar) -> Result<Arc<dyn ConstraintSpec>,
             if src.trim().is_empty() {
                 Err("the grammar is empty".into())
             } else {
-                Ok(TopLevelGrammar::from_lark(src.clone()))
+                token_refs_are_special(env, src).map(|()| TopLevelGrammar::from_lark(src.clone()))
             }
         }
     }
@@ -216,6 +216,31 @@ pub fn compile(env: &GrammarEnv, g: &Grammar) -> Result<Arc<dyn ConstraintSpec>,
         return Err(GrammarError::new(ctx, explain(e)));
     }
     Ok(Arc::new(Spec { env: env.clone(), proto, kind: ctx }))
+}
+
+/// Checks every `<[id]>` token reference of a Lark grammar: the id must be a special (control) token of the
+/// vocabulary. llguidance matches such a reference by id when it builds a mask but by the token's bytes when it
+/// consumes the token, and only special tokens are marked as such in the token trie; an ordinary token (an added
+/// one such as Qwen's `</tool_call>`) must be written as its text instead.
+fn token_refs_are_special(env: &GrammarEnv, src: &str) -> Result<(), String> {
+    let tok = env.tokenizer();
+    for (at, _) in src.match_indices("<[") {
+        let rest = &src[at + 2..];
+        let Some(end) = rest.find("]>") else { continue };
+        let Ok(id) = rest[..end].parse::<u32>() else { continue };
+        match tok.token_kind(id) {
+            Some(k) if k.is_special() => {}
+            Some(_) => {
+                let text = String::from_utf8_lossy(tok.token_to_piece(id)).into_owned();
+                return Err(format!(
+                    "<[{id}]> is not a special token: write its text {} instead",
+                    serde_json::to_string(&text).unwrap_or_default()
+                ));
+            }
+            None => return Err(format!("<[{id}]> is outside the vocabulary ({} ids)", env.vocab_size())),
+        }
+    }
+    Ok(())
 }
 
 /// A compiled grammar: the matcher in its start state, cloned for each sequence (clones share the lexer and

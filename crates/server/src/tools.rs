@@ -251,7 +251,10 @@ fn forcing(st: &AppState, format: ToolFormat, tools: &[Tool], parallel: bool) ->
     let specs: Vec<ToolSpec<'_>> =
         tools.iter().map(|t| ToolSpec { name: &t.name, parameters: t.parameters.as_ref() }).collect();
     let tok = &st.model.tokenizer;
-    let lark = tool_call_grammar(format, &specs, parallel, &|m| tok.id_of(m));
+    // Only control tokens are referenced by id; other markers (Qwen's `<tool_call>` is an ordinary added token)
+    // are matched as their text, which the tokenizer spells as that one token.
+    let special = |m: &str| tok.id_of(m).filter(|&id| tok.token_kind(id).is_some_and(|k| k.is_special()));
+    let lark = tool_call_grammar(format, &specs, parallel, &special);
     OutputGrammar { grammar: Grammar::Lark(lark), param: "tools".into() }
 }
 

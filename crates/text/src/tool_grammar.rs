@@ -14,8 +14,8 @@ pub struct ToolSpec<'a> {
 }
 
 /// The Lark grammar accepting one call of any of `tools` (one or more when `parallel`) in `format`, and
-/// nothing else. `token_id` gives the id of a marker that is a single token of the vocabulary (written
-/// `<[id]>`, so the grammar asks for that token); other markers are matched as text.
+/// nothing else. `token_id` gives the id of a marker that is a single special (control) token of the vocabulary
+/// (written `<[id]>`, so the grammar asks for that token); other markers are matched as text.
 pub fn tool_call_grammar(
     format: ToolFormat,
     tools: &[ToolSpec<'_>],
