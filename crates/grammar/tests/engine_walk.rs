@@ -20,7 +20,7 @@ fn a_tool_call_grammar_survives_draft_paths_and_rollbacks() {
     let spec = compile(&env, &Grammar::Lark(lark.into())).expect("compile");
     // The byte length of every token, to prefer long tokens (those spanning lexemes, as a model's often do).
     let lens: Vec<usize> = (0..tok.vocab_size() as u32).map(|t| tok.token_to_piece(t).len()).collect();
-    for walk in 0..24u64 {
+    for walk in 0..8u64 {
         let seed = base_seed() ^ walk;
         let mut rng = StdRng::seed_from_u64(seed);
         let mut m = spec.start().expect("start");
