@@ -11,13 +11,12 @@ use tf_core::{ConstraintError, ConstraintSpec, TokenConstraint};
 use crate::matcher::GrammarMatcher;
 use crate::{GrammarEnv, GrammarError};
 
-/// The whitespace JSON grammars allow between tokens (one run per gap): at most 32 blanks, so indented
-/// output is possible and a sampled reply cannot loop on whitespace forever. A schema's own `x-guidance`
-/// options replace this.
-pub const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,32}";
+/// How JSON grammars lay a value out: `", "` between items and `": "` after keys, as Python's `json.dumps` writes
+/// and chat templates render JSON, and no other whitespace. A reply then spends no tokens on indentation and a
+/// sampled one cannot wander through whitespace. A schema's own `x-guidance` options replace this.
+pub const JSON_LAYOUT: (&str, &str) = (", ", ": ");
 
-/// What a request constrains its reply to. In JSON grammars, whitespace between tokens follows
-/// [`JSON_WHITESPACE`], and strings may hold `\uXXXX` escapes of any printable character (as `ensure_ascii` JSON
+/// What a request constrains its reply to. JSON grammars follow [`JSON_LAYOUT`], and strings may hold `\uXXXX` escapes of any printable character (as `ensure_ascii` JSON
 /// writers produce) except where the string has a `pattern` or `format`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Grammar {
@@ -54,7 +53,9 @@ fn json_grammar(mut schema: Value, strict: bool) -> Result<TopLevelGrammar, Stri
                 map.insert(
                     "x-guidance".into(),
                     json!({
-                        "whitespace_pattern": JSON_WHITESPACE,
+                        "whitespace_flexible": false,
+                        "item_separator": JSON_LAYOUT.0,
+                        "key_separator": JSON_LAYOUT.1,
                         "lenient": !strict,
                         "json_allow_general_unicode_escapes": true
                     }),

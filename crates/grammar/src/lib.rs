@@ -19,7 +19,7 @@ mod env;
 mod matcher;
 
 pub use budget::{BudgetMatcher, ThinkingBudget};
-pub use compile::{compile, Grammar, JSON_WHITESPACE};
+pub use compile::{compile, Grammar, JSON_LAYOUT};
 pub use env::GrammarEnv;
 pub use matcher::GrammarMatcher;
 

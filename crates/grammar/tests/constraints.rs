@@ -107,16 +107,27 @@ fn random_walks_satisfy_the_schema() {
 }
 
 /// `json_object`: real texts tokenized by the model's tokenizer are accepted token by token exactly when they are
-/// JSON objects (a random walk would not end: object keys and strings are unbounded).
+/// JSON objects laid out as `JSON_LAYOUT` says (a random walk would not end: object keys and strings are unbounded).
 #[test]
 fn json_object_accepts_objects_only() {
     let objects = [
         "{}",
         "{\"a\": 1, \"b\": [true, null, -2.5e3], \"c\": {\"d\": \"x\\\"y\\u00e9\"}}",
-        "{\n  \"key\": \"value with spaces\",\n  \"n\": 0\n}",
+        "{\"key\": \"value with spaces\", \"n\": 0}",
         "{\"emoji\": \"😀 ü 中文\"}",
     ];
-    let not_objects = ["[1, 2]", "\"text\"", "42", "{\"a\" 1}", "{\"a\": 1,}", "{'a': 1}", "{\"a\": tru}"];
+    // JSON_LAYOUT: `", "` and `": "` only, so indented or tight objects are outside the grammar too.
+    let not_objects = [
+        "[1, 2]",
+        "\"text\"",
+        "42",
+        "{\"a\" 1}",
+        "{\"a\": 1,}",
+        "{'a': 1}",
+        "{\"a\": tru}",
+        "{\n  \"key\": \"value\"\n}",
+        "{\"a\":1}",
+    ];
     for short in MODELS {
         let m = model(short);
         let spec = compile(&m.env, &Grammar::JsonObject).unwrap();
