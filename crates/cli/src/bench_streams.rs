@@ -50,6 +50,7 @@ pub fn bench_streams(s: Session, args: &BenchArgs, n: usize, prompt: Vec<u32>) -
             proposer: None,
             min_drafts: 1,
             prefix_cache: false,
+            run_ahead: true,
             parallel: n,
             max_rows: 256.max(n),
         },

@@ -162,7 +162,7 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     }
     // One request at a time: each reply's decode time is its own, for the speedup column.
     let max_rows = 64.max(drafting.max_window);
-    let engine = spawn_engine(backend, model, context, 1, max_rows, drafting, args.drafting.min_drafts.max(1))?;
+    let engine = spawn_engine(backend, model, context, 1, max_rows, drafting, args.drafting.min_drafts.max(1), true)?;
     if let Some(w) = &engine.info().drafting.warning {
         return Err(w.clone());
     }

@@ -32,8 +32,9 @@ enum Command {
     },
     /// Serve a model behind the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, ...).
     Serve(tf_cli::serve::ServeArgs),
-    /// The exactness receipt: run a built-in suite of 30 prompts with drafts and serially, compare token ids,
-    /// print acceptance and speedup per prompt kind; exit non-zero on any difference. Every drafted round here
+    /// The exactness receipt: run a built-in suite of 36 prompts (30 in five kinds, 6 under a JSON schema) with
+    /// drafts and serially, compare token ids, print acceptance and speedup per prompt kind; exit non-zero on any
+    /// difference. Every drafted round here
     /// verifies at least one draft (--min-drafts is raised to 1) so that every token passes through a window;
     /// its speedups are therefore a lower bound of what `serve` and `run` (--min-drafts 0) get.
     Check(tf_cli::check::CheckArgs),

@@ -185,6 +185,7 @@ pub struct RunArgs {
 /// slots, `parallel` sequences sharing each round, at most `max_rows` rows per round, no prefix cache, and
 /// drafting as `drafting` says (`min_drafts` per drafted round). The load-time self-check's warning, if any, is
 /// in `info().drafting.warning`.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_engine(
     backend: Arc<dyn Backend>,
     model: Box<dyn Model>,
@@ -193,6 +194,7 @@ pub fn spawn_engine(
     max_rows: usize,
     drafting: Drafting,
     min_drafts: usize,
+    run_ahead: bool,
 ) -> Result<EngineHandle, String> {
     let parallel = parallel.max(1);
     EngineHandle::spawn(
@@ -206,6 +208,7 @@ pub fn spawn_engine(
             proposer: drafting.proposer,
             min_drafts,
             prefix_cache: false,
+            run_ahead,
             parallel,
             max_rows: max_rows.max(1),
         },
@@ -324,7 +327,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let max_rows = args.prefill_chunk.max(drafting.max_window);
     let Session { backend, model, tokenizer, .. } = s;
     let kv_tokens = total.max(64 + args.drafting.max_window);
-    let engine = spawn_engine(backend, model, kv_tokens, 1, max_rows, drafting, args.drafting.min_drafts)?;
+    let engine = spawn_engine(backend, model, kv_tokens, 1, max_rows, drafting, args.drafting.min_drafts, true)?;
     if let Some(w) = &engine.info().drafting.warning {
         eprintln!("warning: {w}");
     }

@@ -52,7 +52,7 @@ pub type Scores = (Vec<usize>, Vec<u32>, Vec<f64>);
 /// Starts an engine thread for scoring windows of up to `longest` tokens, `chunk` prompt rows per forward.
 pub fn scoring_engine(s: Session, longest: usize, chunk: usize) -> Result<EngineHandle, String> {
     let Session { backend, model, .. } = s;
-    spawn_engine(backend, model, longest, 1, chunk, Drafting::serial(), 0)
+    spawn_engine(backend, model, longest, 1, chunk, Drafting::serial(), 0, true)
 }
 
 /// Scores `windows` of `ids` and returns (positions, top1, nll) for every position that predicts a next token.
@@ -226,11 +226,6 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if let Some(n) = args.streams {
         return crate::bench_streams::bench_streams(s, args, n, prompt);
     }
-    if args.no_run_ahead && s.backend.queues_ids() {
-        return Err("--no-run-ahead: the engine runs serial greedy steps ahead on this backend; the switch is not \
-                    available"
-            .into());
-    }
     let total = (args.prompt_tokens + args.gen_tokens).max(64 + args.window_costs.unwrap_or(0));
     let (model_name, backend, queues_ids) = (s.path.clone(), s.backend.describe(), s.backend.queues_ids());
     let weight_bytes_per_token = s.model.weight_bytes_per_token();
@@ -241,7 +236,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         None => Drafting::serial(),
     };
     let Session { backend: be, model, .. } = s;
-    let engine = spawn_engine(be, model, total, 1, args.prefill_chunk, drafting, 0)?;
+    let engine = spawn_engine(be, model, total, 1, args.prefill_chunk, drafting, 0, !args.no_run_ahead)?;
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
     req.prefill_chunk = args.prefill_chunk;
     req.draft = false;

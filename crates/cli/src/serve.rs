@@ -177,6 +177,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             proposer: drafting.proposer,
             min_drafts: args.drafting.min_drafts,
             prefix_cache: !args.no_prefix_cache,
+            run_ahead: true,
             parallel: args.parallel.max(1),
             max_rows: args.max_rows.max(1),
         },

@@ -88,6 +88,9 @@ pub struct EngineConfig {
     pub parallel: usize,
     /// Most rows in one shared round (windows first, then prompt chunks).
     pub max_rows: usize,
+    /// Rounds of greedy one-row steps run ahead of the host on a backend that queues ids (`ahead.rs`); off, each
+    /// step waits for the host (the same tokens; for measurements).
+    pub run_ahead: bool,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -227,7 +230,7 @@ impl EngineHandle {
         let thread_stats = stats.clone();
         let thread_live = live.clone();
         let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
-        let prefix_cache = cfg.prefix_cache;
+        let (prefix_cache, run_ahead) = (cfg.prefix_cache, cfg.run_ahead);
         let (parallel, max_rows) = (cfg.parallel, cfg.max_rows);
         let accepting = Arc::new(AtomicBool::new(true));
         let ending = Arc::new(crate::failure::Ending::default());
@@ -241,6 +244,7 @@ impl EngineHandle {
                     let mut g = Generator::with_kv(backend.as_ref(), model.as_ref(), kv);
                     let setup = g.setup_drafting(max_window, proposer, min_drafts);
                     g.set_prefix_cache(prefix_cache);
+                    g.set_run_ahead(run_ahead);
                     let ok = setup.is_ok();
                     let _ = ready_tx.send(setup);
                     if ok {

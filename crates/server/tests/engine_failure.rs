@@ -77,6 +77,7 @@ fn state() -> (Shared, Arc<AtomicBool>, Arc<AtomicUsize>) {
         proposer: None,
         min_drafts: 1,
         prefix_cache: false,
+        run_ahead: true,
         parallel: 1,
         max_rows: 32,
     };

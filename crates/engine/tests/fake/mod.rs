@@ -343,6 +343,7 @@ pub fn engine_config(max_waiting: usize, parallel: usize) -> EngineConfig {
         proposer: None,
         min_drafts: 1,
         prefix_cache: true,
+        run_ahead: true,
         parallel,
         max_rows: 32,
     }
