@@ -13,6 +13,7 @@ use tf_engine::{EngineConfig, EngineHandle};
 use tf_loader::gguf::GgufFile;
 use tf_server::params::SamplingDefaults;
 use tf_server::run::ServeOptions;
+use tf_server::reply::ReasoningSetting;
 use tf_server::tools::ToolParserSetting;
 use tf_server::{AppState, ServedModel, ServerConfig};
 
@@ -90,6 +91,10 @@ pub struct ServeArgs {
     /// none (calls stay in the reply's text).
     #[arg(long, default_value = "auto", value_parser = ToolParserSetting::parse)]
     pub tool_parser: ToolParserSetting,
+    /// How thinking (`<think>…</think>`) is split out of chat replies into `reasoning_content` and reasoning
+    /// items: auto (from the chat template), qwen3, deepseek_r1, or none (thinking stays in the content).
+    #[arg(long, default_value = "auto", value_parser = ReasoningSetting::parse)]
+    pub reasoning_parser: ReasoningSetting,
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
@@ -203,6 +208,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         max_body_bytes: args.max_body_mib.max(1) << 20,
         tool_parser: args.tool_parser,
+        reasoning_parser: args.reasoning_parser,
         ..Default::default()
     };
     let auth = cfg.api_key.is_some();

@@ -3,6 +3,7 @@
 use crate::error::ApiError;
 use crate::gen::{self, Job, Piece};
 use crate::params::{kind, parse_object, sampling, Fields};
+use crate::reply::{self, EffortField, ReplyEvent, ReplySetup};
 use crate::structured::{self, FormatField, OutputGrammar};
 use crate::tools;
 use crate::{new_id, read_body, unix_now, AppState, Shared};
@@ -13,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tf_core::ConstraintSpec;
-use tf_text::{ChatRenderOptions, ToolEvent};
+use tf_text::ChatRenderOptions;
 
 pub async fn handle(State(st): State<Shared>, headers: HeaderMap, body: Body) -> Response {
     match run(st, headers, body).await {
@@ -109,10 +110,21 @@ pub fn content_text(v: Option<&Value>, field: &str) -> Result<Option<String>, Ap
 /// reach the template as objects ([`tools::arguments_as_objects`]).
 pub fn chat_prompt(
     st: &AppState,
-    mut messages: Vec<Value>,
+    messages: Vec<Value>,
     tools: Option<Value>,
     extra: Map<String, Value>,
 ) -> Result<Vec<u32>, ApiError> {
+    render_prompt(st, messages, tools, extra).map(|(_, ids)| ids)
+}
+
+/// [`chat_prompt`], also returning the rendered text (its end says whether the reply starts inside thinking:
+/// [`ReplySetup::new`]).
+pub fn render_prompt(
+    st: &AppState,
+    mut messages: Vec<Value>,
+    tools: Option<Value>,
+    extra: Map<String, Value>,
+) -> Result<(String, Vec<u32>), ApiError> {
     let Some(template) = &st.model.template else {
         return Err(ApiError::invalid(
             Some("messages".into()),
@@ -132,7 +144,8 @@ pub fn chat_prompt(
     let text = template.render(&Value::Array(messages), &opts).map_err(|e| {
         ApiError::invalid(Some("messages".into()), format!("the chat template refused the messages: {e}"))
     })?;
-    tok.encode(&text, false, true).map_err(|e| ApiError::invalid(Some("messages".into()), e.to_string()))
+    let ids = tok.encode(&text, false, true).map_err(|e| ApiError::invalid(Some("messages".into()), e.to_string()))?;
+    Ok((text, ids))
 }
 
 async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
@@ -146,12 +159,9 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let messages = normalize_messages(f.get("messages"), "messages")?;
     let tool_req = tools::read(&f, tools::Shape::Chat)?;
     let plan = tools::plan(&st, tool_req.as_ref())?;
-    let constraint = constrain(&st, output, plan.forced)?;
-    let extra = match f.get("chat_template_kwargs") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(v) => return Err(ApiError::field("chat_template_kwargs", format!("expected an object, got {}", kind(v)))),
-    };
+    let answer = constrain(&st, output, plan.forced)?;
+    let thinking = reply::read_thinking(&f, EffortField::ReasoningEffort)?;
+    let extra = thinking.template_vars(reply::template_kwargs(&f)?);
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top = f.int_in("top_logprobs", 0, 20)?;
@@ -164,7 +174,10 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let stops = f.stops("stop")?;
     let priority = f.priority()?;
     let draft = f.bool("draft")?.unwrap_or(true);
-    let prompt = chat_prompt(&st, messages, tool_req.map(|t| t.rendered), extra)?;
+    let (rendered, prompt) = render_prompt(&st, messages, tool_req.map(|t| t.rendered), extra)?;
+    let setup = ReplySetup::new(&st, &rendered, &thinking, answer)?;
+    let mut shown = tools::shown_markers(&st, plan.format);
+    shown.extend(reply::shown_markers(&st));
     let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
     let job = Job {
         prompt,
@@ -176,8 +189,8 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         prompt_logprobs: None,
         priority,
         draft,
-        constraint,
-        shown: tools::shown_markers(&st, plan.format),
+        constraint: setup.constraint.clone(),
+        shown,
     };
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
@@ -197,24 +210,28 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             json!({"content": content})
         });
         let mut finish = gen::finish_reason(&out, stop_hit);
-        let mut message = json!({"role": "assistant", "content": text});
-        if let Some(format) = plan.format {
-            let mut parser = tools::parser(format);
-            let mut content: String = parser.push(&text).into_iter().filter_map(content_of).collect();
-            let end = parser.finish();
-            content.extend(end.events.into_iter().filter_map(content_of));
-            let has_calls = !end.calls.is_empty();
-            message["content"] = if content.is_empty() && has_calls { Value::Null } else { Value::String(content) };
-            if has_calls {
-                message["tool_calls"] = tools::chat_calls(&end.calls);
-                finish = if finish == "length" { finish } else { "tool_calls" };
-            }
+        let end = reply::split(setup.parser, plan.format.map(tools::parser), &text);
+        let has_calls = !end.calls.is_empty();
+        let content =
+            if end.content.is_empty() && has_calls { Value::Null } else { Value::String(end.content.clone()) };
+        let mut message = json!({"role": "assistant", "content": content});
+        if let Some(r) = &end.reasoning {
+            message["reasoning_content"] = Value::String(r.clone());
+        }
+        if has_calls {
+            message["tool_calls"] = tools::chat_calls(&end.calls);
+            finish = if finish == "length" { finish } else { "tool_calls" };
+        }
+        let mut usage = gen::usage(&out);
+        if setup.parser.is_some() {
+            let n = reply::reasoning_tokens(&out.tokens, setup.think_end, &end, st.model.tokenizer.stop_ids());
+            usage["completion_tokens_details"] = json!({"reasoning_tokens": n});
         }
         let mut choice = json!({"index": 0, "message": message, "logprobs": lp, "finish_reason": finish});
         let mut reply = json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
             "system_fingerprint": fingerprint(&st),
-            "choices": [], "usage": gen::usage(&out), "tensorfold": gen::receipt(&out),
+            "choices": [], "usage": usage, "tensorfold": gen::receipt(&out),
         });
         if return_ids {
             choice["token_ids"] = json!(out.tokens);
@@ -231,7 +248,10 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     };
     let mut started = false;
     let prompt_ids = job.prompt.clone();
-    let mut parser = plan.format.map(tools::parser);
+    let mut splitter = setup.splitter(plan.format);
+    let parses_reasoning = setup.parser.is_some();
+    let think_end = setup.think_end;
+    let stop_ids = st.model.tokenizer.stop_ids().to_vec();
     Ok(gen::sse(running, first, move |piece| {
         let mut out = String::new();
         if !started {
@@ -247,11 +267,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             Piece::Token { ev, text } => {
                 let lp = (logprobs && !ev.is_stop)
                     .then(|| json!({"content": [gen::chat_logprob(&tok, ev.token, ev.logprob, &ev.top)]}));
-                let deltas = match &mut parser {
-                    Some(p) => p.push(&text).iter().map(tools::chat_delta).collect(),
-                    None if text.is_empty() => Vec::new(),
-                    None => vec![json!({"content": text})],
-                };
+                let deltas: Vec<Value> = splitter.push(&text).iter().map(tools::chat_delta).collect();
                 let mut extra = (lp, return_ids.then(|| json!([ev.token])));
                 if deltas.is_empty() && (extra.0.is_some() || extra.1.is_some()) {
                     out.push_str(&gen::sse_data(&chunk(delta_choice(json!({"content": ""}), &mut extra))));
@@ -263,22 +279,35 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             }
             Piece::Done { out: res, tail, stop_hit } => {
                 let mut finish_reason = gen::finish_reason(&res, stop_hit);
-                let mut delta = if tail.is_empty() { json!({}) } else { json!({"content": tail}) };
-                if let Some(p) = &mut parser {
-                    let mut events = p.push(&tail);
-                    let end = p.finish();
-                    events.extend(end.events);
-                    delta = json!({});
-                    for ev in &events {
-                        out.push_str(&gen::sse_data(&chunk(delta_choice(tools::chat_delta(ev), &mut (None, None)))));
+                let mut events = splitter.push(&tail);
+                let mut end = splitter.finish();
+                events.append(&mut end.events);
+                // The last text rides on the finish chunk when it is content; anything else goes before it.
+                let delta = match events.last() {
+                    Some(ReplyEvent::Content(t)) if events.len() == 1 && !splitter.parses_tools() => {
+                        json!({"content": t})
                     }
-                    if !end.calls.is_empty() && finish_reason != "length" {
-                        finish_reason = "tool_calls";
+                    _ => {
+                        for ev in &events {
+                            out.push_str(&gen::sse_data(&chunk(delta_choice(
+                                tools::chat_delta(ev),
+                                &mut (None, None),
+                            ))));
+                        }
+                        json!({})
                     }
+                };
+                if !end.calls.is_empty() && finish_reason != "length" {
+                    finish_reason = "tool_calls";
                 }
                 let finish = chunk(json!([{"index": 0, "delta": delta, "logprobs": null,
                                            "finish_reason": finish_reason}]));
-                out.push_str(&gen::sse_end(finish, chunk(json!([])), include_usage, &res));
+                let mut usage = gen::usage(&res);
+                if parses_reasoning {
+                    let n = reply::reasoning_tokens(&res.tokens, think_end, &end, &stop_ids);
+                    usage["completion_tokens_details"] = json!({"reasoning_tokens": n});
+                }
+                out.push_str(&gen::sse_end_with(finish, chunk(json!([])), include_usage, &res, usage));
                 (out, true)
             }
             Piece::Error(e) => {
@@ -296,13 +325,6 @@ fn delta_choice(delta: Value, extra: &mut (Option<Value>, Option<Value>)) -> Val
         choice["token_ids"] = ids;
     }
     json!([choice])
-}
-
-fn content_of(ev: ToolEvent) -> Option<String> {
-    match ev {
-        ToolEvent::Content(s) => Some(s),
-        _ => None,
-    }
 }
 
 /// The reply's constraint: a structured-output grammar or a forced tool call (not both).

@@ -344,12 +344,17 @@ pub fn sse_error(e: EngineError) -> String {
 /// The end of a chat or completions stream: `finish` (the chunk with `finish_reason`), then — with
 /// `include_usage` — a chunk with no choices and `usage` (`empty` builds it); the receipt rides on the last chunk
 /// sent; then `[DONE]`.
-pub fn sse_end(mut finish: Value, empty: Value, include_usage: bool, out: &GenOutput) -> String {
+pub fn sse_end(finish: Value, empty: Value, include_usage: bool, out: &GenOutput) -> String {
+    sse_end_with(finish, empty, include_usage, out, usage(out))
+}
+
+/// [`sse_end`] with a given `usage` object (chat adds `completion_tokens_details`).
+pub fn sse_end_with(mut finish: Value, empty: Value, include_usage: bool, out: &GenOutput, usage: Value) -> String {
     let mut s = String::new();
     let mut last = if include_usage {
         s.push_str(&sse_data(&finish));
         let mut u = empty;
-        u["usage"] = usage(out);
+        u["usage"] = usage;
         u
     } else {
         std::mem::take(&mut finish)

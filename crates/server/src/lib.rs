@@ -8,6 +8,7 @@ pub mod error;
 pub mod gen;
 pub mod misc;
 pub mod params;
+pub mod reply;
 pub mod resp_items;
 pub mod responses;
 pub mod run;
@@ -56,6 +57,8 @@ pub struct ServerConfig {
     pub store_max_bytes: usize,
     /// Which tool-call format replies are parsed with (`--tool-parser`).
     pub tool_parser: tools::ToolParserSetting,
+    /// How thinking is split out of replies (`--reasoning-parser`).
+    pub reasoning_parser: reply::ReasoningSetting,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             store_max_entries: 1024,
             store_max_bytes: 64 << 20,
             tool_parser: tools::ToolParserSetting::Auto,
+            reasoning_parser: reply::ReasoningSetting::Auto,
         }
     }
 }

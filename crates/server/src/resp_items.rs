@@ -1,17 +1,19 @@
-//! The output items of a response (`message` and `function_call`), built from the reply's text or its
-//! tool-parser events, with the stream events each step sends. A whole reply goes through the same steps with
+//! The output items of a response (`reasoning`, `message` and `function_call`), built from the reply's
+//! [`ReplyEvent`]s, with the stream events each step sends. A whole reply goes through the same steps with
 //! the events ignored, so the streamed and non-streamed outputs are the same items.
 
 use crate::new_id;
+use crate::reply::ReplyEvent;
 use crate::responses::message;
 use serde_json::{json, Value};
-use tf_text::{ToolCall, ToolEvent};
+use tf_text::ToolCall;
 
 /// Sends one stream event (type, payload).
 pub type Emit<'a> = &'a mut dyn FnMut(&str, Value);
 
 #[derive(Clone, Debug)]
 enum Item {
+    Reasoning { id: String, text: String, status: &'static str },
     Message { id: String, text: String },
     Call { id: String, call_id: String, name: String, arguments: String, complete: bool },
 }
@@ -26,6 +28,20 @@ pub struct Items {
 
 fn part(t: &str) -> Value {
     json!({"type": "output_text", "text": t, "annotations": [], "logprobs": []})
+}
+
+fn reasoning_part(t: &str) -> Value {
+    json!({"type": "reasoning_text", "text": t})
+}
+
+/// A reasoning output item (`text` None: no content yet).
+pub fn reasoning_item(id: &str, status: &str, text: Option<&str>) -> Value {
+    let content = match text {
+        None => json!([]),
+        Some(t) => json!([reasoning_part(t)]),
+    };
+    json!({"type": "reasoning", "id": id, "summary": [], "content": content, "encrypted_content": null,
+           "status": status})
 }
 
 fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
@@ -71,11 +87,42 @@ impl Items {
         }
     }
 
-    /// One tool-parser event.
-    pub fn event(&mut self, ev: ToolEvent, emit: Emit<'_>) {
+    /// Thinking text: opens a reasoning item (the first item of a reply that thinks) or extends it.
+    pub fn reasoning(&mut self, text: &str, emit: Emit<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        if !(self.open && matches!(self.items.last(), Some(Item::Reasoning { .. }))) {
+            self.close("completed", emit);
+            let id = new_id("rs_");
+            let index = self.items.len();
+            emit(
+                "response.output_item.added",
+                json!({"output_index": index, "item": reasoning_item(&id, "in_progress", None)}),
+            );
+            emit(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "part": reasoning_part("")}),
+            );
+            self.items.push(Item::Reasoning { id, text: String::new(), status: "completed" });
+            self.open = true;
+        }
+        let index = self.items.len() - 1;
+        if let Some(Item::Reasoning { id, text: t, .. }) = self.items.last_mut() {
+            t.push_str(text);
+            emit(
+                "response.reasoning_text.delta",
+                json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text}),
+            );
+        }
+    }
+
+    /// One event of the reply splitter.
+    pub fn event(&mut self, ev: ReplyEvent, emit: Emit<'_>) {
         match ev {
-            ToolEvent::Content(s) => self.content(&s, emit),
-            ToolEvent::CallStart { id: call_id, name, .. } => {
+            ReplyEvent::Reasoning(s) => self.reasoning(&s, emit),
+            ReplyEvent::Content(s) => self.content(&s, emit),
+            ReplyEvent::CallStart { id: call_id, name, .. } => {
                 self.close("completed", emit);
                 let id = new_id("fc_");
                 let index = self.items.len();
@@ -86,7 +133,7 @@ impl Items {
                 self.items.push(Item::Call { id, call_id, name, arguments: String::new(), complete: false });
                 self.open = true;
             }
-            ToolEvent::CallArgs { delta, .. } => {
+            ReplyEvent::CallArgs { delta, .. } => {
                 let index = self.items.len().saturating_sub(1);
                 if let Some(Item::Call { id, arguments, .. }) = self.items.last_mut() {
                     arguments.push_str(&delta);
@@ -107,7 +154,22 @@ impl Items {
         }
         self.open = false;
         let index = self.items.len() - 1;
-        match &self.items[index] {
+        match &mut self.items[index] {
+            Item::Reasoning { id, text, status: st } => {
+                *st = if status == "incomplete" { "incomplete" } else { "completed" };
+                emit(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                );
+                emit(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": reasoning_part(text)}),
+                );
+                emit(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": reasoning_item(id, st, Some(text))}),
+                );
+            }
             Item::Message { id, text } => {
                 emit(
                     "response.output_text.done",
@@ -156,6 +218,7 @@ impl Items {
         self.items
             .iter()
             .filter_map(|it| match it {
+                Item::Reasoning { id, text, status } => Some(reasoning_item(id, status, Some(text))),
                 Item::Message { id, text } => Some(message(id, status, Some(text))),
                 Item::Call { id, call_id, name, arguments, complete: true } => {
                     Some(call_item(id, call_id, name, arguments, "completed"))
@@ -165,8 +228,13 @@ impl Items {
             .collect()
     }
 
-    /// The reply as a chat message for the stored conversation (content null when it is only calls).
+    /// The reply as a chat message for the stored conversation (content null when it is only calls; its
+    /// thinking as `reasoning_content`).
     pub fn assistant_message(&self) -> Value {
+        let reasoning = self.items.iter().find_map(|it| match it {
+            Item::Reasoning { text, .. } => Some(text.clone()),
+            _ => None,
+        });
         let text: String = self
             .items
             .iter()
@@ -185,12 +253,16 @@ impl Items {
                 _ => None,
             })
             .collect();
-        if calls.is_empty() {
+        let mut m = if calls.is_empty() {
             json!({"role": "assistant", "content": text})
         } else {
             let content = if text.is_empty() { Value::Null } else { Value::String(text) };
             json!({"role": "assistant", "content": content, "tool_calls": calls})
+        };
+        if let Some(r) = reasoning {
+            m["reasoning_content"] = Value::String(r);
         }
+        m
     }
 
     /// Whether any call finished.
@@ -202,14 +274,19 @@ impl Items {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tf_text::ToolFormat;
+    use crate::reply::ReplySplitter;
+    use tf_text::{ReasoningFormat, ReasoningParser, ToolFormat};
 
-    /// Runs `text` through a parser in `pieces`, returning (event types, final output).
+    /// Runs `text` through a splitter in `pieces`, returning (event types, final output).
     fn run(pieces: &[&str]) -> (Vec<String>, Vec<Value>, Value) {
+        run_with(None, pieces)
+    }
+
+    fn run_with(reasoning: Option<ReasoningParser>, pieces: &[&str]) -> (Vec<String>, Vec<Value>, Value) {
         let mut events = Vec::new();
         let mut emit = |ty: &str, _v: Value| events.push(ty.to_string());
         let mut items = Items::new("msg_1".into());
-        let mut p = tf_text::ToolParser::new(ToolFormat::Hermes, "call_");
+        let mut p = ReplySplitter::new(reasoning, Some(tf_text::ToolParser::new(ToolFormat::Hermes, "call_")));
         for piece in pieces {
             for ev in p.push(piece) {
                 items.event(ev, &mut emit);
@@ -266,5 +343,49 @@ mod tests {
         assert_eq!(out[0]["type"], "message");
         let (_, out, msg) = run(&[""]);
         assert_eq!((out.len(), msg["content"].as_str()), (1, Some("")));
+    }
+
+    #[test]
+    fn a_reasoning_item_comes_first() {
+        let text =
+            "<think>\nhm\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+        let (events, out, msg) = run_with(Some(ReasoningParser::new(ReasoningFormat::Qwen3)), &[text]);
+        assert_eq!(
+            events[..6],
+            [
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+            ]
+        );
+        let types: Vec<&str> = out.iter().map(|x| x["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["reasoning", "message", "function_call"]);
+        assert_eq!(out[0]["content"], json!([{"type": "reasoning_text", "text": "hm"}]));
+        assert_eq!((out[0]["summary"].clone(), out[0]["status"].as_str()), (json!([]), Some("completed")));
+        assert_eq!(out[1]["content"][0]["text"], "Checking.");
+        assert_eq!((msg["reasoning_content"].as_str(), msg["content"].as_str()), (Some("hm"), Some("Checking.")));
+        // Cut inside thinking: the reasoning item is incomplete, and an empty message follows.
+        let mut events = Vec::new();
+        let mut emit = |ty: &str, v: Value| events.push((ty.to_string(), v));
+        let mut items = Items::new("msg_1".into());
+        let mut p = ReplySplitter::new(Some(ReasoningParser::new(ReasoningFormat::Qwen3)), None);
+        for ev in p.push("<think>still") {
+            items.event(ev, &mut emit);
+        }
+        let end = p.finish();
+        for ev in end.events {
+            items.event(ev, &mut emit);
+        }
+        items.finish(&end.calls, "incomplete", &mut emit);
+        let out = items.output("incomplete");
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0]["status"].as_str(), out[0]["content"][0]["text"].as_str()),
+            (Some("incomplete"), Some("still"))
+        );
+        assert_eq!(out[1]["type"], "message");
     }
 }

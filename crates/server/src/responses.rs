@@ -1,10 +1,11 @@
 //! `POST /v1/responses` (text in, text out) and `GET /v1/responses/{id}`, with an in-memory store bounded in
 //! entries and bytes for `previous_response_id`.
 
-use crate::chat::{chat_prompt, constrain, content_text};
+use crate::chat::{constrain, content_text, render_prompt};
 use crate::error::ApiError;
 use crate::gen::{self, Job, Piece};
 use crate::params::{kind, parse_object, sampling, Fields};
+use crate::reply::{self, EffortField, ReplySetup, ReplySplitter};
 use crate::resp_items::{Emit, Items};
 use crate::structured::{self, FormatField};
 use crate::tools;
@@ -16,7 +17,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use tf_engine::GenOutput;
-use tf_text::ToolParser;
 
 /// Stored responses, oldest evicted first when either bound is passed.
 pub struct Store {
@@ -107,6 +107,10 @@ fn input_messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                         function_call_item(o, &at, &mut out)?;
                         continue;
                     }
+                    "reasoning" => {
+                        reasoning_item(o, &at, &mut out)?;
+                        continue;
+                    }
                     "function_call_output" => {
                         let call_id = item_str(o, "call_id", &at)?;
                         let output = match o.get("output") {
@@ -131,7 +135,13 @@ fn input_messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                 };
                 let text = content_text(o.get("content"), &format!("{at}.content"))?
                     .ok_or_else(|| ApiError::field(&format!("{at}.content"), "is required"))?;
-                out.push(json!({"role": role, "content": text}));
+                // An assistant message after a reasoning item completes the turn that item began.
+                match out.last_mut() {
+                    Some(m) if role == "assistant" && m["role"] == "assistant" && m["content"].is_null() => {
+                        m["content"] = Value::String(text)
+                    }
+                    _ => out.push(json!({"role": role, "content": text})),
+                }
             }
             if out.is_empty() {
                 return Err(ApiError::field("input", "must hold at least one item"));
@@ -148,6 +158,33 @@ fn item_str(o: &Map<String, Value>, key: &str, at: &str) -> Result<String, ApiEr
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         _ => Err(ApiError::field(&format!("{at}.{key}"), "expected a non-empty string")),
     }
+}
+
+/// A `reasoning` input item (an earlier reply's thinking: `content` of `reasoning_text` parts, else `summary`
+/// text) begins an assistant turn with `reasoning_content`; the message or calls after it join that turn.
+fn reasoning_item(o: &Map<String, Value>, at: &str, out: &mut Vec<Value>) -> Result<(), ApiError> {
+    let mut text = String::new();
+    for key in ["content", "summary"] {
+        match o.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(parts)) => {
+                for (i, p) in parts.iter().enumerate() {
+                    match p.get("text") {
+                        Some(Value::String(t)) => text.push_str(t),
+                        _ => return Err(ApiError::field(&format!("{at}.{key}[{i}].text"), "expected a string")),
+                    }
+                }
+            }
+            Some(v) => {
+                return Err(ApiError::field(&format!("{at}.{key}"), format!("expected an array, got {}", kind(v))))
+            }
+        }
+        if !text.is_empty() {
+            break;
+        }
+    }
+    out.push(json!({"role": "assistant", "content": null, "reasoning_content": text}));
+    Ok(())
 }
 
 /// A `function_call` input item joins the assistant message before it (or starts one) as a chat `tool_calls`
@@ -241,7 +278,9 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let output = structured::output_grammar(&f, FormatField::TextFormat)?;
     let tool_req = tools::read(&f, tools::Shape::Responses)?;
     let plan = tools::plan(&st, tool_req.as_ref())?;
-    let constraint = constrain(&st, output, plan.forced)?;
+    let answer = constrain(&st, output, plan.forced)?;
+    let thinking = reply::read_thinking(&f, EffortField::Reasoning)?;
+    let extra = thinking.template_vars(reply::template_kwargs(&f)?);
     let mut messages = Vec::new();
     let previous = f.str("previous_response_id")?.map(str::to_owned);
     if let Some(p) = &previous {
@@ -277,7 +316,10 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         Some(t @ Value::Object(o)) if o.get("format").is_some_and(|v| !v.is_null()) => t.clone(),
         _ => json!({"format": {"type": "text"}}),
     };
-    let prompt = chat_prompt(&st, rendered, tool_req.map(|t| t.rendered), Map::new())?;
+    let (text, prompt) = render_prompt(&st, rendered, tool_req.map(|t| t.rendered), extra)?;
+    let setup = ReplySetup::new(&st, &text, &thinking, answer)?;
+    let mut shown = tools::shown_markers(&st, plan.format);
+    shown.extend(reply::shown_markers(&st));
     let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_output_tokens"], prompt.len(), false)?;
     let meta = Meta {
         id: new_id("resp_"),
@@ -306,8 +348,8 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         prompt_logprobs: None,
         priority: f.priority()?,
         draft: f.bool("draft")?.unwrap_or(true),
-        constraint,
-        shown: tools::shown_markers(&st, plan.format),
+        constraint: setup.constraint.clone(),
+        shown,
     };
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
@@ -319,15 +361,22 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         }
     };
     let mut items = Items::new(meta.msg_id.clone());
-    let mut parser = plan.format.map(tools::parser);
+    let mut splitter = setup.splitter(plan.format);
+    let stop_ids = st.model.tokenizer.stop_ids().to_vec();
+    let think_end = setup.think_end;
+    let reasoning_tokens =
+        move |out: &GenOutput, end: &reply::ReplyEnd| reply::reasoning_tokens(&out.tokens, think_end, end, &stop_ids);
     if !stream {
         let (tokens, out, tail, stop_hit) = gen::collect(running, first).await?;
         let mut text: String = tokens.iter().map(|(_, t)| t.as_str()).collect();
         text.push_str(&tail);
         let status = if gen::finish_reason(&out, stop_hit) == "length" { "incomplete" } else { "completed" };
         let mut none = |_: &str, _: Value| {};
-        feed(&mut items, &mut parser, &text, true, status, &mut none);
-        let obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+        let end = feed(&mut items, &mut splitter, &text, true, status, &mut none);
+        let mut obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+        if let Some(end) = &end {
+            obj["usage"]["output_tokens_details"]["reasoning_tokens"] = json!(reasoning_tokens(&out, end));
+        }
         keep(&st, &meta, &items, &obj);
         return Ok(axum::Json(obj).into_response());
     }
@@ -346,21 +395,24 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             opened = true;
             ev("response.created", json!({"response": meta.object("in_progress", None, None, false)}));
             ev("response.in_progress", json!({"response": meta.object("in_progress", None, None, false)}));
-            // Without tool parsing the reply is one message, opened at once.
-            if parser.is_none() {
+            // Without parsing the reply is one message, opened at once.
+            if !splitter.parses_tools() && !splitter.parses_reasoning() {
                 items.open_message(&mut ev);
             }
         }
         match piece {
             Piece::Token { text: t, .. } => {
-                feed(&mut items, &mut parser, &t, false, "", &mut ev);
+                feed(&mut items, &mut splitter, &t, false, "", &mut ev);
                 (s, false)
             }
             Piece::Done { out, tail, stop_hit } => {
                 let incomplete = gen::finish_reason(&out, stop_hit) == "length";
                 let status = if incomplete { "incomplete" } else { "completed" };
-                feed(&mut items, &mut parser, &tail, true, status, &mut ev);
-                let obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+                let end = feed(&mut items, &mut splitter, &tail, true, status, &mut ev);
+                let mut obj = meta.object(status, Some(&items), Some(&out), stop_hit);
+                if let Some(end) = &end {
+                    obj["usage"]["output_tokens_details"]["reasoning_tokens"] = json!(reasoning_tokens(&out, end));
+                }
                 keep(&st2, &meta, &items, &obj);
                 ev(if incomplete { "response.incomplete" } else { "response.completed" }, json!({"response": obj}));
                 (s, true)
@@ -374,26 +426,28 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     }))
 }
 
-/// Feeds reply text to the items, through the tool parser when there is one; `end` finishes them with the
-/// message `status`.
-fn feed(items: &mut Items, parser: &mut Option<ToolParser>, text: &str, end: bool, status: &str, emit: Emit<'_>) {
-    let Some(p) = parser else {
-        items.content(text, emit);
-        if end {
-            items.finish(&[], status, emit);
-        }
-        return;
-    };
-    for e in p.push(text) {
+/// Feeds reply text to the items through the splitter; `end` finishes them with the message `status` and
+/// returns the splitter's end.
+fn feed(
+    items: &mut Items,
+    splitter: &mut ReplySplitter,
+    text: &str,
+    end: bool,
+    status: &str,
+    emit: Emit<'_>,
+) -> Option<reply::ReplyEnd> {
+    for e in splitter.push(text) {
         items.event(e, emit);
     }
-    if end {
-        let fin = p.finish();
-        for e in fin.events {
-            items.event(e, emit);
-        }
-        items.finish(&fin.calls, status, emit);
+    if !end {
+        return None;
     }
+    let mut fin = splitter.finish();
+    for e in std::mem::take(&mut fin.events) {
+        items.event(e, emit);
+    }
+    items.finish(&fin.calls, status, emit);
+    Some(fin)
 }
 
 #[cfg(test)]

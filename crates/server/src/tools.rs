@@ -4,11 +4,12 @@
 
 use crate::error::ApiError;
 use crate::params::{kind, Fields};
+use crate::reply::ReplyEvent;
 use crate::structured::OutputGrammar;
 use crate::AppState;
 use serde_json::{json, Map, Value};
 use tf_grammar::Grammar;
-use tf_text::{tool_call_grammar, ToolEvent, ToolFormat, ToolParser, ToolSpec};
+use tf_text::{tool_call_grammar, ToolFormat, ToolParser, ToolSpec};
 
 /// Which tool-call parser a server uses (`serve --tool-parser`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -288,13 +289,14 @@ pub fn chat_calls(calls: &[tf_text::ToolCall]) -> Value {
     )
 }
 
-/// A chat stream's `delta` for one parser event.
-pub fn chat_delta(ev: &ToolEvent) -> Value {
+/// A chat stream's `delta` for one event of the reply splitter.
+pub fn chat_delta(ev: &ReplyEvent) -> Value {
     match ev {
-        ToolEvent::Content(s) => json!({"content": s}),
-        ToolEvent::CallStart { index, id, name } => json!({"tool_calls": [{
+        ReplyEvent::Reasoning(s) => json!({"reasoning_content": s}),
+        ReplyEvent::Content(s) => json!({"content": s}),
+        ReplyEvent::CallStart { index, id, name } => json!({"tool_calls": [{
             "index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
-        ToolEvent::CallArgs { index, delta } => {
+        ReplyEvent::CallArgs { index, delta } => {
             json!({"tool_calls": [{"index": index, "function": {"arguments": delta}}]})
         }
     }
