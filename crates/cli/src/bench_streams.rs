@@ -51,6 +51,7 @@ pub fn bench_streams(s: Session, args: &BenchArgs, n: usize, prompt: Vec<u32>) -
             min_drafts: 1,
             prefix_cache: false,
             run_ahead: true,
+            token_limit: None,
             parallel: n,
             max_rows: 256.max(n),
         },

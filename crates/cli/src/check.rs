@@ -132,6 +132,7 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     let describe = drafting.describe.clone();
     let path = s.path.clone();
     let stop_ids = s.tokenizer.stop_ids().to_vec();
+    let limit = s.token_limit();
     let Session { backend, model, tokenizer, .. } = s;
     let tokenizer = Arc::new(tokenizer);
     // The grammar environment of the model's vocabulary; without end-of-sequence ids a grammar has no way to
@@ -162,7 +163,8 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     }
     // One request at a time: each reply's decode time is its own, for the speedup column.
     let max_rows = 64.max(drafting.max_window);
-    let engine = spawn_engine(backend, model, context, 1, max_rows, drafting, args.drafting.min_drafts.max(1), true)?;
+    let min_drafts = args.drafting.min_drafts.max(1);
+    let engine = spawn_engine(backend, model, context, 1, max_rows, drafting, min_drafts, true, limit)?;
     if let Some(w) = &engine.info().drafting.warning {
         return Err(w.clone());
     }

@@ -184,7 +184,7 @@ pub struct RunArgs {
 /// Starts the engine thread of one command on `backend` and `model`: a KV pool of at least `kv_tokens` token
 /// slots, `parallel` sequences sharing each round, at most `max_rows` rows per round, no prefix cache, and
 /// drafting as `drafting` says (`min_drafts` per drafted round). The load-time self-check's warning, if any, is
-/// in `info().drafting.warning`.
+/// in `info().drafting.warning`. `token_limit`: [`Session::token_limit`].
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_engine(
     backend: Arc<dyn Backend>,
@@ -195,6 +195,7 @@ pub fn spawn_engine(
     drafting: Drafting,
     min_drafts: usize,
     run_ahead: bool,
+    token_limit: Option<usize>,
 ) -> Result<EngineHandle, String> {
     let parallel = parallel.max(1);
     EngineHandle::spawn(
@@ -209,6 +210,7 @@ pub fn spawn_engine(
             min_drafts,
             prefix_cache: false,
             run_ahead,
+            token_limit,
             parallel,
             max_rows: max_rows.max(1),
         },
@@ -325,9 +327,10 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let drafting = args.drafting.resolve(&s, total, BLOCK_SIZE)?;
     let describe = s.backend.describe();
     let max_rows = args.prefill_chunk.max(drafting.max_window);
+    let limit = s.token_limit();
     let Session { backend, model, tokenizer, .. } = s;
     let kv_tokens = total.max(64 + args.drafting.max_window);
-    let engine = spawn_engine(backend, model, kv_tokens, 1, max_rows, drafting, args.drafting.min_drafts, true)?;
+    let engine = spawn_engine(backend, model, kv_tokens, 1, max_rows, drafting, args.drafting.min_drafts, true, limit)?;
     if let Some(w) = &engine.info().drafting.warning {
         eprintln!("warning: {w}");
     }

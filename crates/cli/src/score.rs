@@ -51,8 +51,9 @@ pub type Scores = (Vec<usize>, Vec<u32>, Vec<f64>);
 
 /// Starts an engine thread for scoring windows of up to `longest` tokens, `chunk` prompt rows per forward.
 pub fn scoring_engine(s: Session, longest: usize, chunk: usize) -> Result<EngineHandle, String> {
+    let limit = s.token_limit();
     let Session { backend, model, .. } = s;
-    spawn_engine(backend, model, longest, 1, chunk, Drafting::serial(), 0, true)
+    spawn_engine(backend, model, longest, 1, chunk, Drafting::serial(), 0, true, limit)
 }
 
 /// Scores `windows` of `ids` and returns (positions, top1, nll) for every position that predicts a next token.
@@ -235,8 +236,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
         Some(n) => Drafting { max_window: n.max(2), proposer: None, describe: String::new() },
         None => Drafting::serial(),
     };
+    let limit = s.token_limit();
     let Session { backend: be, model, .. } = s;
-    let engine = spawn_engine(be, model, total, 1, args.prefill_chunk, drafting, 0, !args.no_run_ahead)?;
+    let engine = spawn_engine(be, model, total, 1, args.prefill_chunk, drafting, 0, !args.no_run_ahead, limit)?;
     let mut req = GenRequest::new(prompt, SamplingParams::greedy(), args.gen_tokens);
     req.prefill_chunk = args.prefill_chunk;
     req.draft = false;

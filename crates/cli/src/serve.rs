@@ -12,8 +12,8 @@ use std::time::Duration;
 use tf_engine::{EngineConfig, EngineHandle};
 use tf_loader::gguf::GgufFile;
 use tf_server::params::SamplingDefaults;
-use tf_server::run::ServeOptions;
 use tf_server::reply::ReasoningSetting;
+use tf_server::run::ServeOptions;
 use tf_server::tools::ToolParserSetting;
 use tf_server::{AppState, ServedModel, ServerConfig};
 
@@ -170,6 +170,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let precision = args.model.precision.name();
     let backend = s.backend.describe();
     let drafting = args.drafting.resolve(&s, context, BLOCK_SIZE)?;
+    let token_limit = s.token_limit();
     let Session { backend: be, model, tokenizer, template, .. } = s;
     let engine = EngineHandle::spawn(
         be,
@@ -183,6 +184,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             min_drafts: args.drafting.min_drafts,
             prefix_cache: !args.no_prefix_cache,
             run_ahead: true,
+            token_limit,
             parallel: args.parallel.max(1),
             max_rows: args.max_rows.max(1),
         },

@@ -131,6 +131,13 @@ pub struct Session {
 }
 
 impl Session {
+    /// The tokenizer's vocabulary size when the model's head is wider (padding rows, as HF checkpoints of Qwen
+    /// have): the engine never draws those ids. `None` when every head row is a token.
+    pub fn token_limit(&self) -> Option<usize> {
+        let n = self.tokenizer.vocab_size();
+        (n < self.model.vocab_size()).then_some(n)
+    }
+
     /// Loads `model` onto the backend `--backend auto` picks ([`BackendChoice::Auto`]), `threads` CPU threads, in
     /// `precision` mode and the portable arithmetic.
     pub fn load(model: &ModelRef, threads: usize, precision: Precision) -> Result<Session, String> {

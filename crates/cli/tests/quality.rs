@@ -68,7 +68,7 @@ fn check(short: &str) {
     for precision in [Precision::Full, Precision::Checkpoint] {
         let s = Session::load(&model, 2, precision).unwrap();
         let Session { backend, model: m, .. } = s;
-        let engine = spawn_engine(backend, m, kv_tokens(&fx, &gx), 1, 64, Drafting::serial(), 0, true).unwrap();
+        let engine = spawn_engine(backend, m, kv_tokens(&fx, &gx), 1, 64, Drafting::serial(), 0, true, None).unwrap();
         let (agree, total) = top1_agreement(&engine, &fx);
         let rate = agree as f64 / total as f64;
         let (same, firsts) = greedy(&engine, &gx);

@@ -223,6 +223,9 @@ pub struct Generator<'a> {
     pub(crate) in_flight: Option<crate::ahead::InFlight>,
     /// The last key given to a sequence ([`crate::Sequence`] identity across rounds).
     pub(crate) next_key: u64,
+    /// With a head wider than the tokenizer's vocabulary (padding rows): the mask of the ids a draw may take
+    /// (`Generator::set_token_limit`).
+    pub(crate) limit_mask: Option<Vec<u32>>,
 }
 
 impl<'a> Generator<'a> {
@@ -251,6 +254,7 @@ impl<'a> Generator<'a> {
             run_ahead: true,
             in_flight: None,
             next_key: 0,
+            limit_mask: None,
         }
     }
 
@@ -280,6 +284,22 @@ impl<'a> Generator<'a> {
     /// default; the same tokens either way (tests compare the two). Needs [`Generator::set_device_argmax`] on.
     pub fn set_run_ahead(&mut self, on: bool) {
         self.run_ahead = on;
+    }
+
+    /// Draws only ids below `n` (the tokenizer's vocabulary) when the model's head is wider: its padding rows
+    /// are masked like a grammar's disallowed ids (every draw downloads its row then).
+    pub fn set_token_limit(&mut self, n: usize) {
+        let vocab = self.model.vocab_size();
+        self.limit_mask = (n < vocab).then(|| {
+            let mut mask = vec![0u32; vocab.div_ceil(32)];
+            for t in 0..n.max(1) {
+                mask[t / 32] |= 1 << (t % 32);
+            }
+            mask
+        });
+        if self.limit_mask.is_some() {
+            self.device_argmax = false;
+        }
     }
 
     pub fn prefix_cache(&self) -> Option<&PrefixCache> {

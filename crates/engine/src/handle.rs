@@ -91,6 +91,9 @@ pub struct EngineConfig {
     /// Rounds of greedy one-row steps run ahead of the host on a backend that queues ids (`ahead.rs`); off, each
     /// step waits for the host (the same tokens; for measurements).
     pub run_ahead: bool,
+    /// The tokenizer's vocabulary size when the model's head is wider (padding rows never drawn); `None`: every
+    /// id of the head is a token.
+    pub token_limit: Option<usize>,
 }
 
 /// Time-to-first-token histogram bucket bounds in seconds (vLLM's).
@@ -230,7 +233,7 @@ impl EngineHandle {
         let thread_stats = stats.clone();
         let thread_live = live.clone();
         let (max_window, proposer, min_drafts) = (cfg.max_window, cfg.proposer.clone(), cfg.min_drafts);
-        let (prefix_cache, run_ahead) = (cfg.prefix_cache, cfg.run_ahead);
+        let (prefix_cache, run_ahead, token_limit) = (cfg.prefix_cache, cfg.run_ahead, cfg.token_limit);
         let (parallel, max_rows) = (cfg.parallel, cfg.max_rows);
         let accepting = Arc::new(AtomicBool::new(true));
         let ending = Arc::new(crate::failure::Ending::default());
@@ -245,6 +248,9 @@ impl EngineHandle {
                     let setup = g.setup_drafting(max_window, proposer, min_drafts);
                     g.set_prefix_cache(prefix_cache);
                     g.set_run_ahead(run_ahead);
+                    if let Some(n) = token_limit {
+                        g.set_token_limit(n);
+                    }
                     let ok = setup.is_ok();
                     let _ = ready_tx.send(setup);
                     if ok {

@@ -99,9 +99,10 @@ impl<'a> Generator<'a> {
         }
     }
 
-    /// The grammar's mask at the sequence's current state (`None` without a grammar).
+    /// The grammar's mask at the sequence's current state (without a grammar: the token limit's, if any). A
+    /// grammar's mask never allows ids past the tokenizer's vocabulary.
     pub(crate) fn mask_here(&self, s: &mut Sequence<'_>, vocab: usize) -> Result<Option<Vec<u32>>, EngineError> {
-        let Some(g) = s.constraint.as_mut() else { return Ok(None) };
+        let Some(g) = s.constraint.as_mut() else { return Ok(self.limit_mask.clone()) };
         let mut mask = vec![0u32; vocab.div_ceil(32)];
         g.fill_mask(&mut mask).map_err(|e| EngineError::Model(e.to_string()))?;
         if mask.iter().all(|&w| w == 0) {
@@ -127,12 +128,13 @@ impl<'a> Generator<'a> {
         let mut ds = Vec::new();
         let mut consumed = 0;
         let mut failure = None;
+        let limit = self.limit_mask.as_deref();
         let verdict = {
             let tokens = &s.tokens;
             let (req, seed) = (&s.req, s.seed);
             let constraint = &mut s.constraint;
             verify(tree, &mut |row, path| {
-                let mut mask = None;
+                let mut mask = limit.map(<[u32]>::to_vec);
                 if let Some(g) = constraint.as_mut() {
                     // The state after this row's path: the committed tokens, then the drafts accepted so far.
                     for &t in &path[consumed..] {

@@ -243,3 +243,36 @@ fn a_grammar_that_allows_nothing_ends_the_request_with_an_error() {
     let ok = requests().remove(1);
     assert_eq!(run(&mut g, &ok).tokens, reference(&ok, &grammar()));
 }
+
+/// A head wider than the tokenizer (padding rows): with a token limit no draw takes a padding id, drafted or
+/// not, greedy or sampled, and replies equal the serial definition with those ids masked.
+#[test]
+fn a_token_limit_masks_the_heads_padding_rows() {
+    let (be, model) = (FakeBackend, FakeModel::new(VOCAB, 1024));
+    let mut g = generator(&be, &model);
+    let limit = 11;
+    g.set_token_limit(limit);
+    for mut req in requests() {
+        req.constraint = None;
+        let want = {
+            let seed = req.params.seed.unwrap();
+            let (mut history, mut reply) = (req.prompt.clone(), Vec::new());
+            while reply.len() < req.max_tokens {
+                let mut logits = fake::reference_logits(&history, VOCAB);
+                logits[limit..].fill(f32::NEG_INFINITY);
+                let t = tf_engine::sample(&logits, &req.params, seed, history.len() as u64, &reply).token;
+                reply.push(t);
+                history.push(t);
+                if req.stop_ids.contains(&t) {
+                    break;
+                }
+            }
+            reply
+        };
+        let drafted = run(&mut g, &req);
+        let serial = run(&mut g, &GenRequest { draft: false, ..req.clone() });
+        assert_eq!(drafted.tokens, want, "{:?}", req.params);
+        assert_eq!(serial.tokens, want);
+        assert!(drafted.tokens.iter().all(|&t| (t as usize) < limit));
+    }
+}

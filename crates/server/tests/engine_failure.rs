@@ -78,6 +78,7 @@ fn state() -> (Shared, Arc<AtomicBool>, Arc<AtomicUsize>) {
         min_drafts: 1,
         prefix_cache: false,
         run_ahead: true,
+        token_limit: None,
         parallel: 1,
         max_rows: 32,
     };

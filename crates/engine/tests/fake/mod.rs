@@ -344,6 +344,7 @@ pub fn engine_config(max_waiting: usize, parallel: usize) -> EngineConfig {
         min_drafts: 1,
         prefix_cache: true,
         run_ahead: true,
+        token_limit: None,
         parallel,
         max_rows: 32,
     }
