@@ -68,6 +68,34 @@ fn json_grammar(mut schema: Value, strict: bool) -> Result<TopLevelGrammar, Stri
     Ok(TopLevelGrammar::from_json_schema(schema))
 }
 
+/// Strict schemas follow OpenAI's strict mode: an object schema that does not say `additionalProperties` allows
+/// no other properties (in OpenAI's strict mode such a schema is refused; here it is read that way), so a reply
+/// has only the properties the schema names and cannot grow without bound.
+fn close_objects(v: &mut Value) {
+    let Value::Object(m) = v else { return };
+    let is_object = m.contains_key("properties")
+        || m.get("type").is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object"))));
+    if is_object && !m.contains_key("additionalProperties") {
+        m.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (k, child) in m.iter_mut() {
+        match (k.as_str(), child) {
+            // Maps from names to schemas.
+            ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(map)) => {
+                map.values_mut().for_each(close_objects)
+            }
+            // Lists of schemas.
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems", Value::Array(list)) => {
+                list.iter_mut().for_each(close_objects)
+            }
+            // One schema (`items` may also be a list in older drafts).
+            ("items", Value::Array(list)) => list.iter_mut().for_each(close_objects),
+            ("items" | "additionalProperties" | "not" | "contains" | "if" | "then" | "else", c) => close_objects(c),
+            _ => {}
+        }
+    }
+}
+
 fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -191,7 +219,13 @@ pub fn compile(env: &GrammarEnv, g: &Grammar) -> Result<Arc<dyn ConstraintSpec>,
     let ctx = g.context();
     let top = match g {
         Grammar::JsonObject => json_grammar(json!({ "type": "object" }), true),
-        Grammar::JsonSchema { schema, strict } => json_grammar(schema.clone(), *strict),
+        Grammar::JsonSchema { schema, strict } => {
+            let mut schema = schema.clone();
+            if *strict {
+                close_objects(&mut schema);
+            }
+            json_grammar(schema, *strict)
+        }
         Grammar::Regex(rx) => Ok(TopLevelGrammar::from_regex(rx)),
         Grammar::Choice(options) => choice_grammar(options),
         Grammar::Lark(src) => {

@@ -489,3 +489,25 @@ fn sentencepiece_vocab_forces_tokens() {
     }
     assert!(c.is_stopped() && c.is_accepting());
 }
+
+/// Strict schemas read a missing `additionalProperties` as `false` (OpenAI's strict mode), at every level; a
+/// property named like a keyword stays a property; without `strict` other properties are allowed.
+#[test]
+fn strict_schemas_allow_no_other_properties() {
+    let m = model("smollm2");
+    let schema = json!({
+        "type": "object",
+        "properties": {"properties": {"type": "object", "properties": {"a": {"type": "boolean"}}}},
+        "required": ["properties"]
+    });
+    let accepts = |strict: bool, text: &str| -> bool {
+        let spec = compile(&m.env, &Grammar::JsonSchema { schema: schema.clone(), strict }).unwrap();
+        let mut c = start(&spec);
+        let ids = m.tok.encode_continuation(text).unwrap();
+        ids.iter().all(|&t| c.consume(t).is_ok()) && c.is_accepting()
+    };
+    assert!(accepts(true, r#"{"properties": {"a": true}}"#));
+    assert!(!accepts(true, r#"{"properties": {"a": true, "b": 1}}"#), "nested extra property");
+    assert!(!accepts(true, r#"{"properties": {}, "x": 1}"#), "top-level extra property");
+    assert!(accepts(false, r#"{"properties": {"a": true, "b": 1}}"#), "not strict: extra properties allowed");
+}
