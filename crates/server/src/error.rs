@@ -1,4 +1,5 @@
-//! Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}` with a matching status.
+//! Errors in the OpenAI shape, `{"error": {"message", "type", "param", "code"}}`, and on the Anthropic Messages
+//! routes in Anthropic's, `{"type": "error", "error": {"type", "message"}}`, each with a matching status.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -41,7 +42,8 @@ impl ApiError {
     pub fn unauthorized() -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
-            message: "invalid or missing API key: send `Authorization: Bearer <key>` with the server's --api-key"
+            message: "invalid or missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>` with the \
+                      server's --api-key"
                 .into(),
             kind: "authentication_error",
             param: None,
@@ -106,9 +108,51 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// Anthropic's `error.type` for this status: 400 `invalid_request_error` (and other 4xx), 401
+    /// `authentication_error`, 403 `permission_error`, 404 `not_found_error`, 413 `request_too_large`, 429
+    /// `rate_limit_error`, 503 and 529 `overloaded_error`, 500 (and other 5xx) `api_error`.
+    pub fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The JSON body in Anthropic's shape.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        json!({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
+    }
+
+    /// The response in Anthropic's shape (same status).
+    pub fn into_anthropic(self) -> Response {
+        (self.status, axum::Json(self.anthropic_body())).into_response()
+    }
+
     /// The response (for places that cannot use `IntoResponse` through a `?`).
     pub fn into_response_inner(self) -> Response {
         self.into_response()
+    }
+}
+
+/// An [`ApiError`] answered in Anthropic's shape (the `/v1/messages` routes); `?` converts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        AnthropicError(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        self.0.into_anthropic()
     }
 }
 
@@ -132,5 +176,42 @@ mod tests {
         assert_eq!(b["error"]["param"], "temperature");
         assert_eq!(b["error"]["code"], "invalid_value");
         assert!(ApiError::unauthorized().body()["error"]["param"].is_null());
+    }
+
+    #[test]
+    fn anthropic_shape_and_types() {
+        let b = ApiError::field("max_tokens", "is required").anthropic_body();
+        assert_eq!(
+            b,
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: is required"}})
+        );
+        let kinds: Vec<(u16, &str)> = [
+            ApiError::unauthorized(),
+            ApiError::not_found("x"),
+            ApiError::too_large(1),
+            ApiError::busy("x"),
+            ApiError::internal("x"),
+            ApiError::unavailable("x"),
+            ApiError { status: StatusCode::FORBIDDEN, ..ApiError::internal("x") },
+            ApiError { status: StatusCode::from_u16(529).unwrap(), ..ApiError::internal("x") },
+            ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, ..ApiError::internal("x") },
+        ]
+        .iter()
+        .map(|e| (e.status.as_u16(), e.anthropic_type()))
+        .collect();
+        assert_eq!(
+            kinds,
+            [
+                (401, "authentication_error"),
+                (404, "not_found_error"),
+                (413, "request_too_large"),
+                (429, "rate_limit_error"),
+                (500, "api_error"),
+                (503, "overloaded_error"),
+                (403, "permission_error"),
+                (529, "overloaded_error"),
+                (422, "invalid_request_error"),
+            ]
+        );
     }
 }

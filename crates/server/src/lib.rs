@@ -6,6 +6,8 @@ pub mod chat;
 pub mod completions;
 pub mod error;
 pub mod gen;
+pub mod messages;
+pub mod messages_types;
 pub mod misc;
 pub mod params;
 pub mod reply;
@@ -48,7 +50,7 @@ pub struct ServerConfig {
     pub defaults: SamplingDefaults,
     /// `max_tokens` when a request gives none: this, or what is left of the context if less.
     pub default_max_tokens: usize,
-    /// `Authorization: Bearer` key required on the API routes, if set.
+    /// Key required on the API routes (`Authorization: Bearer` or `x-api-key`), if set.
     pub api_key: Option<String>,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
@@ -159,6 +161,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(completions::handle))
         .route("/v1/responses", post(responses::handle))
         .route("/v1/responses/{id}", get(responses::get_stored))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth));
@@ -167,25 +171,39 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(misc::metrics))
         .merge(api)
         .fallback(|req: Request| async move {
-            ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
+            let e = ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()));
+            error_for(req.uri().path(), e)
         })
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
 }
 
-async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Result<Response, ApiError> {
+/// An error in the shape of the route family: Anthropic's under `/v1/messages`, OpenAI's elsewhere.
+fn error_for(path: &str, e: ApiError) -> Response {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        e.into_anthropic()
+    } else {
+        e.into_response_inner()
+    }
+}
+
+/// `--api-key`: every API route takes the key as `Authorization: Bearer <key>` (OpenAI clients) or
+/// `x-api-key: <key>` (Anthropic clients); either one matching is enough.
+async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.cfg.api_key {
-        let given = req
-            .headers()
+        let h = req.headers();
+        let bearer = h
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-            return Err(ApiError::unauthorized());
+        let x_api_key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+        let ok = |g: Option<&str>| g.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes()));
+        if !ok(bearer) && !ok(x_api_key) {
+            return error_for(req.uri().path(), ApiError::unauthorized());
         }
     }
-    Ok(next.run(req).await)
+    next.run(req).await
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
