@@ -58,7 +58,8 @@ pub struct ServeArgs {
     /// Default repetition penalty (1 = off). Default: generation_config.json, else 1.
     #[arg(long)]
     pub repetition_penalty: Option<f64>,
-    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
+    /// Require the key on the API routes, as `Authorization: Bearer KEY` or `x-api-key: KEY` (/health and
+    /// /metrics stay open).
     #[arg(long, env = "TENSORFOLD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Requests that share each round (continuous batching: their windows and prompt chunks go into one
