@@ -10,10 +10,6 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 use support::{http, Server};
 
 const MODEL_ID: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m";
@@ -27,7 +23,7 @@ const FLAGS: [&str; 10] =
 fn messages_api_through_the_anthropic_sdk() {
     let server = Server::start_model("qwen05", &FLAGS);
     raw_sse_and_keys(server.port);
-    run_client(server.port, MODEL_ID, &[]);
+    support::run_python(&server, "anthropic_client.py", MODEL_ID, &["--api-key", KEY]);
     server.stop_cleanly();
 }
 
@@ -35,73 +31,14 @@ fn messages_api_through_the_anthropic_sdk() {
 #[test]
 fn thinking_budget_on_tiny_qwen3() {
     let dir = tf_testkit::repo_root().join("fixtures/tiny-qwen3");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
-        .arg("serve")
-        .arg(&dir)
-        .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2", "--min-drafts", "1", "--no-live-line"])
-        .args(["--api-key", KEY])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tensorfold serve");
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            eprintln!("[server] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let marker = "listening on http://127.0.0.1:";
-    let deadline = Instant::now() + support::START_BOUND;
-    let port = loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => {
-                if let Some(at) = line.find(marker) {
-                    let digits: String = line[at + marker.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
-                    break digits.parse::<u16>().expect("port");
-                }
-            }
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve fixtures/tiny-qwen3 did not start: {e}");
-            }
-        }
-    };
-    let guard = Kill(child);
-    run_client(port, "tiny-qwen3", &["--only", "t_thinking_budget"]);
-    guard.stop();
-}
-
-/// Kills the server if a test fails before stopping it.
-struct Kill(Child);
-
-impl Kill {
-    fn stop(mut self) {
-        let pid = self.0.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-        let deadline = Instant::now() + support::STOP_BOUND;
-        loop {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                assert!(status.success(), "serve exited with {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "serve did not exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+    let server = Server::start_at(&dir, &["--min-drafts", "1", "--no-live-line", "--api-key", KEY]);
+    support::run_python(
+        &server,
+        "anthropic_client.py",
+        "tiny-qwen3",
+        &["--api-key", KEY, "--only", "t_thinking_budget"],
+    );
+    server.stop_cleanly();
 }
 
 /// The SSE framing (each event an `event:` line with its type, then a `data:` line), the key as `x-api-key` or a
@@ -161,31 +98,4 @@ fn raw_sse_and_keys(port: u16) {
     // Unknown routes under /v1/messages answer in Anthropic's shape.
     let r = http(port, "POST", "/v1/messages/batches", &[json_ct, ("x-api-key", KEY)], b"{}");
     assert_eq!((r.status, r.json()["error"]["type"].clone()), (404, json!("not_found_error")), "{}", r.text());
-}
-
-fn run_client(port: u16, model: &str, args: &[&str]) {
-    let py = support::test_python();
-    let script = tf_testkit::repo_root().join("crates/cli/tests/py/anthropic_client.py");
-    let started = Instant::now();
-    let out = Command::new(&py)
-        .arg(&script)
-        .args(["--base-url", &format!("http://127.0.0.1:{port}"), "--model", model, "--api-key", KEY])
-        .args(args)
-        .env("PYTHONUNBUFFERED", "1")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .output()
-        .expect("run the python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("--- anthropic_client.py ({:.1} s)\n{stdout}", started.elapsed().as_secs_f64());
-    if !stderr.is_empty() {
-        println!("--- python stderr\n{stderr}");
-    }
-    assert!(
-        out.status.success() && stdout.contains("ALL OK"),
-        "the anthropic client failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
 }

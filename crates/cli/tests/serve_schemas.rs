@@ -6,26 +6,12 @@
 
 mod support;
 
-use std::process::Command;
-use std::time::Instant;
 use support::Server;
 
 #[test]
 fn generated_schemas_validate_greedy_and_sampled() {
     let server = Server::start_model("qwen05", &["--parallel", "8"]);
-    let py = support::test_python();
-    let script = tf_testkit::repo_root().join("crates/cli/tests/py/schemas_client.py");
-    let started = Instant::now();
-    let out = Command::new(&py)
-        .arg(&script)
-        .args(["--base-url", &format!("{}/v1", server.base()), "--model", "qwen2.5-coder-0.5b-instruct-q4_k_m"])
-        .args(["--count", "200", "--exact", "12"])
-        .env("PYTHONUNBUFFERED", "1")
-        .output()
-        .expect("run the python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("--- schemas_client.py ({:.1} s)\n{stdout}\n{stderr}", started.elapsed().as_secs_f64());
-    assert!(out.status.success() && stdout.contains("ALL OK"), "{stdout}\n{stderr}\n--- server\n{}", server.output());
+    let args = ["--count", "200", "--exact", "12"];
+    support::run_python(&server, "schemas_client.py", "qwen2.5-coder-0.5b-instruct-q4_k_m", &args);
     server.stop_cleanly();
 }

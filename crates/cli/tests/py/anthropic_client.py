@@ -7,7 +7,7 @@ serial, and the SDK's error classes (400, 401, 404, 413, 429).
 
 Run by crates/cli/tests/serve_anthropic.rs:
 
-    anthropic_client.py --base-url http://127.0.0.1:PORT --model ID --api-key KEY [--only t_a,t_b]
+    anthropic_client.py --base-url http://127.0.0.1:PORT[/v1] --model ID --api-key KEY [--only t_a,t_b]
 
 The server runs with `--api-key KEY --parallel 1 --max-queue 1 --max-body-mib 1` (the 401, 413 and 429 checks rely
 on them). Prints "ALL OK" and exits 0 when every check passed.
@@ -373,6 +373,8 @@ def main():
     p.add_argument("--api-key", required=True)
     p.add_argument("--only", default="", help="comma-separated test names (default: all but t_thinking_budget)")
     ARGS = p.parse_args()
+    # The server's root: the SDK adds /v1/messages itself.
+    ARGS.base_url = ARGS.base_url.removesuffix("/").removesuffix("/v1")
     CLIENT = anthropic.Anthropic(base_url=ARGS.base_url, api_key=ARGS.api_key, max_retries=0, timeout=300)
     print(f"anthropic {anthropic.__version__}, {ARGS.base_url}, model {ARGS.model}")
     failed = []

@@ -69,10 +69,14 @@ impl Server {
 
     /// [`Server::start`] with another of the real models (a short name of `tf_testkit::MODELS`).
     pub fn start_model(short: &str, extra: &[&str]) -> Server {
-        let model = tf_testkit::model_path(short);
+        Server::start_at(&tf_testkit::model_path(short), extra)
+    }
+
+    /// [`Server::start`] with the model at `model` (a GGUF file or a Hugging Face directory).
+    pub fn start_at(model: &std::path::Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
             .arg("serve")
-            .arg(&model)
+            .arg(model)
             .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2"])
             .args(extra)
             .stdin(Stdio::null())
@@ -434,5 +438,35 @@ pub fn test_python() -> PathBuf {
          TF_TEST_PYTHON), or set TF_TEST_PYTHON to a python that has crates/cli/tests/py/requirements.txt \
          installed.\ntried:\n{}",
         tried.join("\n")
+    );
+}
+
+/// Runs `crates/cli/tests/py/SCRIPT --base-url <server>/v1 --model MODEL ARGS...` with [`test_python`], echoes
+/// its output, and asserts that it exits 0 after printing "ALL OK" (the server's output is in the failure).
+pub fn run_python(server: &Server, script: &str, model: &str, args: &[&str]) {
+    let path = tf_testkit::repo_root().join("crates/cli/tests/py").join(script);
+    let started = Instant::now();
+    let out = Command::new(test_python())
+        .arg(&path)
+        .args(["--base-url", &format!("{}/v1", server.base()), "--model", model])
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1")
+        // The SDKs read these; the scripts pass their own.
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .output()
+        .expect("run the python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("--- {script} {args:?} ({:.1} s)\n{stdout}", started.elapsed().as_secs_f64());
+    if !stderr.is_empty() {
+        println!("--- python stderr\n{stderr}");
+    }
+    assert!(
+        out.status.success() && stdout.contains("ALL OK"),
+        "{script} {args:?} failed ({}):\n{stdout}\n{stderr}\n--- server output\n{}",
+        out.status,
+        server.output()
     );
 }
