@@ -15,6 +15,9 @@ fi
 TF_TEST_PYTHON="$(pwd)/.venv-test/bin/python"
 export TF_TEST_PYTHON
 
+echo "== node test packages (crates/cli/tests/js/node_modules: the openai JS SDK the serve tests drive)"
+npm ci --prefix crates/cli/tests/js --no-audit --no-fund
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
