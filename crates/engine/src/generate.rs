@@ -416,42 +416,6 @@ impl<'a> Generator<'a> {
         }
         fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
     }
-
-    /// Teacher-forced scoring: feeds `tokens` (a fresh sequence from position 0) in chunks of `chunk` rows and
-    /// calls `on_row(position, logits)` for every position in order; the logits at position `p` predict
-    /// `tokens[p + 1]`. Any `chunk` gives the same bits.
-    pub fn score(
-        &mut self,
-        tokens: &[u32],
-        chunk: usize,
-        on_row: &mut dyn FnMut(usize, &[f32]),
-    ) -> Result<(), EngineError> {
-        if tokens.is_empty() || chunk == 0 {
-            return Err(EngineError::InvalidRequest("score needs at least one token and a chunk of at least 1".into()));
-        }
-        let vocab = self.model.vocab_size();
-        if let Some((i, id)) = tokens.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
-            return Err(EngineError::InvalidRequest(format!(
-                "token {i} is id {id}, outside the vocabulary of {vocab}"
-            )));
-        }
-        let context_length = self.model.context_length();
-        if tokens.len() > context_length {
-            return Err(EngineError::ContextOverflow { prompt_tokens: tokens.len(), max_tokens: 0, context_length });
-        }
-        self.pool.check_fits(tokens.len())?;
-        let mut table = BlockTable::new(&self.pool);
-        table.ensure(&self.pool, tokens.len())?;
-        let mut start = 0;
-        for piece in tokens.chunks(chunk) {
-            let logits = self.forward(&table, piece, start, (0..piece.len()).collect(), false)?.into_values();
-            for (i, row) in logits.chunks_exact(vocab).enumerate() {
-                on_row(start + i, row);
-            }
-            start += piece.len();
-        }
-        Ok(())
-    }
 }
 
 /// A batch of `tokens` as consecutive rows of sequence 0 from position `start` (KV slots from `table`), each

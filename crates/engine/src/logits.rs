@@ -14,7 +14,7 @@ use tf_core::{Backend, Tensor};
 /// penalty can change the values (none set, or `reply` empty: penalties act on the reply's tokens only), and no
 /// grammar masks the row. Then
 /// the sampler's draw is exactly `tf_core::argmax_row` of the raw logits. Consumers of the values themselves
-/// (prompt logprobs, [`crate::Generator::score`], the drafting self-check) always download.
+/// (prompt logprobs, the drafting self-check) always download.
 pub fn greedy_on_device(req: &GenRequest, reply: &[u32]) -> bool {
     !req.logprobs && req.top_logprobs == 0 && req.constraint.is_none() && draw_is_argmax(&req.params, reply)
 }

@@ -337,14 +337,12 @@ fn requests_that_need_the_values_never_ask_for_argmaxes() {
     assert!(setup.enabled, "{:?}", setup.warning);
     assert_eq!(setup.costs.argmax, setup.costs.logits, "without the path both tables time the copy");
     g.set_device_argmax(true);
+    // A scoring request (prompt logprobs, nothing generated) reads every prompt row's values.
     let tokens: Vec<u32> = (0..30u32).map(|i| (i * 7 + 2) % VOCAB as u32).collect();
-    let mut rows = 0;
-    g.score(&tokens, 4, &mut |_, row| {
-        assert_eq!(row.len(), VOCAB);
-        rows += 1;
-    })
-    .unwrap();
-    assert_eq!(rows, tokens.len());
+    let mut req = request(tokens.clone(), greedy(1), 0);
+    req.prompt_logprobs = Some(2);
+    let out = g.generate(&req, &mut |_| Flow::Continue).unwrap();
+    assert_eq!(out.prompt_logprobs.len(), tokens.len());
     assert_eq!(be.calls(), 0);
 }
 
