@@ -21,6 +21,7 @@ import traceback
 
 import jsonschema
 import openai
+import pydantic
 
 ARGS = None
 CLIENT = None
@@ -166,6 +167,26 @@ def t_json_schema():
     with_variants(dict(messages=msgs, response_format=rf, max_tokens=150, temperature=0.8, seed=7), json_reply(PERSON))
 
 
+class Person(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=24)
+    age: int
+    tags: list[str] = pydantic.Field(max_length=3)
+
+
+def t_parse_pydantic():
+    """The SDK's structured-output helper: a Pydantic model becomes a strict json_schema, the reply is parsed into it."""
+    msgs = [{"role": "user", "content": "Invent a person: name, age and up to three tags."}]
+    for extra in [dict(temperature=0), dict(temperature=0.8, seed=5)]:
+        r = CLIENT.chat.completions.parse(model=ARGS.model, messages=msgs, response_format=Person, max_tokens=200, **extra)
+        m = r.choices[0].message
+        check(r.choices[0].finish_reason == "stop", f"finish {r.choices[0].finish_reason}")
+        check(isinstance(m.parsed, Person), f"parsed {m.parsed!r} from {m.content!r}")
+        check(m.parsed == Person.model_validate_json(m.content), "parsed differs from the content")
+        serial = CLIENT.chat.completions.parse(model=ARGS.model, messages=msgs, response_format=Person, max_tokens=200,
+                                              extra_body={"draft": False}, **extra)
+        check(sha_of(serial) == sha_of(r), f"drafted {sha_of(r)} != serial {sha_of(serial)}")
+
+
 def t_json_object():
     msgs = [{"role": "user", "content": "Give a JSON object with the keys city and country for Paris."}]
     with_variants(dict(messages=msgs, response_format={"type": "json_object"}, max_tokens=150), json_reply(None))
@@ -220,7 +241,7 @@ def t_concurrent_equals_solo():
 
 
 TESTS = [t_required_one_call, t_required_parallel, t_named, t_required_on_a_plain_question, t_responses_required,
-         t_json_schema, t_json_object, t_responses_text_format, t_choice_and_regex, t_concurrent_equals_solo]
+         t_json_schema, t_parse_pydantic, t_json_object, t_responses_text_format, t_choice_and_regex, t_concurrent_equals_solo]
 
 
 def main():
