@@ -8,7 +8,6 @@ mod support;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{allowed, base_seed, mask_of, tokenizer};
-use tf_core::TokenConstraint;
 use tf_grammar::{compile, Grammar, GrammarEnv};
 
 #[test]
@@ -69,7 +68,7 @@ fn a_tool_call_grammar_survives_draft_paths_and_rollbacks() {
 fn token_references_must_be_special_tokens() {
     let tok = tokenizer("qwen05");
     let env = GrammarEnv::new(tok.clone(), tok.stop_ids()).expect("env");
-    let e = compile(&env, &Grammar::Lark(r#"start: "a" <[151658]>"#.into())).err().expect("refused");
+    let e = compile(&env, &Grammar::Lark(r#"start: "a" <[151658]>"#.into())).expect_err("refused");
     assert!(e.to_string().contains("not a special token") && e.to_string().contains("</tool_call>"), "{e}");
     let im_end = tok.id_of("<|im_end|>").expect("a control token");
     compile(&env, &Grammar::Lark(format!(r#"start: "a" <[{im_end}]>"#))).expect("a control token is fine");
