@@ -18,9 +18,9 @@ import json
 import sys
 import threading
 import time
-import traceback
 
 import anthropic
+import harness
 import httpx2 as httpx
 import jsonschema
 
@@ -377,24 +377,8 @@ def main():
     ARGS.base_url = ARGS.base_url.removesuffix("/").removesuffix("/v1")
     CLIENT = anthropic.Anthropic(base_url=ARGS.base_url, api_key=ARGS.api_key, max_retries=0, timeout=300)
     print(f"anthropic {anthropic.__version__}, {ARGS.base_url}, model {ARGS.model}")
-    failed = []
     only = [n for n in ARGS.only.split(",") if n]
-    for t in TESTS:
-        if (only and t.__name__ not in only) or (not only and t is t_thinking_budget):
-            continue
-        start = time.time()
-        try:
-            t()
-            print(f"ok   {t.__name__} ({time.time() - start:.1f} s)")
-        except Exception:  # noqa: BLE001 - every check runs; failures are listed at the end
-            failed.append(t.__name__)
-            print(f"FAIL {t.__name__} ({time.time() - start:.1f} s)\n{traceback.format_exc()}")
-        sys.stdout.flush()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print("ALL OK")
-    return 0
+    return harness.run_all([t for t in TESTS if not ((only and t.__name__ not in only) or (not only and t is t_thinking_budget))])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import traceback
 import urllib.error
 import urllib.request
 
+import harness
 import openai
 
 ARGS = None
@@ -675,21 +676,7 @@ def main():
     # No retries: a retried 5xx or 429 would hide a server fault.
     CLIENT = openai.OpenAI(base_url=ARGS.base_url, api_key=ARGS.api_key or "none", max_retries=0, timeout=120)
     print(f"openai {openai.__version__}, server {ROOT}, model {ARGS.model}, mode {ARGS.mode}")
-    failed = []
-    for t in FULL if ARGS.mode == "full" else AUTH:
-        start = time.time()
-        try:
-            t()
-            print(f"ok   {t.__name__} ({time.time() - start:.1f} s)")
-        except Exception:  # noqa: BLE001 - every check runs; failures are listed at the end
-            failed.append(t.__name__)
-            print(f"FAIL {t.__name__} ({time.time() - start:.1f} s)\n{traceback.format_exc()}")
-        sys.stdout.flush()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print("ALL OK")
-    return 0
+    return harness.run_all(FULL if ARGS.mode == "full" else AUTH)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,10 @@ Every check runs even when an earlier one failed; prints "ALL OK" and exits 0 wh
 import argparse
 import json
 import sys
-import traceback
 import urllib.error
 import urllib.request
 
+import harness
 import openai
 
 ARGS = None
@@ -405,19 +405,7 @@ def main():
                   test_grammar_after_thinking, test_thinking_off_and_effort, test_bad_fields],
         "none": [test_parser_none],
     }[ARGS.mode]
-    failed = []
-    for t in tests:
-        print(f"{t.__name__}:")
-        try:
-            t()
-            print("  ok")
-        except Exception:
-            failed.append(t.__name__)
-            traceback.print_exc(file=sys.stdout)
-    if failed:
-        print("FAILED: " + ", ".join(failed))
-        sys.exit(1)
-    print("ALL OK")
+    sys.exit(harness.run_all(tests))
 
 
 if __name__ == "__main__":

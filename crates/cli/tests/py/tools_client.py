@@ -19,11 +19,10 @@ Every check runs even when an earlier one failed; prints "ALL OK" and exits 0 wh
 import argparse
 import json
 import sys
-import time
-import traceback
 import urllib.error
 import urllib.request
 
+import harness
 import openai
 
 ARGS = None
@@ -335,21 +334,7 @@ def main():
     ROOT = ARGS.base_url.rstrip("/").removesuffix("/v1")
     CLIENT = openai.OpenAI(base_url=ARGS.base_url, api_key="none", max_retries=0, timeout=120)
     print(f"openai {openai.__version__}, server {ROOT}, model {ARGS.model}, mode {ARGS.mode}")
-    failed = []
-    for t in HERMES if ARGS.mode == "hermes" else JSON:
-        start = time.time()
-        try:
-            t()
-            print(f"ok   {t.__name__} ({time.time() - start:.1f} s)")
-        except Exception:  # noqa: BLE001 - every check runs; failures are listed at the end
-            failed.append(t.__name__)
-            print(f"FAIL {t.__name__} ({time.time() - start:.1f} s)\n{traceback.format_exc()}")
-        sys.stdout.flush()
-    if failed:
-        print(f"{len(failed)} failed: {', '.join(failed)}")
-        return 1
-    print("ALL OK")
-    return 0
+    return harness.run_all(HERMES if ARGS.mode == "hermes" else JSON)
 
 
 if __name__ == "__main__":
