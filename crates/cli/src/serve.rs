@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tf_engine::{EngineConfig, EngineHandle};
 use tf_loader::gguf::GgufFile;
+use tf_server::keys::ApiKeys;
 use tf_server::params::SamplingDefaults;
 use tf_server::reply::ReasoningSetting;
-use tf_server::run::ServeOptions;
+use tf_server::run::{ConnLimits, ServeOptions};
 use tf_server::tools::ToolParserSetting;
 use tf_server::{AppState, ServedModel, ServerConfig};
 
@@ -62,6 +63,20 @@ pub struct ServeArgs {
     /// /metrics stay open).
     #[arg(long, env = "TENSORFOLD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Also accept every key in this file: one per line, `#` starts a comment. Re-read on SIGHUP (a file that
+    /// cannot be read or holds no key leaves the keys in use as they were). Keys are never logged.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
+    /// Seconds a client has to send a request's headers; also how long an idle keep-alive connection stays open.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub header_timeout: u64,
+    /// Seconds a request body has to arrive whole once its headers are in (408 after that).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub body_timeout: u64,
+    /// Most connections served at once; more are answered 503 and closed. Lowered to what the open-file limit
+    /// allows (the soft limit is raised toward the hard one first).
+    #[arg(long, default_value_t = 8192)]
+    pub max_connections: usize,
     /// Requests that share each round (continuous batching: their windows and prompt chunks go into one
     /// forward). 1 runs one request at a time (with tree windows when --draft-branches > 1).
     #[arg(long, default_value_t = 4)]
@@ -208,13 +223,21 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let cfg = ServerConfig {
         defaults,
         default_max_tokens: args.max_tokens,
-        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        keys: Arc::new(ApiKeys::new(args.api_key.as_deref(), args.api_key_file.as_deref())?),
         max_body_bytes: args.max_body_mib.max(1) << 20,
+        body_timeout: Duration::from_secs(args.body_timeout.max(1)),
         tool_parser: args.tool_parser,
         reasoning_parser: args.reasoning_parser,
         ..Default::default()
     };
-    let auth = cfg.api_key.is_some();
+    let auth = cfg.keys.required();
+    let max_connections = tf_server::run::fit_connection_cap(args.max_connections.max(1));
+    if max_connections < args.max_connections {
+        eprintln!(
+            "tensorfold: --max-connections {} lowered to {max_connections}: the open-file limit allows no more",
+            args.max_connections
+        );
+    }
     let state = AppState::new(served, engine, cfg);
     eprintln!(
         "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV pool {} ({} \
@@ -231,6 +254,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         addr: SocketAddr::new(args.host, args.port),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         live_line: !args.no_live_line,
+        conn: ConnLimits { header_timeout: Duration::from_secs(args.header_timeout.max(1)), max_connections },
         on_ready: Box::new(move |addr| {
             let key = if auth { " -H \"Authorization: Bearer $TENSORFOLD_API_KEY\"" } else { "" };
             eprintln!("tensorfold: listening on http://{addr} (OpenAI API under /v1; Ctrl-C stops)");

@@ -71,6 +71,28 @@ impl ApiError {
         }
     }
 
+    /// 408: the body did not arrive in time (a stalled or trickling client).
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!("the request body did not arrive within {}s", limit.as_secs_f64()),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// 503: the server already serves its most connections (`--max-connections`).
+    pub fn too_many_connections(max: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!("the server is serving its limit of {max} connections; retry later"),
+            kind: "service_unavailable",
+            param: None,
+            code: Some("too_many_connections"),
+        }
+    }
+
     pub fn busy(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,

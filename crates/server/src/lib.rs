@@ -6,6 +6,7 @@ pub mod chat;
 pub mod completions;
 pub mod error;
 pub mod gen;
+pub mod keys;
 pub mod messages;
 pub mod messages_types;
 pub mod misc;
@@ -50,10 +51,12 @@ pub struct ServerConfig {
     pub defaults: SamplingDefaults,
     /// `max_tokens` when a request gives none: this, or what is left of the context if less.
     pub default_max_tokens: usize,
-    /// Key required on the API routes (`Authorization: Bearer` or `x-api-key`), if set.
-    pub api_key: Option<String>,
+    /// Keys the API routes accept (`Authorization: Bearer` or `x-api-key`); none: the routes are open.
+    pub keys: Arc<keys::ApiKeys>,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
+    /// A request body must arrive whole within this long of the handler starting to read it (408 otherwise).
+    pub body_timeout: std::time::Duration,
     /// Stored responses for `previous_response_id`: most entries and most bytes.
     pub store_max_entries: usize,
     pub store_max_bytes: usize,
@@ -68,8 +71,9 @@ impl Default for ServerConfig {
         ServerConfig {
             defaults: SamplingDefaults::default(),
             default_max_tokens: 2048,
-            api_key: None,
+            keys: Arc::new(keys::ApiKeys::open()),
             max_body_bytes: 8 << 20,
+            body_timeout: std::time::Duration::from_secs(30),
             store_max_entries: 1024,
             store_max_bytes: 64 << 20,
             tool_parser: tools::ToolParserSetting::Auto,
@@ -89,6 +93,9 @@ pub struct AppState {
     pub created: u64,
     /// HTTP requests refused before reaching the engine, by status class (for /metrics).
     pub rejected: std::sync::atomic::AtomicU64,
+    /// Connections being served now, and those refused with 503 because `--max-connections` were open.
+    pub connections_open: std::sync::atomic::AtomicU64,
+    pub connections_refused: std::sync::atomic::AtomicU64,
     /// The tool-call format of replies (from the chat template, or `--tool-parser`); `None`: calls are not parsed.
     pub tool_format: Option<ToolFormat>,
     /// Grammars compile against this (built once from the tokenizer and the stop ids); why not, when it could
@@ -111,6 +118,8 @@ impl AppState {
             started: Instant::now(),
             created: unix_now(),
             rejected: Default::default(),
+            connections_open: Default::default(),
+            connections_refused: Default::default(),
             tool_format,
             grammar,
         })
@@ -179,7 +188,7 @@ pub fn router(state: Shared) -> Router {
 }
 
 /// An error in the shape of the route family: Anthropic's under `/v1/messages`, OpenAI's elsewhere.
-fn error_for(path: &str, e: ApiError) -> Response {
+pub(crate) fn error_for(path: &str, e: ApiError) -> Response {
     if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         e.into_anthropic()
     } else {
@@ -187,10 +196,11 @@ fn error_for(path: &str, e: ApiError) -> Response {
     }
 }
 
-/// `--api-key`: every API route takes the key as `Authorization: Bearer <key>` (OpenAI clients) or
-/// `x-api-key: <key>` (Anthropic clients); either one matching is enough.
+/// `--api-key` / `--api-key-file`: every API route takes a key as `Authorization: Bearer <key>` (OpenAI clients)
+/// or `x-api-key: <key>` (Anthropic clients); either one matching is enough.
 async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.cfg.api_key {
+    let keys = &st.cfg.keys;
+    if keys.required() {
         let h = req.headers();
         let bearer = h
             .get(header::AUTHORIZATION)
@@ -198,16 +208,12 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
         let x_api_key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
-        let ok = |g: Option<&str>| g.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes()));
+        let ok = |g: Option<&str>| g.is_some_and(|g| keys.accepts(g));
         if !ok(bearer) && !ok(x_api_key) {
             return error_for(req.uri().path(), ApiError::unauthorized());
         }
     }
     next.run(req).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Reads a body up to the server's limit (413 beyond it, before reading it all when Content-Length says so).
@@ -218,7 +224,11 @@ pub async fn read_body(st: &AppState, headers: &HeaderMap, body: Body) -> Result
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(limit));
     }
-    match axum::body::to_bytes(body, limit).await {
+    let read = tokio::time::timeout(st.cfg.body_timeout, axum::body::to_bytes(body, limit)).await;
+    let Ok(read) = read else {
+        return Err(ApiError::body_timeout(st.cfg.body_timeout));
+    };
+    match read {
         Ok(b) => Ok(b),
         Err(e) => {
             // The only errors are the limit and the connection failing mid-body.

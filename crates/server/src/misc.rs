@@ -102,6 +102,13 @@ pub async fn metrics(State(st): State<Shared>) -> Response {
         "counter",
         st.rejected.load(Ordering::Relaxed) as f64,
     );
+    gauge("tensorfold:http_connections_open", "Connections being served.", "gauge", c(&st.connections_open));
+    gauge(
+        "tensorfold:http_connections_refused_total",
+        "Connections answered 503 (or closed) because --max-connections were open.",
+        "counter",
+        c(&st.connections_refused),
+    );
     let _ = writeln!(out, "# HELP vllm:request_success_total Finished requests by finish reason.");
     let _ = writeln!(out, "# TYPE vllm:request_success_total counter");
     for (reason, a) in [

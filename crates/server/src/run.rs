@@ -1,7 +1,12 @@
-//! Running the server: a tokio runtime around the router, signals, a bounded graceful shutdown and the live
-//! terminal line.
+//! Running the server: a tokio runtime, an accept loop serving each connection with hyper's HTTP/1 (a header
+//! read timeout that is also the idle keep-alive timeout, a cap on open connections answered with 503), signals
+//! (SIGINT/SIGTERM: a bounded graceful shutdown; SIGHUP: the API key file re-read) and the live terminal line.
 
+use crate::error::ApiError;
 use crate::Shared;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -18,7 +23,31 @@ pub struct ServeOptions {
     pub on_ready: Box<dyn FnOnce(SocketAddr) + Send>,
     /// Keep one live throughput line on stderr (only when stderr is a terminal).
     pub live_line: bool,
+    /// Connection limits.
+    pub conn: ConnLimits,
 }
+
+/// Limits on connections, enforced by hyper and the accept loop.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnLimits {
+    /// A client must send a request's whole header within this long; it is also how long an idle keep-alive
+    /// connection stays open. A connection over it is closed.
+    pub header_timeout: Duration,
+    /// Most connections served at once. More are answered with 503 (at most [`REFUSING_AT_ONCE`] being answered
+    /// at a time; beyond that a new connection is closed unanswered) and closed.
+    pub max_connections: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits { header_timeout: Duration::from_secs(10), max_connections: 8192 }
+    }
+}
+
+/// Connections over the cap that may be waiting for their 503 at once.
+pub const REFUSING_AT_ONCE: usize = 256;
+/// File descriptors kept free beside the connections (model files, the listener, logs, the runtime).
+const FD_RESERVE: u64 = 256;
 
 /// Serves until SIGINT or SIGTERM, then stops accepting, lets running requests finish for up to
 /// `shutdown_timeout`, cancels the rest, and joins the engine thread. If the engine fails (its thread panicked)
@@ -74,27 +103,131 @@ pub fn serve_blocking(state: Shared, opts: ServeOptions) -> Result<(), String> {
                 }
             });
         }
-        let app = crate::router(state.clone());
-        let mut graceful = stop_rx.clone();
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = graceful.wait_for(|s| *s).await;
-        });
+        #[cfg(unix)]
+        if let Some(file) = state.cfg.keys.file().map(|f| f.display().to_string()) {
+            let keys = state.cfg.keys.clone();
+            tokio::spawn(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+                while hup.recv().await.is_some() {
+                    match keys.reload() {
+                        Ok(n) => eprintln!("tensorfold: SIGHUP: {n} API keys loaded from {file}"),
+                        Err(e) => eprintln!("tensorfold: SIGHUP: {e}; the keys in use are kept"),
+                    }
+                }
+            });
+        }
+        let graceful = GracefulShutdown::new();
+        let accepting = accept_loop(listener, state.clone(), opts.conn, stop_rx.clone(), &graceful);
+        accepting.await;
         let mut hard = stop_rx;
-        let served = tokio::select! {
-            r = server => r.map_err(|e| format!("server error: {e}")),
-            // Connections that never close (a client not reading) cannot hold the process past the bound.
+        // Connections that never close (a client not reading) cannot hold the process past the bound.
+        tokio::select! {
+            _ = graceful.shutdown() => {}
             _ = async {
                 let _ = hard.wait_for(|s| *s).await;
                 tokio::time::sleep(timeout + Duration::from_secs(5)).await;
-            } => Ok(()),
-        };
+            } => {}
+        }
         let failed = failed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        served.and(failed.map_or(Ok(()), |why| Err(format!("the engine failed: {why}"))))
+        failed.map_or(Ok(()), |why| Err(format!("the engine failed: {why}")))
     });
     engine.cancel_all();
     engine.shutdown();
     rt.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// Accepts connections until `stop` turns true, each served by hyper's HTTP/1 with the header timeout and
+/// watched by `graceful`. Over `max_connections`, a connection gets a 503 in the route's error shape and is closed.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    state: Shared,
+    limits: ConnLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    graceful: &GracefulShutdown,
+) {
+    let app = crate::router(state.clone());
+    let max_connections = limits.max_connections.max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSING_AT_ONCE));
+    let mut h1 = hyper::server::conn::http1::Builder::new();
+    h1.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let mut refuse_h1 = h1.clone();
+    refuse_h1.keep_alive(false);
+    let mut last_accept_error = None::<std::time::Instant>;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors or a connection reset before it was accepted: say so (at most once a
+                // second) and go on; a short pause lets closing connections free descriptors.
+                if last_accept_error.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    eprintln!("tensorfold: accepting a connection failed: {e}");
+                    last_accept_error = Some(std::time::Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let io = TokioIo::new(tcp);
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            let conn = graceful.watch(h1.serve_connection(io, TowerToHyperService::new(app.clone())));
+            let st = state.clone();
+            st.connections_open.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let _ = conn.await;
+                st.connections_open.fetch_sub(1, Ordering::Relaxed);
+                drop(slot);
+            });
+        } else {
+            state.connections_refused.fetch_add(1, Ordering::Relaxed);
+            // Over the cap: a 503 when few are being refused, else the connection is dropped (closed) at once.
+            let Ok(refusal) = refusing.clone().try_acquire_owned() else { continue };
+            let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| async move {
+                let e = ApiError::too_many_connections(max_connections);
+                Ok::<_, std::convert::Infallible>(crate::error_for(req.uri().path(), e))
+            });
+            let conn = graceful.watch(refuse_h1.serve_connection(io, svc));
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(refusal);
+            });
+        }
+    }
+}
+
+/// Raises the soft limit on open files toward the hard limit so that `max_connections` sockets fit; returns the
+/// cap that fits the limit in force (`max_connections` itself when it fits).
+pub fn fit_connection_cap(max_connections: usize) -> usize {
+    let want = max_connections as u64 + REFUSING_AT_ONCE as u64 + FD_RESERVE;
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return max_connections;
+        }
+        if lim.rlim_cur < want as libc::rlim_t {
+            let raised = libc::rlimit { rlim_cur: (want as libc::rlim_t).min(lim.rlim_max), rlim_max: lim.rlim_max };
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                lim.rlim_cur = raised.rlim_cur;
+            }
+        }
+        let room = (lim.rlim_cur as u64).saturating_sub(REFUSING_AT_ONCE as u64 + FD_RESERVE).max(1);
+        (max_connections as u64).min(room) as usize
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = want;
+        max_connections
+    }
 }
 
 async fn wait_for_signal() {

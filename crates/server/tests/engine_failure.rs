@@ -176,6 +176,7 @@ fn serve_stops_with_an_error_when_its_engine_fails() {
             let _ = addr_tx.send(a);
         }),
         live_line: false,
+        conn: Default::default(),
     };
     std::thread::spawn(move || done_tx.send(serve_blocking(st, opts)));
     let addr = addr_rx.recv_timeout(WAIT).expect("listening");

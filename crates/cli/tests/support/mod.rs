@@ -147,6 +147,30 @@ impl Server {
         kb * 1024
     }
 
+    /// Sends the signal `sig` (a `kill` name: TERM, HUP, INT).
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().to_string();
+        let status = Command::new("kill").args([&format!("-{sig}"), &pid]).status().expect("run kill");
+        assert!(status.success(), "kill -{sig} {pid} failed");
+    }
+
+    /// Waits until the server has printed `needle` at least `times` times in all, at most `bound`; panics with
+    /// the output otherwise. (Polls the captured output; the line itself is the event waited for.)
+    pub fn wait_output(&self, needle: &str, times: usize, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count() >= times {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not print {needle:?} ({times}×) within {bound:?}\noutput:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn send_term(&self) {
         let pid = self.pid().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
