@@ -21,8 +21,10 @@ pub struct CpuKv {
     layers: Vec<RwLock<LayerKv>>,
 }
 
-/// A zeroed `Vec<f32>` of `n` elements from `alloc_zeroed` (the OS hands out zero pages lazily, so a large
-/// cache costs no time until it is written), or an error instead of an abort when memory runs out.
+/// A zeroed `Vec<f32>` of `n` elements from `alloc_zeroed`, every page touched at once (the OS hands out zero
+/// pages lazily; touching them now makes the pool resident from the start, so the process's RSS is the memory it
+/// holds and no decode step waits on first-touch page faults), or an error instead of an abort when memory runs
+/// out.
 fn zeroed_f32(n: usize) -> Result<Vec<f32>, BackendError> {
     if n == 0 {
         return Ok(Vec::new());
@@ -33,6 +35,12 @@ fn zeroed_f32(n: usize) -> Result<Vec<f32>, BackendError> {
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut f32;
     if ptr.is_null() {
         return Err(BackendError(format!("out of memory allocating {} bytes of KV cache", layout.size())));
+    }
+    const PAGE_FLOATS: usize = 4096 / std::mem::size_of::<f32>();
+    for i in (0..n).step_by(PAGE_FLOATS) {
+        // SAFETY: `i < n`, inside the allocation; a volatile write so the touch is not folded into the
+        // allocation.
+        unsafe { std::ptr::write_volatile(ptr.add(i), 0.0) };
     }
     // SAFETY: `ptr` comes from the global allocator with `Layout::array::<f32>(n)`, the layout `Vec<f32>` uses
     // for capacity `n`; all `n` elements are initialized (all-zero bits are `0.0f32`).

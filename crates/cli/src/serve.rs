@@ -90,6 +90,12 @@ pub struct ServeArgs {
     /// Largest request body in MiB; larger ones get 413.
     #[arg(long, default_value_t = 8)]
     pub max_body_mib: usize,
+    /// Most responses kept for `previous_response_id` / `GET /v1/responses/{id}` (the oldest go first).
+    #[arg(long, default_value_t = 1024)]
+    pub store_max_entries: usize,
+    /// Most MiB of responses kept (the oldest go first).
+    #[arg(long, default_value_t = 64)]
+    pub store_max_mib: usize,
     /// Seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 10)]
     pub shutdown_timeout: u64,
@@ -226,6 +232,8 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         keys: Arc::new(ApiKeys::new(args.api_key.as_deref(), args.api_key_file.as_deref())?),
         max_body_bytes: args.max_body_mib.max(1) << 20,
         body_timeout: Duration::from_secs(args.body_timeout.max(1)),
+        store_max_entries: args.store_max_entries,
+        store_max_bytes: args.store_max_mib << 20,
         tool_parser: args.tool_parser,
         reasoning_parser: args.reasoning_parser,
         ..Default::default()
