@@ -198,6 +198,25 @@ impl Server {
         }
     }
 
+    /// Waits (bounded by [`STOP_BOUND`]) for the process to exit on its own, after signals already sent.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let child = self.child.as_mut().expect("server already stopped");
+        let deadline = Instant::now() + STOP_BOUND;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.child = None;
+                panic!("the server did not exit within {STOP_BOUND:?}\noutput:\n{}", self.output());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Stops the server and asserts a clean exit: status 0 and no panic on its output.
     pub fn stop_cleanly(mut self) {
         let status = self.stop_and_wait();
