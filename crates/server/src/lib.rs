@@ -178,6 +178,7 @@ pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
+        .route("/openapi.json", get(misc::openapi))
         .merge(api)
         .fallback(|req: Request| async move {
             let e = ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()));

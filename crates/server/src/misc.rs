@@ -21,6 +21,34 @@ pub async fn models(State(st): State<Shared>) -> Response {
     .into_response()
 }
 
+/// The OpenAPI 3.1 document of every route (GET /openapi.json).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// The document with every request's `model` narrowed to the names this server answers to (any other is a 404).
+pub async fn openapi(State(st): State<Shared>) -> Response {
+    let mut doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is valid JSON (a unit test checks)");
+    let names: Vec<&str> =
+        std::iter::once(st.model.id.as_str()).chain(st.model.aliases.iter().map(String::as_str)).collect();
+    narrow_model(&mut doc, &json!({"type": "string", "enum": names}));
+    axum::Json(doc).into_response()
+}
+
+/// Replaces the schema of every `model` property under `v` with `schema`.
+fn narrow_model(v: &mut Value, schema: &Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Object(props)) = m.get_mut("properties") {
+                if props.contains_key("model") {
+                    props.insert("model".into(), schema.clone());
+                }
+            }
+            m.values_mut().for_each(|x| narrow_model(x, schema));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| narrow_model(x, schema)),
+        _ => {}
+    }
+}
+
 pub async fn health(State(st): State<Shared>) -> Response {
     let s = st.engine.stats();
     let load = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
@@ -184,4 +212,40 @@ async fn detokenize_inner(st: Shared, headers: HeaderMap, body: Body) -> Result<
     };
     let text = st.model.tokenizer.decode(&ids, false).map_err(|e| ApiError::field("tokens", e))?;
     Ok(axum::Json(json!({"prompt": text})).into_response())
+}
+
+#[cfg(test)]
+mod openapi_tests {
+    use super::*;
+
+    #[test]
+    fn the_document_is_openapi_3_1_with_every_route_and_error_shapes() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths: Vec<&str> = doc["paths"].as_object().unwrap().keys().map(String::as_str).collect();
+        for p in [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/responses",
+            "/v1/responses/{response_id}",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/models",
+            "/tokenize",
+            "/detokenize",
+            "/health",
+            "/metrics",
+            "/openapi.json",
+        ] {
+            assert!(paths.contains(&p), "{p} is not documented");
+        }
+        let err = &doc["paths"]["/v1/messages"]["post"]["responses"]["400"]["content"]["application/json"]["schema"];
+        assert_eq!(err["$ref"], "#/components/schemas/AnthropicError");
+        let err = &doc["paths"]["/v1/chat/completions"]["post"]["responses"]["400"]["content"]["application/json"];
+        assert_eq!(err["schema"]["$ref"], "#/components/schemas/Error");
+        let mut d = doc.clone();
+        narrow_model(&mut d, &json!({"enum": ["m"]}));
+        let chat = &d["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"];
+        assert_eq!(chat["schema"]["properties"]["model"]["enum"][0], "m");
+    }
 }
