@@ -9,7 +9,9 @@
 # 1.5B and 7B. `variants` (VARIANTS="base;IL_PIPE=0 ..."): kernel variants (TF_CUDA_DEFINES) A/B'd in one call.
 # `profile`: ncu per-kernel times and DRAM bytes of one decode step, 7B and 1.5B. `floor` (ROUNDS, default 4):
 # serial decode of the three shapes against the floor this machine's copy bandwidth
-# gives, in alternated rounds (bench/decode_floor.py). The examples are crates/cuda-lab's.
+# gives, in alternated rounds (bench/decode_floor.py). `peer-build`: llama.cpp's CUDA build (llama-bench) from the
+# packed llama-cpp-python source, then `peer`: TensorFold and llama-bench on the same random-weight GGUFs of the
+# Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick). The examples are crates/cuda-lab's.
 # Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-.device/out}
@@ -227,6 +229,63 @@ PY
     } 2>&1 | tee "$OUT/profile.log"
 fi
 
+if [ "$what" = peer-build ] || { [ "$what" = peer ] && [ ! -x .device/llama/llama-bench ]; }; then
+    # llama.cpp's CUDA build (llama-bench only, static, sm_90) from the source vendored in PyPI's llama-cpp-python
+    # sdist (scripts/device-tests.sh packs it into .device/llama-src.tar.xz); the binary comes back under $OUT as
+    # llama-cuda.tar.xz.* pieces, which scripts/device-tests.sh unpacks into .device/llama/ for later calls.
+    {
+        start=$(date +%s)
+        rm -rf /tmp/llama && mkdir -p /tmp/llama && tar xJf .device/llama-src.tar.xz -C /tmp/llama
+        cmake -S /tmp/llama/llama.cpp -B /tmp/llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+            -DBUILD_SHARED_LIBS=OFF >"$OUT/llama-cmake.log" 2>&1 || tail -20 "$OUT/llama-cmake.log"
+        timeout ${LLAMA_BUILD_S:-480} cmake --build /tmp/llama/build --target llama-bench -j "$(nproc)" \
+            >"$OUT/llama-build.log" 2>&1 || { tail -20 "$OUT/llama-build.log"; status=1; }
+        mkdir -p .device/llama
+        cp /tmp/llama/build/bin/llama-bench .device/llama/ && strip .device/llama/llama-bench
+        ls -la .device/llama
+        echo "llama.cpp build: $(($(date +%s) - start))s, commit $(cat /tmp/llama/llama.cpp/.commit 2>/dev/null)"
+        tar cJf - -C .device llama | split -b 15M - "$OUT/llama-cuda.tar.xz."
+        ls -la "$OUT"/llama-cuda.tar.xz.*
+    } 2>&1 | tee "$OUT/peer-build.log"
+fi
+if [ "$what" = peer ]; then
+    # Both engines on the same GGUF files with random weights and the Qwen2.5-7B shape (the gguf_shape example):
+    # serial decode of 128 tokens and prefill of 2048, TensorFold (`tensorfold bench`, greedy, the engine loop) and
+    # llama.cpp (llama-bench, all layers on the GPU, flash attention on), formats and engines alternated.
+    {
+        G=${GGUF_DIR:-/tmp/gguf}
+        mkdir -p "$G"
+        python3 -c 'import torch; x=torch.empty(4<<30,dtype=torch.uint8,device="cuda"); y=torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s,e=torch.cuda.Event(enable_timing=True),torch.cuda.Event(enable_timing=True); s.record()
+for _ in range(10): y.copy_(x)
+e.record(); e.synchronize(); print(f"copy bandwidth (read + write): {2*x.numel()/(s.elapsed_time(e)/10)/1e6:.0f} GB/s")'
+        for t in ${PEER_TYPES:-q4_k_m q8_0 bf16}; do
+            [ -f "$G/qwen2.5-7b-$t.gguf" ] || $B/gguf_shape .device/shapes/qwen2.5-7b.json $t "$G/qwen2.5-7b-$t.gguf"
+        done
+        T="$B/tensorfold bench --backend cuda"
+        L=".device/llama/llama-bench -ngl 99 -fa 1 -o jsonl"
+        for what_ in ${PEER_RUNS:-decode prefill}; do
+            for t in ${PEER_TYPES:-q4_k_m q8_0 bf16}; do
+                f="$G/qwen2.5-7b-$t.gguf"
+                prec=checkpoint
+                [ $t = bf16 ] && prec=full
+                if [ $what_ = decode ]; then
+                    echo "== $t decode tensorfold: $(timeout 150 $T $f --precision $prec --prompt-tokens 64 --gen-tokens 128 --runs 3 2>&1 | tail -2 | tr '\n' ' ')"
+                    # PEER_AB="VAR=VALUE ...": TensorFold again with those tuning variables (an A/B in the same round).
+                    [ -n "${PEER_AB:-}" ] && [ $t != bf16 ] &&
+                        echo "== $t decode tensorfold [$PEER_AB]: $(env $PEER_AB timeout 150 $T $f --precision $prec --prompt-tokens 64 --gen-tokens 128 --runs 3 2>&1 | tail -2 | tr '\n' ' ')"
+                    echo "== $t decode llama.cpp: $(timeout 150 $L -m $f -p 0 -n 128 -r 3 2>"$OUT/llama-$t.err" | tail -1)"
+                elif [ $what_ = prefill ]; then
+                    echo "== $t prefill llama.cpp: $(timeout 150 $L -m $f -p 2048 -n 0 -r 2 2>>"$OUT/llama-$t.err" | tail -1)"
+                    echo "== $t prefill tensorfold: $(timeout 200 $T $f --precision $prec --prompt-tokens 2048 --prefill-chunk ${PREFILL_CHUNK:-256} --gen-tokens 2 --runs 2 2>&1 | tail -2 | tr '\n' ' ')"
+                fi
+            done
+        done
+    } 2>&1 | tee "$OUT/peer.log"
+fi
 if [ "$what" = floor ]; then
     python3 bench/decode_floor.py --rounds "${ROUNDS:-4}" --out "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log"
     [ "${PIPESTATUS[0]}" -ne 0 ] && status=1

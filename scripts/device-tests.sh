@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda}
 mkdir -p .git/info && touch .git/info/exclude
 grep -qx '/.device/' .git/info/exclude || echo '/.device/' >>.git/info/exclude
-rm -rf .device
+# .device/llama (llama.cpp's CUDA build, which comes back from a device call) and the packed llama.cpp source
+# survive a rebuild.
+find .device -mindepth 1 -maxdepth 1 ! -name llama ! -name llama-src.tar.xz -exec rm -rf {} + 2>/dev/null || true
 mkdir -p .device/bin
 
 # Test binaries: cargo names them <test>-<hash>; keep the test name.
@@ -26,6 +28,7 @@ done
 cargo build --release -p tf-cuda-lab --features cuda --examples
 cp "$CARGO_TARGET_DIR/release/examples/bench" .device/bin/bench
 cp "$CARGO_TARGET_DIR/release/examples/skeleton" .device/bin/skeleton
+cp "$CARGO_TARGET_DIR/release/examples/gguf_shape" .device/bin/gguf_shape
 cargo build --release -p tf-cli --features cuda
 cp "$CARGO_TARGET_DIR/release/tensorfold" .device/bin/tensorfold
 strip --strip-debug .device/bin/*
@@ -39,8 +42,27 @@ for m in llama llama3; do
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["max_position_embeddings"]=2048; print(json.dumps(c))' \
         "fixtures/tiny/$m/config.json" >".device/tiny-$m/config.json"
 done
-# Real model shapes (config.json only) for --load-format dummy.
+# Real model shapes (config.json only) for --load-format dummy and the gguf_shape example.
 cp -r bench/shapes .device/shapes
+# The peer: llama.cpp's source as PyPI's llama-cpp-python sdist vendors it (as bench/build-llama-server.sh gets it),
+# without its docs, models, tests and other backends (4 MB), for `device-run.sh peer-build`. A build that came back
+# from the device (llama-cuda.tar.xz.* pieces, LLAMA_PIECES=folder) is unpacked into .device/llama.
+version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+if [ ! -f .device/llama-src.tar.xz ]; then
+    tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --no-binary=llama-cpp-python "llama-cpp-python==$version" -d "$tmp"
+    tar xzf "$tmp/llama_cpp_python-$version.tar.gz" -C "$tmp"
+    v="$tmp/llama_cpp_python-$version/vendor"
+    grep -om1 'llama.cpp@[0-9a-f]*' "$tmp/llama_cpp_python-$version/CHANGELOG.md" | cut -d@ -f2 >"$v/llama.cpp/.commit"
+    tar cJf .device/llama-src.tar.xz -C "$v" --exclude=.git \
+        $(for d in docs models media tools/ui examples tests benches gguf-py scripts conversion \
+            ggml/src/ggml-{sycl,vulkan,opencl,metal,hexagon,et,cann,musa,webgpu,zdnn}; do echo "--exclude=llama.cpp/$d"; done) \
+        llama.cpp
+    rm -rf "$tmp"
+fi
+if [ -n "${LLAMA_PIECES:-}" ]; then
+    cat "$LLAMA_PIECES"/llama-cuda.tar.xz.* | tar xJf - -C .device
+fi
 ls -la .device/bin
 du -sh .device
 cat <<'MSG'

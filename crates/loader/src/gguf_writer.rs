@@ -50,6 +50,52 @@ impl GgufWriter {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
+        let lens: Vec<u64> = self.tensors.iter().map(|t| t.3.len() as u64).collect();
+        let (mut out, offsets) = self.header(&lens);
+        let data_start = out.len();
+        for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
+            out.resize(data_start + off as usize, 0);
+            out.extend_from_slice(data);
+        }
+        out
+    }
+
+    /// Writes the file to `out` without holding it in memory: a tensor added with empty data gets the size its
+    /// dtype and dims give, and its bytes from `fill(tensor index, buffer of that size)`; the others are written as
+    /// stored. For checkpoints too large to build with [`Self::to_bytes`].
+    pub fn write_streamed(
+        &self,
+        out: &mut impl std::io::Write,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> std::io::Result<()> {
+        let lens: Vec<u64> = self
+            .tensors
+            .iter()
+            .map(|(_, dtype, ne, data)| match data.is_empty() {
+                true => ne.iter().product::<u64>() / dtype.block_size() as u64 * dtype.block_bytes() as u64,
+                false => data.len() as u64,
+            })
+            .collect();
+        let (head, offsets) = self.header(&lens);
+        out.write_all(&head)?;
+        let mut at = 0u64;
+        let mut buf = Vec::new();
+        for (i, (_, _, _, data)) in self.tensors.iter().enumerate() {
+            out.write_all(&vec![0u8; (offsets[i] - at) as usize])?;
+            if data.is_empty() {
+                buf.resize(lens[i] as usize, 0);
+                fill(i, &mut buf);
+                out.write_all(&buf)?;
+            } else {
+                out.write_all(data)?;
+            }
+            at = offsets[i] + lens[i];
+        }
+        Ok(())
+    }
+
+    /// Everything before the tensor data (padded to the alignment), and each tensor's offset in the data.
+    fn header(&self, lens: &[u64]) -> (Vec<u8>, Vec<u64>) {
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
         out.extend_from_slice(&3u32.to_le_bytes());
@@ -62,7 +108,7 @@ impl GgufWriter {
         }
         let mut offset = 0u64;
         let mut offsets = Vec::new();
-        for (name, dtype, ne, data) in &self.tensors {
+        for ((name, dtype, ne, _), len) in self.tensors.iter().zip(lens) {
             put_str(&mut out, name);
             out.extend_from_slice(&(ne.len() as u32).to_le_bytes());
             for d in ne {
@@ -72,15 +118,10 @@ impl GgufWriter {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
-            offset = (offset + data.len() as u64).div_ceil(self.alignment) * self.alignment;
+            offset = (offset + len).div_ceil(self.alignment) * self.alignment;
         }
         pad_to(&mut out, self.alignment);
-        let data_start = out.len();
-        for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
-            out.resize(data_start + off as usize, 0);
-            out.extend_from_slice(data);
-        }
-        out
+        (out, offsets)
     }
 }
 
@@ -165,5 +206,34 @@ fn put_array(out: &mut Vec<u8>, a: &GgufArray) {
         GgufArray::Bool(v) => out.extend(v.iter().map(|&x| x as u8)),
         GgufArray::String(v) => v.iter().for_each(|s| put_str(out, s)),
         GgufArray::Array(v) => v.iter().for_each(|x| put_array(out, x)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_equals_to_bytes() {
+        let q = vec![7u8; 2 * 34];
+        let full = GgufWriter::new().kv("k", GgufValue::U32(3)).tensor_f32("a", &[3], &[1., 2., 3.]).tensor(
+            "b",
+            DType::Q8_0,
+            &[32, 2],
+            q.clone(),
+        );
+        let lazy = GgufWriter::new().kv("k", GgufValue::U32(3)).tensor_f32("a", &[3], &[1., 2., 3.]).tensor(
+            "b",
+            DType::Q8_0,
+            &[32, 2],
+            Vec::new(),
+        );
+        let mut out = Vec::new();
+        lazy.write_streamed(&mut out, |i, buf| {
+            assert_eq!((i, buf.len()), (1, q.len()));
+            buf.copy_from_slice(&q);
+        })
+        .unwrap();
+        assert_eq!(out, full.to_bytes());
     }
 }
