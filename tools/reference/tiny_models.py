@@ -40,8 +40,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+    MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from common import FIXTURES_DIR  # noqa: E402
@@ -90,6 +91,20 @@ FAMILIES = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
     ), {"rope_theta": 5000.0}),
+    # Mixture of experts: 8 experts, 2 per token. Qwen3-MoE with a dense layer between two sparse ones
+    # (mlp_only_layers) and normalized top-k weights (as Qwen3-30B-A3B); Mixtral (llama attention, experts under
+    # block_sparse_moe, top-k softmax).
+    "qwen3moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+        COMMON, intermediate_size=96, moe_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], num_hidden_layers=3, head_dim=16,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+    ), {"rope_theta": 5000.0}),
+    "mixtral": (MixtralForCausalLM, MixtralConfig, dict(
+        COMMON, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+        head_dim=16, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
+    ), {"rope_theta": 20000.0}),
     "gemma3": (Gemma3ForCausalLM, Gemma3TextConfig, dict(
         COMMON, intermediate_size=128, num_hidden_layers=2, head_dim=32, rms_norm_eps=1e-6,
         tie_word_embeddings=True, query_pre_attn_scalar=24, sliding_window=8,

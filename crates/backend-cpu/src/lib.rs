@@ -236,6 +236,19 @@ impl Backend for CpuBackend {
         out
     }
 
+    fn add_rows_scaled(&self, acc: &mut Tensor, y: &Tensor, rows: &[usize], scales: &[f32]) {
+        assert_eq!(y.cols, acc.cols, "add_rows_scaled: columns");
+        assert!(rows.len() == y.rows && scales.len() == y.rows, "add_rows_scaled: one row and scale per row of y");
+        for (i, (&r, &s)) in rows.iter().zip(scales).enumerate() {
+            assert!(r < acc.rows, "add_rows_scaled: row {r} of {}", acc.rows);
+            // `a + s·v` element by element: the compiler keeps the product and the sum separately rounded (Rust
+            // never contracts them into a fused multiply-add), as the reference does.
+            for (a, &v) in acc.row_mut(r).iter_mut().zip(y.row(i)) {
+                *a += s * v;
+            }
+        }
+    }
+
     fn to_host(&self, x: &Tensor) -> Vec<f32> {
         x.host.clone()
     }

@@ -277,6 +277,39 @@ fn glu_add_scale_match_reference_and_are_row_exact() {
     }
 }
 
+/// The mixture-of-experts combine: the reference's bits, and each destination row's result depends only on its
+/// own contributions (the same row alone, with only its entries in their order, gives the same bits).
+#[test]
+fn add_rows_scaled_matches_reference_and_is_row_exact() {
+    let (mut rng, _g) = rng();
+    let bes = backends();
+    for &cols in &[1, 7, 64, 100] {
+        for &r_rows in &ROW_COUNTS {
+            let n = rng.gen_range(1..3 * r_rows + 2);
+            let acc = Tensor::host(r_rows, cols, values(&mut rng, r_rows * cols, 4.0));
+            let y = Tensor::host(n, cols, values(&mut rng, n * cols, 4.0));
+            let rows: Vec<usize> = (0..n).map(|_| rng.gen_range(0..r_rows)).collect();
+            let scales: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.5..1.5)).collect();
+            let mut want = acc.clone();
+            r::add_rows_scaled(&mut want, &y, &rows, &scales);
+            for be in &bes {
+                let mut got = acc.clone();
+                be.add_rows_scaled(&mut got, &y, &rows, &scales);
+                same(&got.host, &want.host, &format!("add_rows_scaled {} [{r_rows}, {cols}] n {n}", be.describe()));
+            }
+            let be = &bes[0];
+            for dst in 0..r_rows {
+                let mine: Vec<usize> = (0..n).filter(|&i| rows[i] == dst).collect();
+                let mut alone = gather(&acc, &[dst]);
+                let ys = gather(&y, &mine);
+                let sc: Vec<f32> = mine.iter().map(|&i| scales[i]).collect();
+                be.add_rows_scaled(&mut alone, &ys, &vec![0; mine.len()], &sc);
+                same(&alone.host, want.row(dst), &format!("add_rows_scaled row {dst} alone vs among {r_rows}"));
+            }
+        }
+    }
+}
+
 #[test]
 fn embed_rows_are_the_dequantized_table() {
     let (mut rng, _g) = rng();

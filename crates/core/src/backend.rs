@@ -369,6 +369,13 @@ pub trait Backend: Send + Sync {
     fn scale(&self, x: &mut Tensor, s: f32);
     /// The listed rows, in that order.
     fn select_rows(&self, x: &Tensor, rows: &[usize]) -> Tensor;
+    /// `acc[rows[i]] += scales[i] · y[i]` for every row `i` of `y [n, C]`, in order of `i`, each element one rounded
+    /// product then one rounded sum (`acc [R, C]`; a row may be listed more than once). The mixture-of-experts
+    /// combine. Reference: `tf_quant::reference::ops::add_rows_scaled`.
+    fn add_rows_scaled(&self, acc: &mut Tensor, y: &Tensor, rows: &[usize], scales: &[f32]) {
+        let _ = (acc, y, rows, scales);
+        panic!("{} cannot combine expert outputs (Backend::add_rows_scaled)", self.describe());
+    }
     /// The tensor's data on the host (row-major).
     fn to_host(&self, x: &Tensor) -> Vec<f32>;
     /// For each row of `x [R, V]`, [`argmax_row`] of it: the engine's greedy token, so that a greedy draw needs

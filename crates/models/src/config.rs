@@ -10,6 +10,11 @@ use crate::model::ModelError;
 use crate::registry::Family;
 use tf_core::{ConfigFormat, ConfigView, GluAct, Rope, RopeScaling, RopeStyle};
 
+/// Most layers a configuration may declare (the bound `config.json` files are read with, for GGUF metadata too).
+/// Released decoders have at most a few hundred; a larger count is a corrupt or hostile file, refused before
+/// per-layer tables are sized by it.
+const MAX_LAYERS: usize = 1024;
+
 /// Everything the shared decoder needs to know about a checkpoint's shape and arithmetic.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -52,6 +57,26 @@ pub struct ModelConfig {
     pub act: GluAct,
     /// Whether the output head may share the embedding table when no head is stored.
     pub tie_embeddings: bool,
+    /// The mixture-of-experts feed-forward (Qwen3-MoE, Mixtral); `None` for a dense model.
+    pub moe: Option<MoeConfig>,
+}
+
+/// A mixture-of-experts feed-forward: a router picks `used` of `experts` experts per token (the highest router
+/// probabilities, ties to the lower expert id) and the token's output is their outputs weighted by those
+/// probabilities.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts in each sparse layer.
+    pub experts: usize,
+    /// Experts each token goes through (top-k).
+    pub used: usize,
+    /// Feed-forward width of each expert.
+    pub ffn: usize,
+    /// The chosen experts' probabilities are divided by their sum (Qwen3-MoE with `norm_topk_prob`, Mixtral, and
+    /// llama.cpp for both); otherwise they are the softmax over all experts as is.
+    pub norm_topk: bool,
+    /// Per layer: a sparse (mixture-of-experts) layer, or a dense feed-forward of [`ModelConfig::ffn`].
+    pub sparse: Vec<bool>,
 }
 
 impl ModelConfig {
@@ -72,7 +97,12 @@ impl ModelConfig {
 
         let hidden = r.count(key("embedding_length", "hidden_size"))?;
         let ffn = r.count(key("feed_forward_length", "intermediate_size"))?;
-        let layers = r.count(key("block_count", "num_hidden_layers"))?;
+        let layers_key = key("block_count", "num_hidden_layers");
+        let layers = r.count(layers_key)?;
+        if layers > MAX_LAYERS {
+            // Per-layer tables are sized by this count before any tensor is looked up.
+            return Err(r.err(&format!("{} = {layers} is more than {MAX_LAYERS} layers", r.name(layers_key))));
+        }
         let heads = r.count(key("attention.head_count", "num_attention_heads"))?;
         let kv_heads = r.opt_count(key("attention.head_count_kv", "num_key_value_heads"))?.unwrap_or(heads);
         if heads % kv_heads != 0 {
@@ -181,6 +211,7 @@ impl ModelConfig {
             }
         }
         let bias_flag = if gguf { None } else { cfg.get_bool("attention_bias") };
+        let moe = r.moe(layers, ffn)?;
         Ok(ModelConfig {
             family: family.name,
             format: cfg.format(),
@@ -199,9 +230,10 @@ impl ModelConfig {
             attn_scale,
             attn_softcap,
             qkv_bias: family.name == "qwen2" || bias_flag == Some(true),
-            qk_norm: family.name == "qwen3" || gemma3,
+            qk_norm: matches!(family.name, "qwen3" | "qwen3moe") || gemma3,
             act,
             tie_embeddings: if gguf { true } else { cfg.get_bool("tie_word_embeddings").unwrap_or(true) },
+            moe,
         })
     }
 }
@@ -259,6 +291,47 @@ impl Reader<'_> {
             Some(v) if !(v.is_finite() && v > 0.0) => Err(self.err(&format!("{name} = {v} is out of range"))),
             v => Ok(v),
         }
+    }
+
+    /// The mixture-of-experts settings, if the checkpoint has experts. GGUF: `{arch}.expert_count`,
+    /// `expert_used_count`, `expert_feed_forward_length` (else `feed_forward_length`), `expert_weights_norm`
+    /// (llama.cpp normalizes the top-k weights of these families unless told otherwise), every layer sparse.
+    /// `config.json`: Qwen3-MoE's `num_experts`, `moe_intermediate_size`, `norm_topk_prob`,
+    /// `decoder_sparse_step` and `mlp_only_layers`, or Mixtral's `num_local_experts` (its weights are always
+    /// normalized: a softmax over the top-k logits); `num_experts_per_tok` for both.
+    fn moe(&self, layers: usize, ffn: usize) -> Result<Option<MoeConfig>, ModelError> {
+        let (experts, used) = if self.gguf() {
+            (self.opt_count(Key { gguf: "expert_count", hf: "" })?, Key { gguf: "expert_used_count", hf: "" })
+        } else {
+            let e = match self.opt_count(Key { gguf: "", hf: "num_experts" })? {
+                Some(e) => Some(e),
+                None => self.opt_count(Key { gguf: "", hf: "num_local_experts" })?,
+            };
+            (e, Key { gguf: "", hf: "num_experts_per_tok" })
+        };
+        let Some(experts) = experts else { return Ok(None) };
+        let used = self.count(used)?;
+        if used > experts {
+            return Err(self.err(&format!("{used} experts per token of {experts}")));
+        }
+        // Qwen3-MoE names its expert width `moe_intermediate_size` (transformers 5 also writes `num_local_experts`
+        // into its config.json); Mixtral's experts are `intermediate_size` wide.
+        let mixtral = !self.gguf() && self.cfg.get_u64("moe_intermediate_size").is_none();
+        let (expert_ffn, norm_topk, sparse) = if self.gguf() {
+            let f = self.opt_count(Key { gguf: "expert_feed_forward_length", hf: "" })?.unwrap_or(ffn);
+            let norm = self.cfg.get_bool(&self.gguf_key("expert_weights_norm")).unwrap_or(true);
+            (f, norm, vec![true; layers])
+        } else if mixtral {
+            (ffn, true, vec![true; layers])
+        } else {
+            let f = self.count(Key { gguf: "", hf: "moe_intermediate_size" })?;
+            let step = self.opt_count(Key { gguf: "", hf: "decoder_sparse_step" })?.unwrap_or(1);
+            let dense: Vec<usize> =
+                self.cfg.get_f64_array("mlp_only_layers").unwrap_or_default().into_iter().map(|l| l as usize).collect();
+            let sparse = (0..layers).map(|l| !dense.contains(&l) && (l + 1) % step == 0).collect();
+            (f, self.cfg.get_bool("norm_topk_prob").unwrap_or(false), sparse)
+        };
+        Ok(Some(MoeConfig { experts, used, ffn: expert_ffn, norm_topk, sparse }))
     }
 
     /// `{arch}.rope.scaling.*` or `rope_scaling.*`. Llama 3 scaling in GGUF is a `rope_freqs` tensor, handled at

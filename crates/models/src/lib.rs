@@ -4,7 +4,8 @@
 //! This crate names no backend and no file format: weights arrive through `WeightSource`, configuration through
 //! `ConfigView`, and every op goes through `&dyn Backend`.
 //!
-//! Families: `llama.rs` (llama, qwen2, qwen3: one decoder with flags) and `gemma3.rs`. `config.rs` reads
+//! Families: `llama.rs` (llama, qwen2, qwen3, qwen3moe: one decoder with flags; sparse layers from `moe.rs`) and
+//! `gemma3.rs`. `config.rs` reads
 //! [`ModelConfig`] from either format, `load.rs` maps tensor names and checks shapes.
 
 mod config;
@@ -13,9 +14,10 @@ pub mod layers;
 mod llama;
 mod load;
 mod model;
+pub mod moe;
 mod registry;
 
-pub use config::ModelConfig;
+pub use config::{ModelConfig, MoeConfig};
 pub use model::{Batch, Model, ModelError};
 pub use registry::{
     family_for_architecture, family_for_config, family_for_hf_architecture, load_model, Family, FAMILIES,

@@ -1,14 +1,17 @@
-//! The plain pre-norm decoder, shared by `llama` (Llama 2/3, SmolLM2, Mistral), `qwen2` (q/k/v biases) and
-//! `qwen3` (per-head q/k RMSNorm). The variants are `ModelConfig` flags (`qkv_bias`, `qk_norm`, the RoPE style
-//! and scaling, sliding windows), never separate files.
+//! The plain pre-norm decoder, shared by `llama` (Llama 2/3, SmolLM2, Mistral, Mixtral), `qwen2` (q/k/v
+//! biases), `qwen3` (per-head q/k RMSNorm) and `qwen3moe` (Qwen3 with mixture-of-experts layers). The variants are
+//! `ModelConfig` flags (`qkv_bias`, `qk_norm`, the RoPE style and scaling, sliding windows, `moe`), never separate
+//! files.
 //!
-//! Per layer: `x += attn(norm(x))`, `x += mlp(norm(x))`, SwiGLU; then the final norm and the output head
-//! (tied to the embeddings when the checkpoint has none).
+//! Per layer: `x += attn(norm(x))`, `x += mlp(norm(x))` with a SwiGLU feed-forward, or a mixture of SwiGLU
+//! experts in sparse layers; then the final norm and the output head (tied to the embeddings when the checkpoint
+//! has none).
 
 use crate::config::ModelConfig;
 use crate::layers::{self, attention_residual, glu_mlp_residual, logits, trace, AttnSpec, AttnWeights, GluMlp};
 use crate::load::{self, Loader, Name, ATTN_NORM, OUTPUT_NORM};
 use crate::model::{Batch, Model, ModelError};
+use crate::moe::{self, MoeMlp};
 use tf_core::{Backend, KvCache, KvSpec, Tensor, Weight, WeightSource};
 
 /// The pre-feed-forward norm: transformers calls it `post_attention_layernorm` in this family.
@@ -22,8 +25,15 @@ struct Layer {
     attn: AttnWeights,
     /// `[H]`.
     ffn_norm: Weight,
+    mlp: Ffn,
+}
+
+/// A layer's feed-forward.
+enum Ffn {
     /// gate and up `[F, H]`, down `[H, F]`.
-    mlp: GluMlp,
+    Dense(GluMlp),
+    /// Router `[E, H]`; per expert gate and up `[Fe, H]`, down `[H, Fe]`.
+    Sparse(MoeMlp),
 }
 
 pub struct Llama {
@@ -40,7 +50,7 @@ pub struct Llama {
     vocab: usize,
 }
 
-/// Loads a `llama`, `qwen2` or `qwen3` checkpoint.
+/// Loads a `llama`, `qwen2`, `qwen3` or `qwen3moe` checkpoint.
 pub fn load(be: &dyn Backend, src: &dyn WeightSource, cfg: ModelConfig) -> Result<Box<dyn Model>, ModelError> {
     let mut cfg = cfg;
     let ld = Loader::new(be, src, cfg.format);
@@ -54,7 +64,10 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, cfg: ModelConfig) -> Resul
                 attn_norm: ld.norm(ATTN_NORM, l, cfg.hidden, 0.0)?,
                 attn: load::attention(&ld, &cfg, l, 0.0)?,
                 ffn_norm: ld.norm(FFN_NORM, l, cfg.hidden, 0.0)?,
-                mlp: load::glu_mlp(&ld, &cfg, l)?,
+                mlp: match &cfg.moe {
+                    Some(m) if m.sparse[l] => Ffn::Sparse(moe::load(&ld, &cfg, m, l)?),
+                    _ => Ffn::Dense(load::glu_mlp(&ld, &cfg, l)?),
+                },
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
@@ -84,7 +97,13 @@ impl Model for Llama {
         let layers: u64 = self
             .layers
             .iter()
-            .map(|l| l.attn.nbytes() + l.mlp.nbytes() + layers::weight_bytes([Some(&l.attn_norm), Some(&l.ffn_norm)]))
+            .map(|l| {
+                let ffn = match &l.mlp {
+                    Ffn::Dense(m) => m.nbytes(),
+                    Ffn::Sparse(m) => m.bytes_per_token(),
+                };
+                l.attn.nbytes() + ffn + layers::weight_bytes([Some(&l.attn_norm), Some(&l.ffn_norm)])
+            })
             .sum();
         layers + self.output_norm.nbytes() + layers::embed_and_head_bytes(&self.embd, &self.output)
     }
@@ -96,7 +115,10 @@ impl Model for Llama {
         trace("inp_embd", layers::NO_LAYER, &x);
         for (l, layer) in self.layers.iter().enumerate() {
             attention_residual(be, &mut x, &layer.attn_norm, eps, &layer.attn, &self.specs[l], l, batch, kv);
-            glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, &layer.mlp, self.cfg.act, l);
+            match &layer.mlp {
+                Ffn::Dense(m) => glu_mlp_residual(be, &mut x, &layer.ffn_norm, eps, m, self.cfg.act, l),
+                Ffn::Sparse(m) => moe::moe_mlp_residual(be, &mut x, &layer.ffn_norm, eps, m, self.cfg.act, l),
+            }
             trace("l_out", l, &x);
         }
         logits(be, &x, &self.output_norm, &self.output, eps, batch)

@@ -94,14 +94,54 @@ impl<'a> Loader<'a> {
 
     /// A matrix `[out, in]` uploaded as stored (any type the backend supports).
     pub fn matrix(&self, n: Name, l: usize, shape: [usize; 2]) -> Result<Weight, ModelError> {
-        let tensor = self.name(n, l, "weight");
-        let info = self.checked(&tensor, &shape)?;
+        self.matrix_named(&self.name(n, l, "weight"), shape)
+    }
+
+    /// [`Loader::matrix`] by full tensor name.
+    pub fn matrix_named(&self, tensor: &str, shape: [usize; 2]) -> Result<Weight, ModelError> {
+        let info = self.checked(tensor, &shape)?;
         // In place from the mapped file where the source can share it (no second copy in memory).
-        if let Some(shared) = self.src.shared_bytes(&tensor) {
-            return self.be.upload_shared(info, shared).map_err(|e| self.err(&tensor, e));
+        if let Some(shared) = self.src.shared_bytes(tensor) {
+            return self.be.upload_shared(info, shared).map_err(|e| self.err(tensor, e));
         }
-        let bytes = self.src.bytes(&tensor).map_err(|e| ModelError(e.to_string()))?;
-        self.be.upload(info, bytes).map_err(|e| self.err(&tensor, e))
+        let bytes = self.src.bytes(tensor).map_err(|e| ModelError(e.to_string()))?;
+        self.be.upload(info, bytes).map_err(|e| self.err(tensor, e))
+    }
+
+    /// A stack of matrices `[n, out, in]` (GGUF's per-layer expert tensors) as `n` matrices `[out, in]`, each
+    /// uploaded from its own contiguous part of the tensor's bytes.
+    pub fn expert_slices(&self, tensor: &str, shape: [usize; 3]) -> Result<Vec<Weight>, ModelError> {
+        let info = self.checked(tensor, &shape)?;
+        let bytes = self.src.bytes(tensor).map_err(|e| ModelError(e.to_string()))?;
+        let per = bytes.len() / shape[0].max(1);
+        (0..shape[0])
+            .map(|e| {
+                let part = tf_core::TensorInfo {
+                    name: format!("{tensor}[{e}]"),
+                    dtype: info.dtype,
+                    shape: vec![shape[1] as u64, shape[2] as u64],
+                };
+                if part.nbytes() != per as u64 {
+                    return Err(
+                        self.err(tensor, format!("{} bytes do not split into {} experts", bytes.len(), shape[0]))
+                    );
+                }
+                self.be.upload(&part, &bytes[e * per..(e + 1) * per]).map_err(|err| self.err(tensor, err))
+            })
+            .collect()
+    }
+
+    /// A transformers tensor name with this checkpoint's prefix in place of `model.`.
+    pub fn hf_name(&self, name: &str) -> String {
+        match name.strip_prefix("model.") {
+            Some(rest) => format!("{}{rest}", self.hf_prefix),
+            None => name.to_owned(),
+        }
+    }
+
+    /// Whether the checkpoint has the transformers tensor `name` (prefix applied).
+    pub fn has_hf(&self, name: &str) -> bool {
+        self.src.info(&self.hf_name(name)).is_some()
     }
 
     /// The values of a float tensor of `shape`, widened to f32.

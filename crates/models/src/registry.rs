@@ -26,10 +26,10 @@ pub const FAMILIES: &[Family] = &[
     Family {
         name: "llama",
         gguf_aliases: &["mistral"],
-        hf_architectures: &["LlamaForCausalLM", "MistralForCausalLM"],
-        hf_model_types: &["llama", "mistral"],
-        examples: "Llama 2, Llama 3.x, SmolLM2, Mistral 7B",
-        notes: "RMSNorm, RoPE (incl. Llama 3 scaling), SwiGLU, grouped-query attention",
+        hf_architectures: &["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"],
+        hf_model_types: &["llama", "mistral", "mixtral"],
+        examples: "Llama 2, Llama 3.x, SmolLM2, Mistral 7B, Mixtral 8x7B",
+        notes: "RMSNorm, RoPE (incl. Llama 3 scaling), SwiGLU, grouped-query attention; mixture of experts (Mixtral)",
     },
     Family {
         name: "qwen2",
@@ -46,6 +46,14 @@ pub const FAMILIES: &[Family] = &[
         hf_model_types: &["qwen3"],
         examples: "Qwen3 dense",
         notes: "llama decoder with per-head q/k RMSNorm, NeoX RoPE",
+    },
+    Family {
+        name: "qwen3moe",
+        gguf_aliases: &[],
+        hf_architectures: &["Qwen3MoeForCausalLM"],
+        hf_model_types: &["qwen3_moe"],
+        examples: "Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-30B-A3B",
+        notes: "qwen3 decoder with mixture-of-experts feed-forward layers (top-k routing, normalized weights)",
     },
     Family {
         name: "gemma3",
@@ -93,7 +101,7 @@ pub fn load_model(
     let family = family_for_config(cfg)?;
     let config = ModelConfig::from_view(cfg, family)?;
     match family.name {
-        "llama" | "qwen2" | "qwen3" => llama::load(be, src, config),
+        "llama" | "qwen2" | "qwen3" | "qwen3moe" => llama::load(be, src, config),
         "gemma3" => gemma3::load(be, src, config),
         other => Err(ModelError(format!("family '{other}' has no constructor"))),
     }

@@ -83,7 +83,7 @@ fn check_family(family: &str) {
     let backends: [(&dyn Backend, &str); 2] = [(&full, "cpu full"), (&Naive, "naive")];
     for (be, name) in backends {
         let model = hf_model(be, &g.dir);
-        assert_eq!(model.family(), if family == "llama3" { "llama" } else { family });
+        assert_eq!(model.family(), if matches!(family, "llama3" | "mixtral") { "llama" } else { family });
         let ours = run_chunked(be, model.as_ref(), &g.ids, &[g.ids.len()]);
         let err = worst_error(&ours, &g.logits);
         eprintln!("{family} ({name}): worst logit error {err:.2e} × max|logit|");
@@ -133,6 +133,16 @@ fn qwen2() {
 #[test]
 fn qwen3() {
     check_family("qwen3");
+}
+
+#[test]
+fn qwen3moe() {
+    check_family("qwen3moe");
+}
+
+#[test]
+fn mixtral() {
+    check_family("mixtral");
 }
 
 #[test]

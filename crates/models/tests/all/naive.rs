@@ -234,6 +234,14 @@ impl Backend for Naive {
         Tensor::host(rows.len(), x.cols, rows.iter().flat_map(|&r| x.row(r).iter().copied()).collect())
     }
 
+    fn add_rows_scaled(&self, acc: &mut Tensor, y: &Tensor, rows: &[usize], scales: &[f32]) {
+        for (i, (&r, &s)) in rows.iter().zip(scales).enumerate() {
+            for j in 0..y.cols {
+                acc.host[r * acc.cols + j] += s * y.host[i * y.cols + j];
+            }
+        }
+    }
+
     fn to_host(&self, x: &Tensor) -> Vec<f32> {
         x.host.clone()
     }

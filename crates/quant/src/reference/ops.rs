@@ -319,6 +319,20 @@ pub fn add(a: &mut [f32], b: &[f32]) {
     }
 }
 
+/// `acc[rows[i]] += s_i · y[i]` for every row `i` of `y [n, C]` with `s_i = scales[i]` (`acc [R, C]`), in order of
+/// `i`: each element is `a + (s · y)`, one rounded product then one rounded sum (no fused multiply-add). The
+/// mixture-of-experts combine: a destination row receives its experts' outputs in the order they are listed.
+pub fn add_rows_scaled(acc: &mut Tensor, y: &Tensor, rows: &[usize], scales: &[f32]) {
+    assert_eq!(y.cols, acc.cols, "add_rows_scaled: columns");
+    assert!(rows.len() == y.rows && scales.len() == y.rows, "add_rows_scaled: one row and scale per row of y");
+    for (i, (&r, &s)) in rows.iter().zip(scales).enumerate() {
+        assert!(r < acc.rows, "add_rows_scaled: row {r} of {}", acc.rows);
+        for (a, &v) in acc.row_mut(r).iter_mut().zip(y.row(i)) {
+            *a += s * v;
+        }
+    }
+}
+
 /// `x[i] *= s`.
 pub fn scale(x: &mut [f32], s: f32) {
     for x in x {
