@@ -12,7 +12,7 @@ use crate::layers::{self, attention_residual, glu_mlp_residual, logits, trace, A
 use crate::load::{self, Loader, Name, ATTN_NORM, OUTPUT_NORM};
 use crate::model::{Batch, Model, ModelError};
 use crate::moe::{self, MoeMlp};
-use tf_core::{Backend, KvCache, KvSpec, Tensor, Weight, WeightSource};
+use tf_core::{Backend, ConfigFormat, KvCache, KvSpec, Tensor, Weight, WeightSource};
 
 /// The pre-feed-forward norm: transformers calls it `post_attention_layernorm` in this family.
 const FFN_NORM: Name = Name { gguf: "blk.{}.ffn_norm", hf: "model.layers.{}.post_attention_layernorm" };
@@ -65,7 +65,13 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, cfg: ModelConfig) -> Resul
                 attn: load::attention(&ld, &cfg, l, 0.0)?,
                 ffn_norm: ld.norm(FFN_NORM, l, cfg.hidden, 0.0)?,
                 mlp: match &cfg.moe {
-                    Some(m) if m.sparse[l] => Ffn::Sparse(moe::load(&ld, &cfg, m, l)?),
+                    // GGUF does not list dense layers of a sparse model: a layer without a router is dense.
+                    Some(m)
+                        if m.sparse[l]
+                            && (cfg.format == ConfigFormat::HfConfig || ld.has(moe::ROUTER, l, "weight")) =>
+                    {
+                        Ffn::Sparse(moe::load(&ld, &cfg, m, l)?)
+                    }
                     _ => Ffn::Dense(load::glu_mlp(&ld, &cfg, l)?),
                 },
             })

@@ -11,7 +11,10 @@
 
 use crate::config::{ModelConfig, MoeConfig};
 use crate::layers::{trace, weight_bytes, GluMlp};
-use crate::load::Loader;
+use crate::load::{Loader, Name};
+
+/// The router in GGUF (`[E, H]`); the transformers name depends on the family (see [`load`]).
+pub const ROUTER: Name = Name { gguf: "blk.{}.ffn_gate_inp", hf: "model.layers.{}.mlp.gate" };
 use crate::model::ModelError;
 use tf_core::{Backend, ConfigFormat, GluAct, Tensor, Weight};
 
@@ -49,7 +52,7 @@ pub fn load(ld: &Loader, cfg: &ModelConfig, moe: &MoeConfig, l: usize) -> Result
     let (h, f, e) = (cfg.hidden, moe.ffn, moe.experts);
     let (router, experts) = match cfg.format {
         ConfigFormat::Gguf => {
-            let router = ld.matrix_named(&format!("blk.{l}.ffn_gate_inp.weight"), [e, h])?; // [E, H]
+            let router = ld.matrix(ROUTER, l, [e, h])?; // [E, H]
             let gate = ld.expert_slices(&format!("blk.{l}.ffn_gate_exps.weight"), [e, f, h])?; // E × [Fe, H]
             let up = ld.expert_slices(&format!("blk.{l}.ffn_up_exps.weight"), [e, f, h])?; // E × [Fe, H]
             let down = ld.expert_slices(&format!("blk.{l}.ffn_down_exps.weight"), [e, h, f])?; // E × [H, Fe]

@@ -1,7 +1,8 @@
 //! The GGUF path on exact goldens: each tiny HF checkpoint is converted to GGUF the way llama.cpp's
-//! `convert_hf_to_gguf.py` does (tensor names, Q/K rows permuted for `llama`, Gemma norms stored as `1 + w`, Llama 3
+//! `convert_hf_to_gguf.py` does (tensor names, Q/K rows permuted for `llama`, each layer's experts stacked into one
+//! `[E, out, in]` tensor per projection, Gemma norms stored as `1 + w`, Llama 3
 //! RoPE scaling as a `rope_freqs` tensor, `{arch}.*` metadata) and loaded through `GgufFile`. Its logits must match
-//! transformers' like the HF load does; where the conversion changes no arithmetic (qwen2, qwen3, gemma3) they must
+//! transformers' like the HF load does; where the conversion changes no arithmetic (qwen2, qwen3, qwen3moe, gemma3) they must
 //! equal the HF load's bit for bit.
 
 use crate::common::{argmax, first_bit_difference, hf_model, run_chunked};
@@ -37,6 +38,7 @@ fn gguf_name(arch: &str, hf: &str) -> String {
                 "mlp.gate_proj" => "ffn_gate",
                 "mlp.up_proj" => "ffn_up",
                 "mlp.down_proj" => "ffn_down",
+                "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
                 other => panic!("unmapped tensor {other}"),
             };
             format!("blk.{n}.{t}")
@@ -66,7 +68,10 @@ fn convert(family: &str) -> std::path::PathBuf {
     let dir = tf_testkit::repo_root().join("fixtures/tiny").join(family);
     let cfg = HfConfig::from_dir(&dir).unwrap();
     let st = SafetensorsModel::open_dir(&dir).unwrap();
-    let arch = if family == "llama3" { "llama" } else { family };
+    let arch = match family {
+        "llama3" | "mixtral" => "llama",
+        f => f,
+    };
     let (heads, kv_heads, head_dim) =
         (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
     let k = |key: &str| format!("{arch}.{key}");
@@ -88,6 +93,14 @@ fn convert(family: &str) -> std::path::PathBuf {
             "tokenizer.ggml.tokens",
             GgufValue::Array(GgufArray::String((0..cfg.vocab_size).map(|i| format!("<t{i}>")).collect())),
         );
+    if let Some(experts) = cfg.get_f64("num_local_experts").or(cfg.get_f64("num_experts")) {
+        w = w
+            .kv(&k("expert_count"), u(experts as u64))
+            .kv(&k("expert_used_count"), u(cfg.get_f64("num_experts_per_tok").unwrap() as u64));
+        if let Some(f) = cfg.get_f64("moe_intermediate_size") {
+            w = w.kv(&k("expert_feed_forward_length"), u(f as u64));
+        }
+    }
     if arch == "gemma3" {
         let types = cfg.resolved_layer_types();
         let pattern = types.iter().position(|t| *t == LayerType::Full).unwrap() + 1;
@@ -126,7 +139,34 @@ fn convert(family: &str) -> std::path::PathBuf {
             .collect();
         w = w.tensor_f32("rope_freqs.weight", &[divisors.len() as u64], &divisors);
     }
+    // Experts: convert_hf_to_gguf.py stacks each projection of a layer's experts into one [E, out, in] tensor
+    // (`blk.{l}.ffn_{gate,up,down}_exps`).
+    let mut stacks: std::collections::BTreeMap<String, Vec<(usize, Vec<f32>, Vec<u64>)>> = Default::default();
     for info in st.tensors() {
+        let Some((head, rest)) = info.name.split_once(".experts.") else { continue };
+        let (e, proj) = rest.split_once('.').unwrap();
+        let l = head.strip_prefix("model.layers.").unwrap().split('.').next().unwrap();
+        let kind = match proj {
+            "gate_proj.weight" | "w1.weight" => "gate",
+            "up_proj.weight" | "w3.weight" => "up",
+            "down_proj.weight" | "w2.weight" => "down",
+            other => panic!("unmapped expert tensor {other}"),
+        };
+        let values = tf_loader::tensor_f32(&st, "tiny", &info.name).unwrap();
+        stacks.entry(format!("blk.{l}.ffn_{kind}_exps.weight")).or_default().push((
+            e.parse().unwrap(),
+            values,
+            info.shape.clone(),
+        ));
+    }
+    for (name, mut experts) in stacks {
+        experts.sort_by_key(|x| x.0);
+        let shape = &experts[0].2;
+        let ne = [shape[1], shape[0], experts.len() as u64];
+        let values: Vec<f32> = experts.iter().flat_map(|x| x.1.iter().copied()).collect();
+        w = w.tensor_f32(&name, &ne, &values);
+    }
+    for info in st.tensors().iter().filter(|t| !t.name.contains(".experts.")) {
         let mut values = tf_loader::tensor_f32(&st, "tiny", &info.name).unwrap();
         let rows = info.shape[0] as usize;
         if arch == "llama" && info.name.contains("self_attn.q_proj") {
@@ -170,7 +210,7 @@ fn check(family: &str) {
     }
     eprintln!("{family} via GGUF: worst logit error {worst:.2e} × max|logit|");
     assert!(worst <= 1e-4, "{family} via GGUF: logits off by {worst:.2e} × max|logit|");
-    if family != "llama" && family != "llama3" {
+    if !matches!(family, "llama" | "llama3" | "mixtral") {
         assert_eq!(first_bit_difference(&gguf_logits, &hf_logits), None, "{family}: GGUF and HF loads differ");
     }
 }
@@ -193,6 +233,16 @@ fn qwen2_biases() {
 #[test]
 fn qwen3_qk_norm() {
     check("qwen3");
+}
+
+#[test]
+fn qwen3moe_stacked_experts() {
+    check("qwen3moe");
+}
+
+#[test]
+fn mixtral_as_llama_with_experts() {
+    check("mixtral");
 }
 
 #[test]
