@@ -3,10 +3,11 @@
 //! brought. The arithmetic per byte is the same for any values, so speeds measured on them are real speeds; the
 //! text they produce is noise.
 //!
-//! The layout is the plain pre-norm decoder's (`model_type` `llama`, `mistral`, `qwen2`, `qwen3`): per layer
-//! input and post-attention norms, q/k/v/o projections (q/k/v biases for qwen2 or `attention_bias`, per-head
-//! q/k norms for qwen3), gate/up/down projections; the embedding table, the final norm and `lm_head` unless the
-//! embeddings are tied.
+//! The layout is the plain pre-norm decoder's (`model_type` `llama`, `mistral`, `qwen2`, `qwen3`, `qwen3_moe`):
+//! per layer input and post-attention norms, q/k/v/o projections (q/k/v biases for qwen2 or `attention_bias`,
+//! per-head q/k norms for qwen3 and qwen3_moe), gate/up/down projections, or in Qwen3-MoE's sparse layers a router
+//! and `num_experts` experts of `moe_intermediate_size`; the embedding table, the final norm and `lm_head` unless
+//! the embeddings are tied.
 //!
 //! Deterministic from a seed: the bytes are generated in fixed chunks, each from its own generator keyed by
 //! (seed, tensor index, chunk index), so any thread count gives the same bits.
@@ -64,9 +65,30 @@ impl DummyWeights {
             return Err(err(format!("no random generator for {dtype}")));
         }
         let mt = cfg.model_type.as_str();
-        if !matches!(mt, "llama" | "mistral" | "qwen2" | "qwen3") {
-            return Err(err(format!("model_type {mt:?} has no dummy layout (llama, mistral, qwen2, qwen3)")));
+        if !matches!(mt, "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe") {
+            return Err(err(format!(
+                "model_type {mt:?} has no dummy layout (llama, mistral, qwen2, qwen3, qwen3_moe)"
+            )));
         }
+        // Qwen3-MoE: experts, their width, and which layers are sparse (`mlp_only_layers`, `decoder_sparse_step`).
+        let count = |k: &str| cfg.get_f64(k).map(|x| x as usize);
+        let moe = if mt == "qwen3_moe" {
+            let e =
+                count("num_experts").or(count("num_local_experts")).ok_or_else(|| err("num_experts missing".into()))?;
+            let fe = count("moe_intermediate_size").ok_or_else(|| err("moe_intermediate_size missing".into()))?;
+            if fe % dtype.block_size() != 0 {
+                return Err(err(format!("moe_intermediate_size {fe} is not a whole number of {dtype} blocks")));
+            }
+            let dense: Vec<usize> = tf_core::ConfigView::get_f64_array(cfg, "mlp_only_layers")
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| l as usize)
+                .collect();
+            let step = count("decoder_sparse_step").unwrap_or(1).max(1);
+            Some((e, fe, dense, step))
+        } else {
+            None
+        };
         let small = if matches!(dtype, DType::BF16 | DType::F16 | DType::F32) { dtype } else { DType::F32 };
         let (h, f, v) = (cfg.hidden_size as usize, cfg.intermediate_size as usize, cfg.vocab_size as usize);
         let (nq, nkv, dh) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
@@ -97,14 +119,29 @@ impl DummyWeights {
                     specs.push((format!("{p}self_attn.{n}_proj.bias"), small, vec![out], Role::Bias));
                 }
             }
-            if mt == "qwen3" {
+            if matches!(mt, "qwen3" | "qwen3_moe") {
                 specs.push((format!("{p}self_attn.q_norm.weight"), small, vec![dh], Role::Norm));
                 specs.push((format!("{p}self_attn.k_norm.weight"), small, vec![dh], Role::Norm));
             }
             specs.push((format!("{p}self_attn.o_proj.weight"), dtype, vec![h, nq * dh], Role::Matrix));
-            specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![f, h], Role::Matrix));
-            specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![f, h], Role::Matrix));
-            specs.push((format!("{p}mlp.down_proj.weight"), dtype, vec![h, f], Role::Matrix));
+            match &moe {
+                Some((e, fe, dense, step)) if !dense.contains(&l) && (l + 1) % step == 0 => {
+                    // Router [E, H] (kept in a float type, as GGUF files keep it); per expert gate and up [Fe, H],
+                    // down [H, Fe].
+                    specs.push((format!("{p}mlp.gate.weight"), small, vec![*e, h], Role::Matrix));
+                    for x in 0..*e {
+                        let q = format!("{p}mlp.experts.{x}.");
+                        specs.push((format!("{q}gate_proj.weight"), dtype, vec![*fe, h], Role::Matrix));
+                        specs.push((format!("{q}up_proj.weight"), dtype, vec![*fe, h], Role::Matrix));
+                        specs.push((format!("{q}down_proj.weight"), dtype, vec![h, *fe], Role::Matrix));
+                    }
+                }
+                _ => {
+                    specs.push((format!("{p}mlp.gate_proj.weight"), dtype, vec![f, h], Role::Matrix));
+                    specs.push((format!("{p}mlp.up_proj.weight"), dtype, vec![f, h], Role::Matrix));
+                    specs.push((format!("{p}mlp.down_proj.weight"), dtype, vec![h, f], Role::Matrix));
+                }
+            }
         }
         let mut infos = Vec::with_capacity(specs.len());
         let mut data = Vec::with_capacity(specs.len());
