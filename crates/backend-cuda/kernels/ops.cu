@@ -238,6 +238,18 @@ extern "C" __global__ void select_rows(const float* x, int cols, const u32* idx,
     out[t] = x[(i64)idx[i] * cols + c];
 }
 
+// acc[rows[i]] += scales[i] * y[i] for i = 0..n in order (acc [R, cols], y [n, cols]); one thread per column, so
+// a row listed twice takes its additions in list order. Product and sum rounded separately (no FMA contraction).
+extern "C" __global__ void add_rows_scaled(float* acc, const float* y, int cols, const u32* rows, const float* scales,
+                                           int n) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    for (int i = 0; i < n; i++) {
+        i64 dst = (i64)rows[i] * cols + c;
+        acc[dst] = __fadd_rn(acc[dst], __fmul_rn(scales[i], y[(i64)i * cols + c]));
+    }
+}
+
 // K and V rows [R, width] into slots[r] of one layer (k_layer, v_layer: [slots, width]).
 extern "C" __global__ void kv_write(float* k_layer, float* v_layer, const float* k, const float* v, int width,
                                     const u32* slots, int R) {

@@ -804,6 +804,26 @@ impl Backend for CudaBackend {
         self.tensor(rows.len(), x.cols, out)
     }
 
+    fn add_rows_scaled(&self, acc: &mut Tensor, y: &Tensor, rows: &[usize], scales: &[f32]) {
+        assert_eq!(y.cols, acc.cols, "add_rows_scaled: columns");
+        assert!(rows.len() == y.rows && scales.len() == y.rows, "add_rows_scaled: one row and scale per row of y");
+        for &r in rows {
+            assert!(r < acc.rows, "add_rows_scaled: row {r} of {}", acc.rows);
+        }
+        if rows.is_empty() || acc.cols == 0 {
+            return;
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let ib = self.upload_or_panic(u32_bytes(&idx));
+        let sb = self.upload_or_panic(&scales.iter().flat_map(|s| s.to_le_bytes()).collect::<Vec<u8>>());
+        let cols = acc.cols;
+        let ys = self.input(y);
+        let yb = &ys.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let at = self.make_unique(acc);
+        let (g, b) = elementwise_grid(cols);
+        self.gpu.launch("add_rows_scaled").ptr(&at.buf).ptr(yb).i32(cols).ptr(&ib).ptr(&sb).i32(rows.len()).go(g, b);
+    }
+
     fn to_host(&self, x: &Tensor) -> Vec<f32> {
         match &x.device {
             None => x.host.clone(),

@@ -15,7 +15,7 @@ pub const SOURCES: [(&str, &str); 6] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 81] = [
+pub const KERNELS: [&str; 82] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -62,6 +62,7 @@ pub const KERNELS: [&str; 81] = [
     "embed",
     "embed_keys",
     "select_rows",
+    "add_rows_scaled",
     "kv_write",
     "kv_write_late",
     "rope_kv_write",

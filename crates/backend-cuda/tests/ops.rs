@@ -261,6 +261,16 @@ fn elementwise_ops() {
         be.to_host(&t)
     };
     check_rows(&mut rng, pool, cols, &op, &g, &c, "add + scale");
+    // The experts' combine: rows listed in any order, some twice, onto a device-resident accumulator.
+    let (n, r) = (90, 40);
+    let rows: Vec<usize> = (0..n).map(|_| rng.gen_range(0..r)).collect();
+    let scales: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.5f32..1.5)).collect();
+    let sel: Vec<usize> = (0..r).collect();
+    let (y, acc) = (Tensor::host(n, cols, b[..n * cols].to_vec()), Tensor::host(r, cols, a[..r * cols].to_vec()));
+    let (mut ag, mut ac) = (g.select_rows(&acc, &sel), acc.clone());
+    g.add_rows_scaled(&mut ag, &g.select_rows(&y, &(0..n).collect::<Vec<_>>()), &rows, &scales);
+    c.add_rows_scaled(&mut ac, &y, &rows, &scales);
+    same(&g.to_host(&ag), &ac.host, "add_rows_scaled");
     // In-place ops on a shared device tensor leave the clone alone.
     let t = g.select_rows(&Tensor::host(2, cols, a[..2 * cols].to_vec()), &[1, 0]);
     let mut t2 = t.clone();
