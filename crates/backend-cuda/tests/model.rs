@@ -1,4 +1,4 @@
-//! Whole models: the logits of the tiny fixture checkpoints (llama, qwen2, gemma3: f32 safetensors, and the llama
+//! Whole models: the logits of the tiny fixture checkpoints (llama, qwen2, gemma3, qwen3moe, mixtral: f32 safetensors, and the llama
 //! re-encoded to Q8_0 and Q4_0 blocks) on CUDA equal the CPU backend's bit for bit at every position, in both
 //! precision modes, filled in chunks of mixed sizes; and on CUDA, chunked filling equals one token at a time.
 //! In the tensor arithmetic (the llama re-encoded to BF16 and F16): logits equal across every window size and
@@ -268,4 +268,15 @@ fn tiny_qwen2_and_gemma3() {
     check("qwen2", None, Precision::Full);
     check("gemma3", None, Precision::Full);
     check("qwen2", Some(DType::Q8_0), Precision::Checkpoint);
+}
+
+/// Mixture-of-experts layers (router on the host, experts through row-exact matmuls, `add_rows_scaled`): the
+/// tiny Qwen3-MoE (a dense layer between two sparse ones) and Mixtral equal the CPU bit for bit, chunked and one
+/// token at a time, in f32 and re-encoded to Q8_0.
+#[test]
+fn tiny_qwen3moe_and_mixtral() {
+    for name in ["qwen3moe", "mixtral"] {
+        check(name, None, Precision::Full);
+        check(name, Some(DType::Q8_0), Precision::Checkpoint);
+    }
 }
