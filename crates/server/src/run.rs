@@ -220,7 +220,7 @@ pub fn fit_connection_cap(max_connections: usize) -> usize {
                 lim.rlim_cur = raised.rlim_cur;
             }
         }
-        let room = (lim.rlim_cur as u64).saturating_sub(REFUSING_AT_ONCE as u64 + FD_RESERVE).max(1);
+        let room = lim.rlim_cur.saturating_sub(REFUSING_AT_ONCE as u64 + FD_RESERVE).max(1);
         (max_connections as u64).min(room) as usize
     }
     #[cfg(not(unix))]

@@ -63,6 +63,9 @@ fn permute(w: &[f32], rows: usize, heads: usize) -> Vec<f32> {
     out
 }
 
+/// One expert's matrix of a stacked GGUF tensor: its index, values and `[out, in]` shape.
+type Expert = (usize, Vec<f32>, Vec<u64>);
+
 /// Writes `fixtures/tiny/<family>` as a GGUF file and returns its path.
 fn convert(family: &str) -> std::path::PathBuf {
     let dir = tf_testkit::repo_root().join("fixtures/tiny").join(family);
@@ -141,7 +144,7 @@ fn convert(family: &str) -> std::path::PathBuf {
     }
     // Experts: convert_hf_to_gguf.py stacks each projection of a layer's experts into one [E, out, in] tensor
     // (`blk.{l}.ffn_{gate,up,down}_exps`).
-    let mut stacks: std::collections::BTreeMap<String, Vec<(usize, Vec<f32>, Vec<u64>)>> = Default::default();
+    let mut stacks: std::collections::BTreeMap<String, Vec<Expert>> = Default::default();
     for info in st.tensors() {
         let Some((head, rest)) = info.name.split_once(".experts.") else { continue };
         let (e, proj) = rest.split_once('.').unwrap();
