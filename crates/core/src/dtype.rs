@@ -29,11 +29,13 @@ pub enum DType {
     Q5K,
     Q6K,
     Q8K,
+    IQ4NL,
+    IQ4XS,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 22] = [
+    pub const ALL: [DType; 24] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -56,6 +58,8 @@ impl DType {
         DType::Q5K,
         DType::Q6K,
         DType::Q8K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -75,6 +79,8 @@ impl DType {
             DType::Q5K => 13,
             DType::Q6K => 14,
             DType::Q8K => 15,
+            DType::IQ4NL => 20,
+            DType::IQ4XS => 23,
             DType::I8 => 24,
             DType::I16 => 25,
             DType::I32 => 26,
@@ -98,10 +104,8 @@ impl DType {
             17 => "IQ2_XS",
             18 => "IQ3_XXS",
             19 => "IQ1_S",
-            20 => "IQ4_NL",
             21 => "IQ3_S",
             22 => "IQ2_S",
-            23 => "IQ4_XS",
             29 => "IQ1_M",
             34 => "TQ1_0",
             35 => "TQ2_0",
@@ -130,11 +134,12 @@ impl DType {
         })
     }
 
-    /// Elements per block: 1 for plain types, 32 for the legacy quants, 256 for the K-quants.
+    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants and
+    /// IQ4_XS.
     pub fn block_size(self) -> usize {
         match self {
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
-            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => 256,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => 32,
+            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS => 256,
             _ => 1,
         }
     }
@@ -158,6 +163,8 @@ impl DType {
             DType::Q5K => 176,
             DType::Q6K => 210,
             DType::Q8K => 292,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -199,6 +206,8 @@ impl DType {
             DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
             DType::Q8K => "Q8_K",
+            DType::IQ4NL => "IQ4_NL",
+            DType::IQ4XS => "IQ4_XS",
         }
     }
 }
@@ -221,8 +230,10 @@ mod tests {
                 assert_eq!(DType::ggml_id_name(id), d.name());
             }
         }
-        assert_eq!(DType::from_ggml_id(20), None);
-        assert_eq!(DType::ggml_id_name(20), "IQ4_NL");
+        assert_eq!(DType::from_ggml_id(20), Some(DType::IQ4NL));
+        assert_eq!(DType::from_ggml_id(23), Some(DType::IQ4XS));
+        assert_eq!(DType::from_ggml_id(21), None);
+        assert_eq!(DType::ggml_id_name(21), "IQ3_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
     }
 
@@ -231,6 +242,8 @@ mod tests {
         assert_eq!(DType::Q4_0.bytes_for(64), Some(36));
         assert_eq!(DType::Q4_0.bytes_for(33), None);
         assert_eq!(DType::Q6K.bytes_for(512), Some(420));
+        assert_eq!(DType::IQ4NL.bytes_for(64), Some(36));
+        assert_eq!(DType::IQ4XS.bytes_for(512), Some(272));
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);
         assert_eq!(DType::F16.bytes_for(3), Some(6));
     }

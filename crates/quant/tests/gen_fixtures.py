@@ -63,6 +63,8 @@ TYPES = [
     (T.Q4_K, [0, 2], 2048),
     (T.Q5_K, [0, 2], 2048),
     (T.Q6_K, [208], 2048),
+    (T.IQ4_NL, [0], 8192),
+    (T.IQ4_XS, [0], 2048),
 ]
 # F16 and BF16 are checked on every one of the 65536 bit patterns, in order ("exhaustive_u16": true).
 EXHAUSTIVE = [T.F16, T.BF16]

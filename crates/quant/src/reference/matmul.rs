@@ -15,8 +15,9 @@
 use tf_core::{DType, Precision};
 
 use crate::{
-    cast_blocks, dequantize, f16_to_f32, q3k_scales, q4k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QuantBlock,
+    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ4NL, BlockIQ4XS, BlockQ2K,
+    BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    QuantBlock, KVALUES_IQ4NL,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -131,7 +132,7 @@ pub struct ActBlock<'a> {
 
 /// A weight block type with a checkpoint-mode dot product.
 pub trait CheckpointBlock: QuantBlock {
-    /// Activation block size: 32 for the legacy types, 256 for the K-quants.
+    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants and IQ4_XS.
     const ACT_BLOCK: usize;
     /// Folds this block's dot with `a` into `acc` (docs/arithmetic.md, per-block float update).
     fn update(&self, a: &ActBlock, acc: f32) -> f32;
@@ -140,8 +141,8 @@ pub trait CheckpointBlock: QuantBlock {
 /// The activation block size of `dtype` in checkpoint mode, or `None` if it uses the full path (F32/F16/BF16).
 pub fn checkpoint_block(dtype: DType) -> Option<usize> {
     match dtype {
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => Some(32),
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => Some(256),
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => Some(32),
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS => Some(256),
         _ => None,
     }
 }
@@ -217,6 +218,34 @@ impl CheckpointBlock for BlockQ8_1 {
     /// As Q8_0 (`s` is ignored): `acc = fma(dw * dx, Σ q·qx, acc)`.
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
         let s = isum(self.qs.iter().map(|&q| q as i32), a.qs);
+        (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
+    }
+}
+
+/// Element `i` (< 32) of a 32-element run of IQ4 indices, through the table: `kvalues[nibble32(qs, i)]`.
+fn iq4(qs: &[u8; 16], i: usize) -> i32 {
+    KVALUES_IQ4NL[nibble32(qs, i) as usize] as i32
+}
+
+impl CheckpointBlock for BlockIQ4NL {
+    const ACT_BLOCK: usize = 32;
+    /// `acc = fma(dw * dx, Σ kvalues[q]·qx, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let s = isum((0..32).map(|i| iq4(&self.qs, i)), a.qs);
+        (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
+    }
+}
+
+impl CheckpointBlock for BlockIQ4XS {
+    const ACT_BLOCK: usize = 256;
+    /// `S = Σ_j (ls_j - 32) · Σ kvalues[q]·qx` over 8 sub-blocks of 32; `acc = fma(dw * dx, S, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let q: [i32; 256] = std::array::from_fn(|e| {
+            let qs: &[u8; 16] = self.qs[16 * (e / 32)..16 * (e / 32) + 16].try_into().unwrap();
+            iq4(qs, e % 32)
+        });
+        let sc = iq4xs_scales(self.scales_h, &self.scales_l);
+        let s = scaled_isum(&q, a.qs, 32, |j| sc[j] as i32);
         (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
     }
 }
@@ -337,6 +366,8 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::Q5K => row_dot::<BlockQ5K>(w, x),
         DType::Q6K => row_dot::<BlockQ6K>(w, x),
         DType::Q8K => row_dot::<BlockQ8K>(w, x),
+        DType::IQ4NL => row_dot::<BlockIQ4NL>(w, x),
+        DType::IQ4XS => row_dot::<BlockIQ4XS>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -450,7 +481,7 @@ mod tests {
         rng.fill(&mut w[..]);
         // Finite, modest f16 scales: exponent field forced to 8..14 (2^-7..2^-1).
         let f16_fields: &[usize] = match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
             DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
             DType::Q2K => &[80, 82],
             DType::Q3K => &[108],
@@ -489,6 +520,8 @@ mod tests {
             DType::Q5K,
             DType::Q6K,
             DType::Q8K,
+            DType::IQ4NL,
+            DType::IQ4XS,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);
