@@ -236,7 +236,6 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         store_max_bytes: args.store_max_mib << 20,
         tool_parser: args.tool_parser,
         reasoning_parser: args.reasoning_parser,
-        ..Default::default()
     };
     let auth = cfg.keys.required();
     let max_connections = tf_server::run::fit_connection_cap(args.max_connections.max(1));
