@@ -10,7 +10,9 @@
 
 // One warp per (block b, row r): grid (K / block, R), 32 threads. x [R, K] f32 → q [R, K] i8, d [R, K / block],
 // sums [R, K / sum_group] (sum_group = 32 for 32-element blocks, 16 for 256-element blocks).
+// Launched with PDL: everything it reads was written by earlier kernels, so it waits first.
 extern "C" __global__ void quantize_rows(const float* x, int K, int block, i8* q, float* d, i16* sums) {
+    griddep_wait();
     int b = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
     int per = block / 32;  // 1 or 8 elements per lane
     const float* xb = x + (i64)r * K + (i64)b * block;

@@ -10,6 +10,7 @@ use crate::host_ids::Slots;
 mod attention;
 mod half;
 mod matmul;
+mod quant;
 mod queued;
 mod tuning;
 use crate::{Arithmetic, CudaTuning, KernelDefine};

@@ -5,17 +5,18 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 6] = [
+pub const SOURCES: [(&str, &str); 7] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("matmul_il.cu", include_str!("../kernels/matmul_il.cu")),
+    ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 82] = [
+pub const KERNELS: [&str; 88] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -53,6 +54,12 @@ pub const KERNELS: [&str; 82] = [
     "matmul_bf16w_il1_glu_norm",
     "interleave_rows",
     "matmul_quant",
+    "mmq_q4_0",
+    "mmq_q4_1",
+    "mmq_q5_0",
+    "mmq_q8_0",
+    "mmq_q4k",
+    "mmq_q6k",
     "rms_norm",
     "add_rms_norm",
     "rope",
@@ -267,6 +274,16 @@ pub fn matmul_float_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, 
 /// `(grid, block)` of `matmul_quant` for `rows × n` outputs.
 pub fn matmul_quant_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n as u32, rows.div_ceil(QUANT_ROWS as usize) as u32, 1), (32, 1, 1))
+}
+
+/// Rows per block of the streaming checkpoint kernels (`QD_ROWS` in kernels/matmul_q.cu: each weight row is read
+/// once per group) and their warps per block (`QD_WARPS`, one output column each).
+pub const QD_ROWS: u32 = 8;
+pub const QD_WARPS: u32 = 4;
+
+/// `(grid, block)` of the streaming checkpoint kernels (`mmq_*`) for `rows × n` outputs.
+pub fn mmq_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.div_ceil(QD_WARPS as usize) as u32, rows.div_ceil(QD_ROWS as usize) as u32, 1), (32 * QD_WARPS, 1, 1))
 }
 
 /// A CUDA grid or block size (x, y, z).
@@ -579,6 +596,9 @@ mod tests {
             assert!(g.0 as usize * FULL_COLS as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);
             let (g, _) = matmul_quant_grid(rows, n);
             assert!(g.0 as usize == n && g.1 as usize * QUANT_ROWS as usize >= rows);
+            let (g, b) = mmq_grid(rows, n);
+            assert!(g.0 as usize * QD_WARPS as usize >= n && g.1 as usize * QD_ROWS as usize >= rows);
+            assert_eq!(b.0, 32 * QD_WARPS);
             for cols in [il_cols(n), 2, 4, 8, 16] {
                 let (g, b) = matmul_il_grid(rows, n, cols);
                 assert!(g.0 as usize * cols as usize >= n && g.1 as usize * FLOAT_ROWS as usize >= rows);

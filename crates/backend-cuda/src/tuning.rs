@@ -30,6 +30,9 @@ pub struct CudaTuning {
     pub add_deep: Option<bool>,
     /// Query heads of one KV group per attention block: 0 by block count (the default), 1..=7 at most that many.
     pub attn_heads: usize,
+    /// Checkpoint matmuls of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the streaming kernels (kernels/matmul_q.cu); off:
+    /// `matmul_quant`, as every other type. Default on.
+    pub quant_stream: bool,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
 }
@@ -44,6 +47,7 @@ impl Default for CudaTuning {
             qkv_wide: None,
             add_deep: None,
             attn_heads: 0,
+            quant_stream: true,
             defines: Vec::new(),
         }
     }
@@ -88,7 +92,7 @@ impl std::fmt::Display for KernelDefine {
 }
 
 /// The environment variables [`CudaTuning::from_env`] reads, each naming one field.
-pub const ENV_VARS: [&str; 8] = [
+pub const ENV_VARS: [&str; 9] = [
     "TF_CUDA_INTERLEAVE",
     "TF_CUDA_IL_COLS",
     "TF_CUDA_NORM_FUSE",
@@ -96,6 +100,7 @@ pub const ENV_VARS: [&str; 8] = [
     "TF_CUDA_QKV_WIDE",
     "TF_CUDA_ADD_DEEP",
     "TF_CUDA_ATTN_HEADS",
+    "TF_CUDA_QUANT_STREAM",
     "TF_CUDA_DEFINES",
 ];
 
@@ -114,7 +119,7 @@ fn overrides_in(names: impl Iterator<Item = String>) -> Vec<String> {
 impl CudaTuning {
     /// The defaults with the environment's overrides ([`ENV_VARS`]: `TF_CUDA_INTERLEAVE=0|1`, `TF_CUDA_IL_COLS=N`,
     /// `TF_CUDA_NORM_FUSE=0..3`, `TF_CUDA_QKV_ROPE=0|1`, `TF_CUDA_QKV_WIDE=0|1`, `TF_CUDA_ADD_DEEP=0|1`,
-    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
+    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_QUANT_STREAM=0|1`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
     /// out of range, or another `TF_CUDA_*` variable, is an error naming it.
     pub fn from_env() -> Result<CudaTuning, String> {
         CudaTuning::from_vars(|k| std::env::var(k).ok(), &env_overrides())
@@ -156,6 +161,9 @@ impl CudaTuning {
         if let Some(h) = num("TF_CUDA_ATTN_HEADS", 7)? {
             t.attn_heads = h as usize;
         }
+        if let Some(on) = flag("TF_CUDA_QUANT_STREAM")? {
+            t.quant_stream = on;
+        }
         if let Some(d) = get("TF_CUDA_DEFINES") {
             t.defines = KernelDefine::parse_list(&d).map_err(|e| format!("TF_CUDA_DEFINES: {e}"))?;
         }
@@ -192,6 +200,7 @@ mod tests {
             ("TF_CUDA_QKV_WIDE", "1"),
             ("TF_CUDA_ADD_DEEP", "0"),
             ("TF_CUDA_ATTN_HEADS", "1"),
+            ("TF_CUDA_QUANT_STREAM", "0"),
             ("TF_CUDA_DEFINES", "IL_PIPE=0  PRE_WAIT=0"),
         ])
         .unwrap();
@@ -203,6 +212,7 @@ mod tests {
             qkv_wide: Some(true),
             add_deep: Some(false),
             attn_heads: 1,
+            quant_stream: false,
             defines: vec![KernelDefine { name: "IL_PIPE", value: 0 }, KernelDefine { name: "PRE_WAIT", value: 0 }],
         };
         assert_eq!(t, want);

@@ -6,15 +6,15 @@ use super::tuning::{ALWAYS, NEVER};
 use super::{act_code, bias_arg, cuda_kv, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::{Buf, Launch};
 use crate::geometry::{
-    half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, matmul_quant_grid, mma_launch, mma_many_launch,
-    EPI_ADD, GLU_NORM_BELOW_K, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
+    half_rows, matmul_float_grid, matmul_full_grid, matmul_il_grid, mma_launch, mma_many_launch, EPI_ADD,
+    GLU_NORM_BELOW_K, IL_NORM_MAX_K, MMA_CHUNK, MMA_SMALL_ROWS, MMA_S_GLU_COLS, MMA_S_THREADS,
 };
 use crate::Arithmetic;
 use std::sync::atomic::Ordering;
 use tf_core::{
     norm_qkv_then_rope_kv_write, Backend, DType, GluAct, KvCache, Precision, RopeKv, RopeStyle, Tensor, Weight,
 };
-use tf_quant::reference::matmul::{checkpoint_block, sum_group};
+use tf_quant::reference::matmul::checkpoint_block;
 
 impl CudaBackend {
     pub(super) fn matmul_impl(&self, x: &Tensor, w: &Weight, bias: Option<&Weight>) -> Tensor {
@@ -50,83 +50,56 @@ impl CudaBackend {
         let xb = &xt.buf;
         // The `_h` tensor-core kernels take x's half copy last.
         let mut xh = None;
-        let (kernel, grid, blk, pdl, code) =
-            match checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint) {
-                Some(block) => {
-                    let nblocks = k / block;
-                    let q = self.gpu.uninit(rows * k).unwrap_or_else(|e| panic!("{e}"));
-                    let d = self.alloc_f32(rows * nblocks);
-                    let sums = self.gpu.uninit(2 * rows * (k / sum_group(block))).unwrap_or_else(|e| panic!("{e}"));
-                    self.gpu
-                        .launch("quantize_rows")
-                        .ptr(xb)
-                        .i32(k)
-                        .i32(block)
-                        .ptr(&q)
-                        .ptr(&d)
-                        .ptr(&sums)
-                        .go((nblocks as u32, rows as u32, 1), (32, 1, 1));
-                    let (grid, blk) = matmul_quant_grid(rows, n);
-                    self.gpu
-                        .launch("matmul_quant")
-                        .ptr(&q)
-                        .ptr(&d)
-                        .ptr(&sums)
-                        .i32(rows)
-                        .i32(k)
-                        .ptr(&cw.buf)
-                        .int(cw.code)
-                        .i32(n)
-                        .addr(bias_ptr)
-                        .int(bias_code)
-                        .ptr(out)
-                        .go(grid, blk);
-                    return;
+        let (kernel, grid, blk, pdl, code) = match self.checkpoint_rows(cw) {
+            Some(block) => {
+                // x quantized per block, then the streaming kernel of the type or matmul_quant (quant.rs).
+                let qx = self.quantize_rows(xb, rows, k, block);
+                return self.quant_matmul(&qx, cw, bias, out);
+            }
+            None if self.mma_path(cw) => {
+                // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
+                // their arithmetic. The small kernels request their first weights before waiting on the previous
+                // kernel.
+                let h = Self::half_arg(xt, cw.dtype);
+                let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16, h != 0);
+                if kernel.ends_with("_h") {
+                    xh = Some(h);
                 }
-                None if self.mma_path(cw) => {
-                    // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
-                    // their arithmetic. The small kernels request their first weights before waiting on the previous
-                    // kernel.
-                    let h = Self::half_arg(xt, cw.dtype);
-                    let (kernel, grid, blk) = mma_launch(rows, n, cw.dtype == DType::F16, h != 0);
-                    if kernel.ends_with("_h") {
-                        xh = Some(h);
-                    }
-                    (kernel, grid, blk, rows <= MMA_SMALL_ROWS, None)
-                }
-                None if cw.interleaved => {
-                    // One row: the one-row kernel (which requests its first weights before waiting on the previous
-                    // kernel); else matmul_float's row groups reading the interleaved places. The same fma sequence
-                    // per output either way (kernels/matmul_il.cu).
-                    let kernel = match (cw.dtype, rows) {
-                        (DType::F32, 1) => "matmul_f32w_il1",
-                        (DType::F32, _) => "matmul_f32w_ilg",
-                        (DType::F16, 1) => "matmul_f16w_il1",
-                        (DType::F16, _) => "matmul_f16w_ilg",
-                        (_, 1) => "matmul_bf16w_il1",
-                        _ => "matmul_bf16w_ilg",
-                    };
-                    let (grid, blk) = match rows {
-                        1 => matmul_il_grid(rows, n, self.tune.il1_cols(n)),
-                        _ => matmul_float_grid(rows, n),
-                    };
-                    (kernel, grid, blk, rows == 1, None)
-                }
-                None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
-                    let kernel = match cw.dtype {
-                        DType::F32 => "matmul_f32w",
-                        DType::F16 => "matmul_f16w",
-                        _ => "matmul_bf16w",
-                    };
-                    let (grid, blk) = matmul_float_grid(rows, n);
-                    (kernel, grid, blk, false, None)
-                }
-                None => {
-                    // Any type: the dtype tag follows the weight.
-                    let (grid, blk) = matmul_full_grid(rows, n);
-                    ("matmul_full", grid, blk, false, Some(cw.code))
-                }
-            };
+                (kernel, grid, blk, rows <= MMA_SMALL_ROWS, None)
+            }
+            None if cw.interleaved => {
+                // One row: the one-row kernel (which requests its first weights before waiting on the previous
+                // kernel); else matmul_float's row groups reading the interleaved places. The same fma sequence
+                // per output either way (kernels/matmul_il.cu).
+                let kernel = match (cw.dtype, rows) {
+                    (DType::F32, 1) => "matmul_f32w_il1",
+                    (DType::F32, _) => "matmul_f32w_ilg",
+                    (DType::F16, 1) => "matmul_f16w_il1",
+                    (DType::F16, _) => "matmul_f16w_ilg",
+                    (_, 1) => "matmul_bf16w_il1",
+                    _ => "matmul_bf16w_ilg",
+                };
+                let (grid, blk) = match rows {
+                    1 => matmul_il_grid(rows, n, self.tune.il1_cols(n)),
+                    _ => matmul_float_grid(rows, n),
+                };
+                (kernel, grid, blk, rows == 1, None)
+            }
+            None if matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) => {
+                let kernel = match cw.dtype {
+                    DType::F32 => "matmul_f32w",
+                    DType::F16 => "matmul_f16w",
+                    _ => "matmul_bf16w",
+                };
+                let (grid, blk) = matmul_float_grid(rows, n);
+                (kernel, grid, blk, false, None)
+            }
+            None => {
+                // Any type: the dtype tag follows the weight.
+                let (grid, blk) = matmul_full_grid(rows, n);
+                ("matmul_full", grid, blk, false, Some(cw.code))
+            }
+        };
         // Every kernel above takes (x, R, K, w, [dtype,] N, bias, bias type, y); the mma and matmul_float kernels
         // read EPI_ADD in the bias type as "add into y".
         let epi = kernel.starts_with("mma_") || kernel.ends_with('w') || kernel.ends_with("_ilg");
@@ -367,6 +340,10 @@ impl CudaBackend {
         // each.
         if self.many_il1(x, ws) {
             return self.many_il1_launch(x, ws, None);
+        }
+        // Quantized weights of one block size in checkpoint precision: x quantized once for all of them.
+        if let Some(outs) = self.quant_many(x, ws) {
+            return outs;
         }
         ws.iter().map(|&(w, b)| self.matmul_impl(x, w, b)).collect()
     }

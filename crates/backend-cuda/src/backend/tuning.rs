@@ -20,6 +20,8 @@ pub(super) struct Knobs {
     pub add_deep: AtomicU8,
     /// Query heads per attention block: 0 by block count, else at most this many.
     pub attn_heads: AtomicUsize,
+    /// `!CudaTuning::quant_stream`
+    pub no_quant_stream: AtomicBool,
 }
 
 /// A kernel variant chosen by occupancy (the default), or forced off / on.
@@ -54,6 +56,7 @@ impl Knobs {
             qkv_wide: AtomicU8::new(BY_OCCUPANCY),
             add_deep: AtomicU8::new(BY_OCCUPANCY),
             attn_heads: AtomicUsize::new(0),
+            no_quant_stream: AtomicBool::new(false),
         };
         k.store(t);
         k
@@ -73,6 +76,7 @@ impl Knobs {
         self.qkv_wide.store(choice(t.qkv_wide), Relaxed);
         self.add_deep.store(choice(t.add_deep), Relaxed);
         self.attn_heads.store(t.attn_heads, Relaxed);
+        self.no_quant_stream.store(!t.quant_stream, Relaxed);
     }
 
     /// The knobs as a [`CudaTuning`] with `defines`.
@@ -85,6 +89,7 @@ impl Knobs {
             qkv_wide: forced(self.qkv_wide.load(Relaxed)),
             add_deep: forced(self.add_deep.load(Relaxed)),
             attn_heads: self.attn_heads.load(Relaxed),
+            quant_stream: !self.no_quant_stream.load(Relaxed),
             defines: defines.to_vec(),
         }
     }

@@ -1,0 +1,313 @@
+// Checkpoint-precision matmul of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights (`mmq_<type>`), bit-equal to
+// tf_quant::reference::matmul::matmul_ref as `matmul_quant` is, built to stream each weight row once for up to
+// QD_ROWS activation rows (decode, verify windows, shared rounds).
+//
+// A warp owns one output column n and QD_ROWS rows (grid (ceil(N / QD_WARPS), ceil(R / QD_ROWS))). It walks the
+// weight row in steps of QD_BPS blocks: the step's bytes are loaded with aligned 16-byte loads (not allocated in
+// L1) into the warp's shared stage, the next step's loads are issued, then lanes read their block's bytes from
+// the stage (any 2-byte alignment: the rows of Q6_K and Q8_0 blocks are not 16-byte aligned in the file). Each
+// block's integer sums are exact in any order: a lane (32-element blocks) or four lanes (K-quants, added by shuffles) give each
+// (row, block) its float terms (the reference's rounded `dw * dx` and the i32 sums converted with round to
+// nearest even), written to shared memory; lane r then folds row r's blocks in increasing block order with the
+// reference's one or two fmas per block (CheckpointBlock::update). A row's arithmetic never sees another row:
+// rows only share the weight bytes. The first step's weights are loaded before griddep_wait (PDL).
+
+#define QD_ROWS 8
+#define QD_WARPS 4
+
+// 32-bit word at an even byte offset of a shared stage (the word after it is readable).
+__device__ __forceinline__ u32 st_word(const u32* s, int off) {
+    return __funnelshift_r(s[off >> 2], s[(off >> 2) + 1], (off & 3) * 8);
+}
+
+// Four consecutive words from an even byte offset: five loads and four funnel shifts.
+__device__ __forceinline__ void st_words4(const u32* s, int off, u32* w) {
+    int i = off >> 2, sh = (off & 3) * 8;
+    u32 a0 = s[i], a1 = s[i + 1], a2 = s[i + 2], a3 = s[i + 3], a4 = s[i + 4];
+    w[0] = __funnelshift_r(a0, a1, sh);
+    w[1] = __funnelshift_r(a1, a2, sh);
+    w[2] = __funnelshift_r(a2, a3, sh);
+    w[3] = __funnelshift_r(a3, a4, sh);
+}
+
+__device__ __forceinline__ int st_byte(u32 w0, u32 w1, u32 w2, int i) {
+    u32 w = i < 4 ? w0 : (i < 8 ? w1 : w2);
+    return (int)((w >> (8 * (i & 3))) & 255u);
+}
+
+template <int DT>
+struct QdSpec;
+template <>
+struct QdSpec<DT_Q8_0> {
+    static constexpr int BB = 34, BE = 32, BPS = 32, LANES = 1, LOADS = 3, TERMS = 2;
+};
+template <>
+struct QdSpec<DT_Q4_0> {
+    static constexpr int BB = 18, BE = 32, BPS = 32, LANES = 1, LOADS = 2, TERMS = 2;
+};
+template <>
+struct QdSpec<DT_Q4_1> {
+    static constexpr int BB = 20, BE = 32, BPS = 32, LANES = 1, LOADS = 2, TERMS = 4;
+};
+template <>
+struct QdSpec<DT_Q5_0> {
+    static constexpr int BB = 22, BE = 32, BPS = 32, LANES = 1, LOADS = 2, TERMS = 2;
+};
+template <>
+struct QdSpec<DT_Q4K> {
+    static constexpr int BB = 144, BE = 256, BPS = 8, LANES = 4, LOADS = 3, TERMS = 4;
+};
+template <>
+struct QdSpec<DT_Q6K> {
+    static constexpr int BB = 210, BE = 256, BPS = 8, LANES = 4, LOADS = 4, TERMS = 2;
+};
+
+template <int DT>
+__device__ __forceinline__ void mmq_dec(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w,
+                                        int N, const u8* bias, int bias_dt, float* y) {
+    typedef QdSpec<DT> S;
+    constexpr int STAGE = S::LOADS * 32 * 4 + 4;         // words per warp (+ one word read past the end)
+    constexpr int FOLD = S::BPS * S::TERMS + S::TERMS;  // floats per row (padded against bank conflicts)
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][STAGE];
+    __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * FOLD];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = blockIdx.x * QD_WARPS + warp;
+    if (n >= N) return;  // a whole warp: no barrier below spans warps
+    u32* stage = stage_all[warp];
+    float* fold = fold_all[warp];
+    int r0 = blockIdx.y * QD_ROWS;
+    int nr = min(QD_ROWS, R - r0);
+    int nb = K / S::BE;
+    int steps = (nb + S::BPS - 1) / S::BPS;
+    const u8* wr = w + (i64)n * nb * S::BB;
+    uint4 pre[S::LOADS];
+    // The step's bytes [a0, a1) as the aligned 16-byte pieces from a0 & ~15.
+    auto load = [&](int s) {
+        u64 a0 = (u64)(wr + (i64)s * S::BPS * S::BB);
+        u64 a1 = a0 + (u64)min(S::BPS, nb - s * S::BPS) * S::BB;
+        u64 base = a0 & ~(u64)15;
+#pragma unroll
+        for (int t = 0; t < S::LOADS; t++) {
+            u64 p = base + 16 * (u64)(lane + 32 * t);
+            pre[t] = p < a1 ? ld_stream((const uint4*)p) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    load(0);
+    griddep_wait();
+    float acc = 0.0f;
+    for (int s = 0; s < steps; s++) {
+        int cnt = min(S::BPS, nb - s * S::BPS);
+        int off0 = (int)((u64)(wr + (i64)s * S::BPS * S::BB) & 15);
+        __syncwarp();
+#pragma unroll
+        for (int t = 0; t < S::LOADS; t++) ((uint4*)stage)[lane + 32 * t] = pre[t];
+        __syncwarp();
+        if (s + 1 < steps) load(s + 1);
+        int bl = lane / S::LANES, part = lane % S::LANES;
+        bool on = bl < cnt;
+        int b = s * S::BPS + bl;  // block index in the row
+        int off = off0 + (on ? bl : 0) * S::BB;
+        if constexpr (S::BE == 32) {
+            // One block per lane: its 32 weights as signed bytes in element order (Q4_0 q - 8, Q5_0 q - 16: the
+            // reference's integers), then per row 8 dp4a against the activation block.
+            u32 wq[8];
+            u32 hd = st_word(stage, off);
+            float dw = f16_bits_to_f32(hd & 0xffffu);
+            float mw = f16_bits_to_f32(hd >> 16);  // Q4_1's m
+            if constexpr (DT == DT_Q8_0) {
+                st_words4(stage, off + 2, wq);
+                st_words4(stage, off + 18, wq + 4);
+            } else {
+                u32 nb4[4];
+                st_words4(stage, off + (DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : 6)), nb4);
+                u32 qh = DT == DT_Q5_0 ? st_word(stage, off + 2) : 0u;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u32 lo = nb4[k] & 0x0f0f0f0fu, hi = (nb4[k] >> 4) & 0x0f0f0f0fu;
+                    if constexpr (DT == DT_Q5_0) {
+                        // Four bits of qh spread to bit 4 of four bytes (the shifted copies never overlap).
+                        lo |= ((((qh >> (4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                        hi |= ((((qh >> (16 + 4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                        lo = __vsub4(lo, 0x10101010u);
+                        hi = __vsub4(hi, 0x10101010u);
+                    } else if constexpr (DT == DT_Q4_0) {
+                        lo = __vsub4(lo, 0x08080808u);
+                        hi = __vsub4(hi, 0x08080808u);
+                    }
+                    wq[k] = lo;
+                    wq[4 + k] = hi;
+                }
+            }
+            for (int t = 0; t < nr; t++) {
+                if (on) {
+                    i64 r = r0 + t;
+                    const int4* xq = (const int4*)(q + r * K + (i64)b * 32);
+                    int4 x0 = xq[0], x1 = xq[1];
+                    int sm = __dp4a((int)wq[0], x0.x, 0);
+                    sm = __dp4a((int)wq[1], x0.y, sm);
+                    sm = __dp4a((int)wq[2], x0.z, sm);
+                    sm = __dp4a((int)wq[3], x0.w, sm);
+                    sm = __dp4a((int)wq[4], x1.x, sm);
+                    sm = __dp4a((int)wq[5], x1.y, sm);
+                    sm = __dp4a((int)wq[6], x1.z, sm);
+                    sm = __dp4a((int)wq[7], x1.w, sm);
+                    float dx = d[r * nb + b];
+                    if constexpr (S::TERMS == 4) {
+                        float sx = (float)sums[r * nb + b];
+                        *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)sm, mw * dx, sx);
+                    } else {
+                        *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)sm);
+                    }
+                }
+            }
+        } else if constexpr (DT == DT_Q4K) {
+            // Part p: qs bytes [32p, 32p + 32) of the block: low nibbles are sub-block 2p, high ones 2p + 1.
+            u32 hd[4], wq[8];
+            st_words4(stage, off, hd);
+            st_words4(stage, off + 16 + 32 * part, wq);
+            st_words4(stage, off + 32 + 32 * part, wq + 4);
+            int j0 = 2 * part, j1 = j0 + 1;
+            int sc0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0) & 63)
+                             : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) & 15) |
+                                ((st_byte(hd[1], hd[2], hd[3], j0 - 4) >> 2) & 48));
+            int m0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0 + 4) & 63)
+                            : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) >> 4) |
+                               ((st_byte(hd[1], hd[2], hd[3], j0) >> 2) & 48));
+            int sc1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1) & 63)
+                             : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) & 15) |
+                                ((st_byte(hd[1], hd[2], hd[3], j1 - 4) >> 2) & 48));
+            int m1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1 + 4) & 63)
+                            : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) >> 4) |
+                               ((st_byte(hd[1], hd[2], hd[3], j1) >> 2) & 48));
+            float dw = f16_bits_to_f32(hd[0] & 0xffffu), dmin = f16_bits_to_f32(hd[0] >> 16);
+            for (int t = 0; t < nr; t++) {
+                int Sv = 0, Mv = 0;
+                i64 r = r0 + t;
+                if (on) {
+                    const int4* xq = (const int4*)(q + r * K + (i64)b * 256 + 64 * part);
+                    int4 x0 = xq[0], x1 = xq[1], x2 = xq[2], x3 = xq[3];
+                    int xs[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
+                                  x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+                    int lo = 0, hi = 0;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        lo = __dp4a((int)(wq[k] & 0x0f0f0f0fu), xs[k], lo);
+                        hi = __dp4a((int)((wq[k] >> 4) & 0x0f0f0f0fu), xs[8 + k], hi);
+                    }
+                    uint2 g = *(const uint2*)(sums + (r * nb + b) * 16 + 4 * part);
+                    int g0 = (int)(i16)(g.x & 0xffffu), g1 = (int)(i16)(g.x >> 16);
+                    int g2 = (int)(i16)(g.y & 0xffffu), g3 = (int)(i16)(g.y >> 16);
+                    Sv = sc0 * lo + sc1 * hi;
+                    Mv = m0 * (g0 + g1) + m1 * (g2 + g3);
+                }
+                Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
+                Mv += __shfl_xor_sync(FULL_MASK, Mv, 1);
+                Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
+                Mv += __shfl_xor_sync(FULL_MASK, Mv, 2);
+                if (on && part == 0) {
+                    float dx = d[r * nb + b];
+                    *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)Sv, -(dmin * dx), (float)Mv);
+                }
+            }
+        } else {  // DT_Q6K
+            // Part p = 2h + lh: elements 128h + 32tt + 16lh + (0..16) for tt = 0..3, i.e. sub-blocks 8h + 2tt + lh:
+            // low bits ql[64h + 16lh ..] (tt 0, 2: low, high nibble) and ql[64h + 32 + 16lh ..] (tt 1, 3), high bits
+            // qh[32h + 16lh ..] >> 2tt.
+            int h = part >> 1, lh = part & 1;
+            u32 qa[4], qb[4], qh[4], sw[4];
+            st_words4(stage, off + 64 * h + 16 * lh, qa);
+            st_words4(stage, off + 64 * h + 32 + 16 * lh, qb);
+            st_words4(stage, off + 128 + 32 * h + 16 * lh, qh);
+            st_words4(stage, off + 192 + 8 * h, sw);  // scales 8h .. 8h + 7 (+ d, unused here)
+            int sc[4];
+#pragma unroll
+            for (int tt = 0; tt < 4; tt++) {
+                int i = 2 * tt + lh;  // scale index within the 8 read
+                sc[tt] = (int)(i8)((sw[i >> 2] >> (8 * (i & 3))) & 255u);
+            }
+            float dw = f16_bits_to_f32(st_word(stage, off + 208) & 0xffffu);
+            u32 v[4][4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[0][k] = __vsub4((qa[k] & 0x0f0f0f0fu) | ((qh[k] & 0x03030303u) << 4), 0x20202020u);
+                v[1][k] = __vsub4((qb[k] & 0x0f0f0f0fu) | (((qh[k] >> 2) & 0x03030303u) << 4), 0x20202020u);
+                v[2][k] = __vsub4(((qa[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 4) & 0x03030303u) << 4), 0x20202020u);
+                v[3][k] = __vsub4(((qb[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 6) & 0x03030303u) << 4), 0x20202020u);
+            }
+            for (int t = 0; t < nr; t++) {
+                int Sv = 0;
+                i64 r = r0 + t;
+                if (on) {
+                    const i8* xr = q + r * K + (i64)b * 256 + 128 * h + 16 * lh;
+#pragma unroll
+                    for (int tt = 0; tt < 4; tt++) {
+                        int4 x = *(const int4*)(xr + 32 * tt);
+                        int sub = __dp4a((int)v[tt][0], x.x, 0);
+                        sub = __dp4a((int)v[tt][1], x.y, sub);
+                        sub = __dp4a((int)v[tt][2], x.z, sub);
+                        sub = __dp4a((int)v[tt][3], x.w, sub);
+                        Sv += sc[tt] * sub;
+                    }
+                }
+                Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
+                Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
+                if (on && part == 0) {
+                    float dx = d[r * nb + b];
+                    *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)Sv);
+                }
+            }
+        }
+        __syncwarp();
+        if (lane < nr) {
+            const float* f = fold + lane * FOLD;
+            for (int k = 0; k < cnt; k++) {
+                if constexpr (S::TERMS == 4) {
+                    float4 tm = *(const float4*)(f + 4 * k);
+                    acc = fmaf(tm.x, tm.y, acc);
+                    acc = fmaf(tm.z, tm.w, acc);
+                } else {
+                    float2 tm = *(const float2*)(f + 2 * k);
+                    acc = fmaf(tm.x, tm.y, acc);
+                }
+            }
+        }
+    }
+    if (lane < nr) {
+        float s = acc;
+        if (bias) s = s + deq_elem(bias_dt, bias, n);
+        y[(i64)(r0 + lane) * N + n] = s;
+    }
+}
+
+// (q, d, sums) from quantize_rows of x [R, K]; w [N, K] in the kernel's type; bias (bias_dt) or null; y [R, N].
+// grid (ceil(N / QD_WARPS), ceil(R / QD_ROWS)), 32 * QD_WARPS threads; launched with PDL.
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q8_0(const i8* q, const float* d, const i16* sums,
+                                                                    int R, int K, const u8* w, int N,
+                                                                    const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q8_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q4_0(const i8* q, const float* d, const i16* sums,
+                                                                    int R, int K, const u8* w, int N,
+                                                                    const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q4_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q4_1(const i8* q, const float* d, const i16* sums,
+                                                                    int R, int K, const u8* w, int N,
+                                                                    const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q4_1>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q5_0(const i8* q, const float* d, const i16* sums,
+                                                                    int R, int K, const u8* w, int N,
+                                                                    const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q5_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q4k(const i8* q, const float* d, const i16* sums,
+                                                                   int R, int K, const u8* w, int N,
+                                                                   const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q4K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q6k(const i8* q, const float* d, const i16* sums,
+                                                                   int R, int K, const u8* w, int N,
+                                                                   const u8* bias, int bias_dt, float* y) {
+    mmq_dec<DT_Q6K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
