@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
+//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K) and IQ4_XS.
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -7,14 +7,17 @@
 //! Q2_K/Q4_K/Q5_K is `madd(bsums, mins)`. The eight lanes' vectors are reduced at once ([`reduce8`]), then every
 //! lane runs the reference's float update: `acc = fma(dw * dx, S, acc)` and, with mins,
 //! `acc = fma(-(dmin * dx), M, acc)`. Integer sums stay far below 2^31 (|S| ≤ 256·63·15·127 for Q4_K).
+//! IQ4_XS's table values (−127..=113, by `pshufb`) are signed: `maddubs(|q|, sign(qx, q))` (pairs ≤ 2·127·127,
+//! no saturation), then `madd` with the sub-block's scale `ls - 32` (|S| ≤ 256·127·127·32).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::q3k_scales;
+use tf_quant::{iq4xs_scales, q3k_scales};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
+use super::avx2_legacy::{iq4nl_table, nibbles};
 use super::QuantKernel;
 
 /// The AVX2 kernel of a K-quant `dtype`, if there is one.
@@ -26,6 +29,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::Q5K => entry::<Q5K>,
         DType::Q6K => entry::<Q6K>,
         DType::Q8K => entry::<Q8K>,
+        DType::IQ4XS => entry::<IQ4XS>,
         _ => return None,
     })
 }
@@ -106,6 +110,7 @@ struct Q4K;
 struct Q5K;
 struct Q6K;
 struct Q8K;
+struct IQ4XS;
 
 impl KQuant for Q2K {
     const BYTES: usize = 84;
@@ -318,6 +323,35 @@ impl KQuant for Q8K {
             for r in 0..RT {
                 let xv = _mm256_sign_epi8(load(x[r].add(32 * c) as *const u8), w);
                 s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), ones));
+            }
+        }
+    }
+}
+
+impl KQuant for IQ4XS {
+    const BYTES: usize = 136;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    /// Sub-block `j` (elements `32 j..32 j + 32`): the nibbles of `qs[16 j..16 j + 16]` through the table.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let sc = iq4xs_scales([*blk.add(2), *blk.add(3)], &*(blk.add(4) as *const [u8; 4]));
+        let table = iq4nl_table();
+        for (j, &sc) in sc.iter().enumerate() {
+            let q = _mm256_shuffle_epi8(table, nibbles(blk.add(8 + 16 * j)));
+            let qa = _mm256_sign_epi8(q, q);
+            let scale = _mm256_set1_epi16(sc as i16);
+            for r in 0..RT {
+                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), q);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xv), scale));
             }
         }
     }

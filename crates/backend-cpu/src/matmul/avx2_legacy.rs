@@ -1,6 +1,7 @@
-//! Checkpoint mode with AVX2 for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1).
+//! Checkpoint mode with AVX2 for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL).
 //!
-//! Per block and lane: the weight block's 32 quants as bytes (`0..=31` unsigned, or signed for Q8), their integer
+//! Per block and lane: the weight block's 32 quants as bytes (`0..=31` unsigned, or signed for Q8 and for
+//! IQ4_NL, whose nibbles index the table `KVALUES_IQ4NL` by `pshufb`: values in −127..=113), their integer
 //! dot with the activation block by `maddubs` + `madd` (no saturation: unsigned quants ≤ 31 give pairs
 //! ≤ 2·31·127; the Q8 sign trick gives pairs ≤ 2·128·127 < 32767, activations being in −127..=127), the eight
 //! lanes' partial vectors reduced at once ([`reduce8`]), the offset `8·Σqx` / `16·Σqx` subtracted in integers,
@@ -61,6 +62,14 @@ pub(super) struct Q5_0;
 pub(super) struct Q5_1;
 pub(super) struct Q8_0;
 pub(super) struct Q8_1;
+pub(super) struct IQ4NL;
+
+/// `KVALUES_IQ4NL` in both 128-bit lanes, as a `pshufb` table.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn iq4nl_table() -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(tf_quant::KVALUES_IQ4NL.as_ptr() as *const __m128i))
+}
 
 impl Legacy for Q4_0 {
     const BYTES: usize = 18;
@@ -135,6 +144,19 @@ impl Legacy for Q8_1 {
     }
 }
 
+/// IQ4_NL: the layout of Q4_0 (f16 `d`, then 16 bytes of nibbles), each nibble looked up in the table.
+impl Legacy for IQ4NL {
+    const BYTES: usize = 18;
+    const HAS_MIN: bool = false;
+    const OFFSET_LOG2: i32 = 0;
+    const SIGNED: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn unpack(blk: *const u8) -> __m256i {
+        _mm256_shuffle_epi8(iq4nl_table(), nibbles(blk.add(2)))
+    }
+}
+
 /// The AVX2 kernel of a legacy `dtype`, if there is one.
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
@@ -144,6 +166,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::Q5_1 => entry::<Q5_1>,
         DType::Q8_0 => entry::<Q8_0>,
         DType::Q8_1 => entry::<Q8_1>,
+        DType::IQ4NL => entry::<IQ4NL>,
         _ => return None,
     })
 }

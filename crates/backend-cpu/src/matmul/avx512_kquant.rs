@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the K-quants Q4_K, Q5_K and Q6_K: the integer sums of a
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the K-quants Q4_K, Q5_K and Q6_K (and IQ4_XS, below): the integer sums of a
 //! super-block by `vpdpbusd` over 64 elements at a time, the sub-block scales by `vpdpwssd`, then exactly the
 //! float steps of the AVX2 kernel (`avx2_kquant`) and of the reference.
 //!
@@ -12,6 +12,10 @@
 //! Q6_K's `−32` comes off as `−32·Σ_j sc_j·bsum[j]` (the accumulator's starting value), the mins term `M` of
 //! Q4_K/Q5_K is `madd(bsums, mins)` as in `avx2_kquant`. Then per lane, in floats, as the reference:
 //! `acc = fma(dw * dx, S, acc)` and, with mins, `acc = fma(-(dmin * dx), M, acc)`.
+//!
+//! IQ4_XS: two sub-blocks of 32 per 512-bit register, their nibbles looked up in `KVALUES_IQ4NL` (`vpshufb`,
+//! signed values −127..=113); `vpmaddubsw(|q|, ±qx)` (the sign of `q` moved onto the activations; pairs
+//! ≤ 2·127·127, no saturation), then `vpdpwssd` with the sub-block scale `ls - 32` as i16 (|S| ≤ 256·127·127·32).
 
 use std::arch::x86_64::*;
 
@@ -27,6 +31,7 @@ pub(crate) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::Q4K => entry::<Q4K>,
         DType::Q5K => entry::<Q5K>,
         DType::Q6K => entry::<Q6K>,
+        DType::IQ4XS => entry::<IQ4XS>,
         _ => return None,
     })
 }
@@ -56,6 +61,7 @@ trait KQuant {
 struct Q4K;
 struct Q5K;
 struct Q6K;
+struct IQ4XS;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -250,6 +256,49 @@ impl KQuant for Q6K {
             let w1 = _mm512_ternarylogic_epi32::<0xf8>(lo1, _mm512_srlv_epi16(qh, right), m30);
             let sc = _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr() as *const __m512i), scz);
             pair(w0, w1, sc, x, 2 * h, &mut acc);
+        }
+        for r in 0..RT {
+            s[r] = fold(acc[r]);
+        }
+    }
+}
+
+impl KQuant for IQ4XS {
+    const BYTES: usize = 136;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    /// Sub-blocks `2 q` and `2 q + 1` (elements `64 q..64 q + 64`) from the 32 bytes `qs[32 q..32 q + 32]`:
+    /// 128-bit quarters `[lo, hi]` of the first 16 bytes, then of the next 16, each in element order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let sc = tf_quant::iq4xs_scales([*blk.add(2), *blk.add(3)], &*(blk.add(4) as *const [u8; 4]));
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(tf_quant::KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        let m4 = _mm512_set1_epi8(0x0f);
+        let z = _mm512_setzero_si512();
+        let mut acc = [z; RT];
+        for q in 0..4 {
+            // Quarters [v0, v0, v1, v1] shifted by 0, 4, 0, 4 and masked: the indices in element order.
+            let v = _mm512_castsi256_si512(load256(blk.add(8 + 32 * q)));
+            let v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), v);
+            let v = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(v, 0xff00_ff00, v), m4);
+            let w = _mm512_shuffle_epi8(table, v);
+            let wa = _mm512_abs_epi8(w);
+            let neg = _mm512_movepi8_mask(w);
+            let scale =
+                _mm512_inserti64x4::<1>(_mm512_set1_epi16(sc[2 * q] as i16), _mm256_set1_epi16(sc[2 * q + 1] as i16));
+            for r in 0..RT {
+                let xv = _mm512_loadu_si512(x[r].add(64 * q) as *const __m512i);
+                let xv = _mm512_mask_sub_epi8(xv, neg, z, xv);
+                acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_maddubs_epi16(wa, xv), scale);
+            }
         }
         for r in 0..RT {
             s[r] = fold(acc[r]);

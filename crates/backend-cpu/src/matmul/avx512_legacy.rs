@@ -1,12 +1,12 @@
 //! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! Q8_1) in 16-lane tiles: `C` weight rows × `RT` activation rows with `C · RT = 16` (2×8, 4×4, 8×2, 16×1), the
+//! Q8_1, IQ4_NL) in 16-lane tiles: `C` weight rows × `RT` activation rows with `C · RT = 16` (2×8, 4×4, 8×2, 16×1), the
 //! integer dot of a weight block with an activation block by `vpdpbusd`, two weight rows per 512-bit register,
 //! the sixteen dots reduced to one register ([`reduce16`]), then the reference's float steps on 16 lanes at once.
 //!
 //! Exactness: `vpdpbusd` sums four u8 × s8 products into each i32 lane without saturation, so every lane's sum
 //! is the exact integer the reference forms (any grouping of an exact integer sum gives the same integer). The
 //! unsigned types (quants `0..=31`) go in as the u8 operand, the activations (`-127..=127`) as the s8 one. The
-//! signed Q8 types use `Σ x·w = Σ x·(w + 128) − 128·Σx`: `w + 128` (`w ^ 0x80`, in `0..=255`) is the u8 operand
+//! signed Q8 types (and IQ4_NL, whose nibbles index `KVALUES_IQ4NL` by `vpshufb`) use `Σ x·w = Σ x·(w + 128) − 128·Σx`: `w + 128` (`w ^ 0x80`, in `0..=255`) is the u8 operand
 //! and `128·Σx` comes off the reduced sum like the `8·Σx` of Q4_0 (`Σx` is the activation block's sum; |sums| <
 //! 2^21). Then per lane, in floats, exactly as the reference and `avx2_legacy`: `acc = fma(dw * dx, S, acc)`
 //! (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types). Lanes never mix.
@@ -29,7 +29,7 @@ use tf_core::DType;
 
 use super::act::ActQ;
 use super::avx2::NextTile;
-use super::avx2_legacy::{Legacy, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
+use super::avx2_legacy::{Legacy, IQ4NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
 use super::QuantKernel16;
 
 /// Two rows' blocks at once.
@@ -122,6 +122,15 @@ impl Pair for Q8_1 {
     }
 }
 
+impl Pair for IQ4NL {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(tf_quant::KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        _mm512_shuffle_epi8(table, nibbles2(b0.add(2), b1.add(2)))
+    }
+}
+
 /// The 16-lane AVX-512 kernel of a legacy `dtype`, if there is one.
 pub(super) fn kernel16(dtype: DType) -> Option<QuantKernel16> {
     Some(match dtype {
@@ -131,6 +140,7 @@ pub(super) fn kernel16(dtype: DType) -> Option<QuantKernel16> {
         DType::Q5_1 => entry16::<Q5_1>,
         DType::Q8_0 => entry16::<Q8_0>,
         DType::Q8_1 => entry16::<Q8_1>,
+        DType::IQ4NL => entry16::<IQ4NL>,
         _ => return None,
     })
 }
