@@ -18,4 +18,4 @@ pub use config::{ConfigFormat, ConfigView};
 pub use constraint::{mask_allows, ConstraintError, ConstraintSpec, TokenConstraint};
 pub use dtype::DType;
 pub use rng::{derive_seed, mix, uniform, DEFAULT_SEED_SALT};
-pub use weights::{Release, SharedBytes, TensorInfo, WeightSource, WeightsError};
+pub use weights::{escape_controls, Release, SharedBytes, TensorInfo, WeightSource, WeightsError};

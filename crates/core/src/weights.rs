@@ -38,9 +38,24 @@ pub struct WeightsError {
 }
 
 impl WeightsError {
+    /// The parts are kept on one line: control characters (a tensor name or key read from a corrupt file may hold
+    /// any) are written as escapes ([`escape_controls`]).
     pub fn new(file: impl Into<String>, tensor: Option<&str>, problem: impl Into<String>) -> Self {
-        WeightsError { file: file.into(), tensor: tensor.map(str::to_owned), problem: problem.into() }
+        WeightsError {
+            file: escape_controls(file.into()),
+            tensor: tensor.map(|t| escape_controls(t.to_owned())),
+            problem: escape_controls(problem.into()),
+        }
     }
+}
+
+/// `s` with every control character (newlines, NUL, ...) written as its Rust escape (`\n`, `\u{0}`), so text
+/// read from a file or a request stays on one line in a message. Other text is unchanged.
+pub fn escape_controls(s: String) -> String {
+    if !s.chars().any(char::is_control) {
+        return s;
+    }
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 impl fmt::Display for WeightsError {

@@ -285,7 +285,7 @@ impl GgufFile {
         // another process while it is open.
         let mmap =
             unsafe { Mmap::map(&file) }.map_err(|e| WeightsError::new(&name, None, format!("cannot map: {e}")))?;
-        let parsed = parse(&mmap, &name)?;
+        let parsed = parse_header(&mmap, &name)?;
         let infos = parsed.tensors.iter().map(|t| t.info.clone()).collect();
         let by_name = parsed.tensors.iter().enumerate().map(|(i, t)| (t.info.name.clone(), i)).collect();
         Ok(GgufFile {
@@ -385,13 +385,16 @@ impl WeightSource for GgufFile {
     }
 }
 
-/// What `parse` found.
-struct Parsed {
-    version: u32,
-    alignment: u64,
-    metadata: Metadata,
-    tensors: Vec<GgufTensor>,
-    data_start: u64,
+/// A validated GGUF header: what [`parse_header`] reads from the bytes of a file.
+#[derive(Debug)]
+pub struct GgufHeader {
+    pub version: u32,
+    pub alignment: u64,
+    pub metadata: Metadata,
+    /// Tensors in file order; each one's data lies inside the file (`data_start + offset + nbytes ≤ len`).
+    pub tensors: Vec<GgufTensor>,
+    /// Absolute offset of the data section.
+    pub data_start: u64,
 }
 
 /// A bounds-checked little-endian reader over the file bytes.
@@ -587,7 +590,9 @@ fn read_value(c: &mut Cursor, t: u32, what: &str) -> Result<GgufValue, WeightsEr
     })
 }
 
-fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
+/// Validates the bytes of a whole GGUF file (`file` names it in errors): what [`GgufFile::open`] does after
+/// mapping the file. Errors are one line.
+pub fn parse_header(buf: &[u8], file: &str) -> Result<GgufHeader, WeightsError> {
     let mut c = Cursor { buf, pos: 0, file };
     let magic = c.take(4, "magic").map_err(|_| c.err("not a GGUF file: shorter than its 4-byte magic"))?;
     if magic != MAGIC {
@@ -706,7 +711,7 @@ fn parse(buf: &[u8], file: &str) -> Result<Parsed, WeightsError> {
         prev_name = Some(&t.info.name);
     }
 
-    Ok(Parsed { version, alignment, metadata, tensors, data_start })
+    Ok(GgufHeader { version, alignment, metadata, tensors, data_start })
 }
 
 #[cfg(test)]

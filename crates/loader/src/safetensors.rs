@@ -22,7 +22,7 @@
 use memmap2::Mmap;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
 use std::ops::Range;
@@ -176,86 +176,9 @@ impl SafetensorsFile {
     }
 
     fn from_mmap(path: PathBuf, mmap: Mmap) -> Result<SafetensorsFile, WeightsError> {
-        let p = path.as_path();
-        let file_len = mmap.len() as u64;
-        if file_len < 8 {
-            return Err(err(p, None, format!("file is {file_len} bytes, too short for the 8-byte header length")));
-        }
-        let mut len_bytes = [0u8; 8];
-        len_bytes.copy_from_slice(&mmap[..8]);
-        let header_len = u64::from_le_bytes(len_bytes);
-        if header_len > file_len - 8 {
-            return Err(err(
-                p,
-                None,
-                format!("header length {header_len} exceeds the {} bytes after it", file_len - 8),
-            ));
-        }
-        if header_len > MAX_HEADER_LEN {
-            return Err(err(p, None, format!("header length {header_len} exceeds the cap of {MAX_HEADER_LEN} bytes")));
-        }
-        if header_len < 2 {
-            return Err(err(p, None, format!("header length {header_len} is too short for a JSON object")));
-        }
-        // Both fit usize: they are at most the mapped length.
-        let data_start = 8 + header_len as usize;
-        let header = &mmap[8..data_start];
-        if header[0] != b'{' {
-            return Err(err(p, None, "header does not start with '{'"));
-        }
-        let entries: Entries =
-            serde_json::from_slice(header).map_err(|e| err(p, None, format!("header is not valid JSON: {e}")))?;
-        let data_len = file_len - data_start as u64;
-
-        let mut metadata = BTreeMap::new();
-        let mut seen_metadata = false;
-        let mut parsed: Vec<(TensorInfo, Range<u64>)> = Vec::with_capacity(entries.0.len());
-        let mut by_name: HashMap<String, usize> = HashMap::with_capacity(entries.0.len());
-        for (name, v) in &entries.0 {
-            if name == "__metadata__" {
-                if seen_metadata {
-                    return Err(err(p, None, "header has two \"__metadata__\" entries"));
-                }
-                seen_metadata = true;
-                metadata = parse_metadata(p, v)?;
-                continue;
-            }
-            if by_name.contains_key(name) {
-                return Err(err(p, Some(name), "tensor appears twice in the header"));
-            }
-            let entry = parse_entry(p, name, v, data_len)?;
-            by_name.insert(name.clone(), parsed.len());
-            parsed.push(entry);
-        }
-
-        // Order by data offset (the "file order"); zero-length tensors sort by name among equal offsets.
-        parsed.sort_by(|a, b| (a.1.start, a.1.end, &a.0.name).cmp(&(b.1.start, b.1.end, &b.0.name)));
-        let mut prev: Option<(&str, u64)> = None;
-        for (info, r) in &parsed {
-            if r.is_empty() {
-                continue;
-            }
-            if let Some((pname, pend)) = prev {
-                if r.start < pend {
-                    return Err(err(
-                        p,
-                        Some(&info.name),
-                        format!("data_offsets [{}, {}] overlap tensor '{pname}' (ends at {pend})", r.start, r.end),
-                    ));
-                }
-            }
-            prev = Some((&info.name, r.end));
-        }
-
-        let mut tensors = Vec::with_capacity(parsed.len());
-        let mut ranges = Vec::with_capacity(parsed.len());
-        by_name.clear();
-        for (info, r) in parsed {
-            // In bounds of the map: r.end <= data_len, so data_start + r.end <= file_len.
-            ranges.push(data_start + r.start as usize..data_start + r.end as usize);
-            by_name.insert(info.name.clone(), tensors.len());
-            tensors.push(info);
-        }
+        let h = parse_header(&path, &mmap)?;
+        let by_name = h.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        let SafetensorsHeader { tensors, ranges, metadata, data_start } = h;
         Ok(SafetensorsFile { path, mmap, tensors, ranges, by_name, metadata, data_start })
     }
 
@@ -278,6 +201,98 @@ impl SafetensorsFile {
     pub fn file_range(&self, name: &str) -> Option<Range<usize>> {
         self.by_name.get(name).map(|&i| self.ranges[i].clone())
     }
+}
+
+/// A validated safetensors header: what [`parse_header`] reads from the bytes of a file.
+#[derive(Debug)]
+pub struct SafetensorsHeader {
+    /// Tensor infos in data order (ascending begin offset, then name).
+    pub tensors: Vec<TensorInfo>,
+    /// Absolute byte ranges in the file, parallel to `tensors`: inside the data section, not overlapping, each
+    /// as long as its dtype and shape need.
+    pub ranges: Vec<Range<usize>>,
+    /// The `__metadata__` string map (empty when absent).
+    pub metadata: BTreeMap<String, String>,
+    /// Offset of the data section in the file (8 + header length).
+    pub data_start: usize,
+}
+
+/// Validates the bytes of a whole safetensors file (`path` names it in errors): what
+/// [`SafetensorsFile::open`] does after mapping the file. Errors are one line.
+pub fn parse_header(path: &Path, bytes: &[u8]) -> Result<SafetensorsHeader, WeightsError> {
+    let p = path;
+    let file_len = bytes.len() as u64;
+    if file_len < 8 {
+        return Err(err(p, None, format!("file is {file_len} bytes, too short for the 8-byte header length")));
+    }
+    let mut len_bytes = [0u8; 8];
+    len_bytes.copy_from_slice(&bytes[..8]);
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > file_len - 8 {
+        return Err(err(p, None, format!("header length {header_len} exceeds the {} bytes after it", file_len - 8)));
+    }
+    if header_len > MAX_HEADER_LEN {
+        return Err(err(p, None, format!("header length {header_len} exceeds the cap of {MAX_HEADER_LEN} bytes")));
+    }
+    if header_len < 2 {
+        return Err(err(p, None, format!("header length {header_len} is too short for a JSON object")));
+    }
+    // Both fit usize: they are at most the mapped length.
+    let data_start = 8 + header_len as usize;
+    let header = &bytes[8..data_start];
+    if header[0] != b'{' {
+        return Err(err(p, None, "header does not start with '{'"));
+    }
+    let entries: Entries =
+        serde_json::from_slice(header).map_err(|e| err(p, None, format!("header is not valid JSON: {e}")))?;
+    let data_len = file_len - data_start as u64;
+
+    let mut metadata = BTreeMap::new();
+    let mut seen_metadata = false;
+    let mut parsed: Vec<(TensorInfo, Range<u64>)> = Vec::with_capacity(entries.0.len());
+    let mut names: HashSet<&str> = HashSet::with_capacity(entries.0.len());
+    for (name, v) in &entries.0 {
+        if name == "__metadata__" {
+            if seen_metadata {
+                return Err(err(p, None, "header has two \"__metadata__\" entries"));
+            }
+            seen_metadata = true;
+            metadata = parse_metadata(p, v)?;
+            continue;
+        }
+        if !names.insert(name) {
+            return Err(err(p, Some(name), "tensor appears twice in the header"));
+        }
+        parsed.push(parse_entry(p, name, v, data_len)?);
+    }
+
+    // Order by data offset (the "file order"); zero-length tensors sort by name among equal offsets.
+    parsed.sort_by(|a, b| (a.1.start, a.1.end, &a.0.name).cmp(&(b.1.start, b.1.end, &b.0.name)));
+    let mut prev: Option<(&str, u64)> = None;
+    for (info, r) in &parsed {
+        if r.is_empty() {
+            continue;
+        }
+        if let Some((pname, pend)) = prev {
+            if r.start < pend {
+                return Err(err(
+                    p,
+                    Some(&info.name),
+                    format!("data_offsets [{}, {}] overlap tensor '{pname}' (ends at {pend})", r.start, r.end),
+                ));
+            }
+        }
+        prev = Some((&info.name, r.end));
+    }
+
+    let mut tensors = Vec::with_capacity(parsed.len());
+    let mut ranges = Vec::with_capacity(parsed.len());
+    for (info, r) in parsed {
+        // In bounds of the file: r.end <= data_len, so data_start + r.end <= file_len.
+        ranges.push(data_start + r.start as usize..data_start + r.end as usize);
+        tensors.push(info);
+    }
+    Ok(SafetensorsHeader { tensors, ranges, metadata, data_start })
 }
 
 fn parse_metadata(p: &Path, v: &Value) -> Result<BTreeMap<String, String>, WeightsError> {

@@ -144,3 +144,20 @@ fn truncation_at_every_header_length_is_refused() {
         assert!(!check(&base[..len], &format!("truncated to {len}")), "truncated to {len} opened");
     }
 }
+
+/// Found by fuzzing (`fuzz/`, target `gguf`): a tensor name or key holding a newline made a two-line error.
+/// Names and keys from the file are escaped in messages.
+#[test]
+fn names_with_control_characters_give_one_line_errors() {
+    let zero_dims = GgufWriter::new().tensor("<|im_start|>\n\0x", DType::F32, &[], vec![]).to_bytes();
+    let dup_key = GgufWriter::new().kv("k\r\n", GgufValue::U8(1)).kv("k\r\n", GgufValue::U8(2)).to_bytes();
+    for (bytes, escaped) in [(zero_dims, "<|im_start|>\\n\\u{0}x"), (dup_key, "k\\r\\n")] {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&bytes).unwrap();
+        let e = GgufFile::open(f.path()).unwrap_err();
+        let msg = e.to_string();
+        assert!(!msg.contains(['\n', '\r', '\0']), "{msg:?}");
+        assert!(msg.contains(escaped), "{msg:?}");
+        assert!(!check(&bytes, "escaped names"));
+    }
+}

@@ -357,3 +357,15 @@ fn mutated_indexes_never_panic() {
     }
     assert!(failures.is_empty(), "seed {seed}: panics on\n{}", failures.join("\n"));
 }
+
+/// A tensor name holding control characters (what fuzzing the GGUF reader found, `fuzz/` target `gguf`) is
+/// escaped in the error, which stays on one line.
+#[test]
+fn names_with_control_characters_give_one_line_errors() {
+    let header = r#"{"a\nb\u0000": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}}"#;
+    let file = join(header, &[0]);
+    let e = tf_loader::safetensors::parse_header(Path::new("x.safetensors"), &file).unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.contains(['\n', '\0']), "{msg:?}");
+    assert!(msg.contains("tensor 'a\\nb\\u{0}'"), "{msg:?}");
+}

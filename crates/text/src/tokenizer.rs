@@ -362,7 +362,8 @@ impl Tokenizer {
 
     /// Text that continues a sequence to ids: no BOS/EOS, no SentencePiece prefix space, special-token text
     /// stays text (user-defined added tokens are still matched). For GGUF vocabularies the ids decode to
-    /// exactly `text`; HF tokenizers whose normalizer prepends a space do not guarantee that.
+    /// exactly `text` (SentencePiece ones read U+2581 in `text` as the space it stands for, as llama.cpp
+    /// does); HF tokenizers whose normalizer prepends a space do not guarantee that.
     pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>> {
         let Engine::GgufSpm { specials, spm, .. } = &self.engine else {
             return self.encode(text, false, false);

@@ -95,6 +95,30 @@ fn unknown_architecture_is_named() {
     assert!(e.contains("'bert'") && e.contains("gemma3"), "{e}");
 }
 
+/// Found by fuzzing (`fuzz/`, target `gguf`): a tiny GGUF file declaring 11,010 layers (up to 2^28 passed) made
+/// reading its config allocate a per-layer table of that size before any tensor was looked up. GGUF metadata is
+/// now held to `config.json`'s bound of 1024 layers.
+#[test]
+fn absurd_layer_counts_are_refused_before_allocating() {
+    use tf_loader::gguf::GgufValue;
+    let header = |layers: u32| {
+        let bytes = tf_loader::gguf_writer::GgufWriter::new()
+            .kv("general.architecture", GgufValue::String("llama".into()))
+            .kv("llama.block_count", GgufValue::U32(layers))
+            .kv("llama.embedding_length", GgufValue::U32(8))
+            .kv("llama.feed_forward_length", GgufValue::U32(16))
+            .kv("llama.attention.head_count", GgufValue::U32(2))
+            .to_bytes();
+        tf_loader::gguf::parse_header(&bytes, "c.gguf").unwrap()
+    };
+    for layers in [1025, 11_010, 1 << 28] {
+        let md = header(layers).metadata;
+        let e = ModelConfig::from_view(&md, family_for_config(&md).unwrap()).unwrap_err().to_string();
+        assert!(e.contains(&format!("llama.block_count = {layers} is more than 1024 layers")), "{e}");
+    }
+    assert_eq!(model_config(&header(1024).metadata).layers, 1024);
+}
+
 /// A source that hides one tensor or reports a wrong shape for it.
 struct Tampered {
     inner: SafetensorsModel,
