@@ -148,9 +148,21 @@ pub fn render_prompt(
     Ok((text, ids))
 }
 
-async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(&st, &headers, body).await?;
-    let obj = parse_object(&body)?;
+/// A chat request read and checked: the engine job and how the reply is shaped.
+pub struct ChatRequest {
+    pub job: Job,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub return_ids: bool,
+    pub setup: ReplySetup,
+    /// The tool-call format replies are parsed with (`None`: calls are not parsed).
+    pub tool_format: Option<tf_text::ToolFormat>,
+}
+
+/// The route's request → parameters step: a body into a [`ChatRequest`] (template rendered, prompt tokenized,
+/// grammars compiled), or the error the route answers. Touches no engine and does no I/O.
+pub fn parse(st: &AppState, body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let obj = parse_object(body)?;
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
@@ -158,8 +170,8 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     f.str("user")?;
     let messages = normalize_messages(f.get("messages"), "messages")?;
     let tool_req = tools::read(&f, tools::Shape::Chat)?;
-    let plan = tools::plan(&st, tool_req.as_ref())?;
-    let answer = constrain(&st, output, plan.forced)?;
+    let plan = tools::plan(st, tool_req.as_ref())?;
+    let answer = constrain(st, output, plan.forced)?;
     let thinking = reply::read_thinking(&f, EffortField::ReasoningEffort)?;
     let extra = thinking.template_vars(reply::template_kwargs(&f)?);
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
@@ -174,11 +186,11 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     let stops = f.stops("stop")?;
     let priority = f.priority()?;
     let draft = f.bool("draft")?.unwrap_or(true);
-    let (rendered, prompt) = render_prompt(&st, messages, tool_req.map(|t| t.rendered), extra)?;
-    let setup = ReplySetup::new(&st, &rendered, &thinking, answer)?;
-    let mut shown = tools::shown_markers(&st, plan.format);
-    shown.extend(reply::shown_markers(&st));
-    let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
+    let (rendered, prompt) = render_prompt(st, messages, tool_req.map(|t| t.rendered), extra)?;
+    let setup = ReplySetup::new(st, &rendered, &thinking, answer)?;
+    let mut shown = tools::shown_markers(st, plan.format);
+    shown.extend(reply::shown_markers(st));
+    let max_tokens = gen::resolve_max_tokens(st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
     let job = Job {
         prompt,
         params,
@@ -192,6 +204,13 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         constraint: setup.constraint.clone(),
         shown,
     };
+    Ok(ChatRequest { job, stream, include_usage, return_ids, setup, tool_format: plan.format })
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&st, &headers, body).await?;
+    let ChatRequest { job, stream, include_usage, return_ids, setup, tool_format } = parse(&st, &body)?;
+    let logprobs = job.logprobs;
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
     let id = new_id("chatcmpl-");
@@ -210,7 +229,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             json!({"content": content})
         });
         let mut finish = gen::finish_reason(&out, stop_hit);
-        let end = reply::split(setup.parser, plan.format.map(tools::parser), &text);
+        let end = reply::split(setup.parser, tool_format.map(tools::parser), &text);
         let has_calls = !end.calls.is_empty();
         let content =
             if end.content.is_empty() && has_calls { Value::Null } else { Value::String(end.content.clone()) };
@@ -248,7 +267,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     };
     let mut started = false;
     let prompt_ids = job.prompt.clone();
-    let mut splitter = setup.splitter(plan.format);
+    let mut splitter = setup.splitter(tool_format);
     let parses_reasoning = setup.parser.is_some();
     let think_end = setup.think_end;
     let stop_ids = st.model.tokenizer.stop_ids().to_vec();

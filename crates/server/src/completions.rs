@@ -99,9 +99,23 @@ fn push_prompt(l: &mut Legacy, tok: &Tokenizer, prompt: &[u32], lps: &[Option<To
     }
 }
 
-async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(&st, &headers, body).await?;
-    let obj = parse_object(&body)?;
+/// A completions request read and checked: the engine job and how the reply is shaped.
+pub struct CompletionRequest {
+    pub job: Job,
+    /// Alternatives per token when the request asks for logprobs.
+    pub logprobs: Option<usize>,
+    pub echo: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub return_ids: bool,
+    /// The prompt's text when it is echoed (empty otherwise).
+    pub prompt_text: String,
+}
+
+/// The route's request → parameters step: a body into a [`CompletionRequest`] (prompt tokenized, grammar
+/// compiled), or the error the route answers. Touches no engine and does no I/O.
+pub fn parse(st: &AppState, body: &[u8]) -> Result<CompletionRequest, ApiError> {
+    let obj = parse_object(body)?;
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     f.check_n()?;
@@ -111,7 +125,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         return Err(ApiError::field("best_of", "only best_of = 1 is supported"));
     }
     f.str("suffix")?.map_or(Ok(()), |_| Err(ApiError::field("suffix", "is not supported")))?;
-    let prompt = prompt_ids(&st, f.get("prompt"))?;
+    let prompt = prompt_ids(st, f.get("prompt"))?;
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let logprobs = f.int_in("logprobs", 0, 5)?.map(|n| n as usize);
     let echo = f.bool("echo")?.unwrap_or(false);
@@ -121,7 +135,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
     // max_tokens 0 only makes sense to score the prompt (echo); OpenAI's default here is 16.
     let max_tokens = match f.get("max_tokens") {
         None => 16.min(st.model.context.saturating_sub(prompt.len())).max(1),
-        Some(_) => gen::resolve_max_tokens(&st, &f, &["max_tokens"], prompt.len(), echo)?,
+        Some(_) => gen::resolve_max_tokens(st, &f, &["max_tokens"], prompt.len(), echo)?,
     };
     let job = Job {
         // With echo and max_tokens 0 the engine only fills the prompt (scoring it is then nearly free).
@@ -134,12 +148,21 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         stops: f.stops("stop")?,
         priority: f.priority()?,
         draft: f.bool("draft")?.unwrap_or(true),
-        constraint: output.as_ref().map(|g| structured::compile(&st, g)).transpose()?,
+        constraint: output.as_ref().map(|g| structured::compile(st, g)).transpose()?,
         shown: Vec::new(),
     };
+    let prompt_text = if echo {
+        st.model.tokenizer.decode(&job.prompt, false).map_err(|e| ApiError::field("prompt", e))?
+    } else {
+        String::new()
+    };
+    Ok(CompletionRequest { job, logprobs, echo, stream, include_usage, return_ids, prompt_text })
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&st, &headers, body).await?;
+    let CompletionRequest { job, logprobs, echo, stream, include_usage, return_ids, prompt_text } = parse(&st, &body)?;
     let tok = st.model.tokenizer.clone();
-    let prompt_text =
-        if echo { tok.decode(&job.prompt, false).map_err(|e| ApiError::field("prompt", e))? } else { String::new() };
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
     let id = new_id("cmpl-");

@@ -35,14 +35,20 @@ pub async fn create(State(st): State<Shared>, headers: HeaderMap, body: Body) ->
 pub async fn count_tokens(State(st): State<Shared>, headers: HeaderMap, body: Body) -> Response {
     let counted = async {
         let body = read_body(&st, &headers, body).await?;
-        let obj = parse_object(&body)?;
-        let r = render(&st, &Fields::new(&obj))?;
-        Ok::<_, AnthropicError>(axum::Json(json!({"input_tokens": r.prompt.len()})).into_response())
+        let n = parse_count_tokens(&st, &body)?;
+        Ok::<_, AnthropicError>(axum::Json(json!({"input_tokens": n})).into_response())
     };
     match counted.await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
+}
+
+/// `count_tokens`' request → parameters step: a body into the number of prompt tokens it renders to, or the
+/// error the route answers. Touches no engine and does no I/O.
+pub fn parse_count_tokens(st: &AppState, body: &[u8]) -> Result<usize, ApiError> {
+    let obj = parse_object(body)?;
+    Ok(render(st, &Fields::new(&obj))?.prompt.len())
 }
 
 /// A request rendered to its prompt.
@@ -93,38 +99,50 @@ fn splitter(setup: &ReplySetup, format: Option<ToolFormat>) -> ReplySplitter {
     ReplySplitter::new(setup.parser, format.map(|f| ToolParser::new(f, &prefix)))
 }
 
-async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, AnthropicError> {
-    let body = read_body(&st, &headers, body).await?;
-    let obj = parse_object(&body)?;
+/// A Messages request read and checked: the engine job and how the reply is shaped.
+pub struct MessagesRequest {
+    pub job: Job,
+    pub stream: bool,
+    pub return_ids: bool,
+    pub setup: ReplySetup,
+    /// The tool-call format replies are parsed with (`None`: calls are not parsed).
+    pub tool_format: Option<ToolFormat>,
+}
+
+/// The route's request → parameters step: a body into a [`MessagesRequest`] (template rendered, prompt
+/// tokenized, grammars compiled), or the error the route answers (in Anthropic's shape, by the handler).
+/// Touches no engine and does no I/O.
+pub fn parse(st: &AppState, body: &[u8]) -> Result<MessagesRequest, ApiError> {
+    let obj = parse_object(body)?;
     let f = Fields::new(&obj);
-    let r = render(&st, &f)?;
+    let r = render(st, &f)?;
     match f.get("metadata") {
         None | Some(Value::Object(_)) => {}
-        Some(v) => return Err(ApiError::field("metadata", format!("expected an object, got {}", kind(v))).into()),
+        Some(v) => return Err(ApiError::field("metadata", format!("expected an object, got {}", kind(v)))),
     }
-    let plan = tools::plan(&st, r.tools.as_ref())?;
+    let plan = tools::plan(st, r.tools.as_ref())?;
     let answer = match &plan.forced {
-        Some(g) => Some(structured::compile(&st, g)?),
+        Some(g) => Some(structured::compile(st, g)?),
         None => None,
     };
-    let setup = ReplySetup::new(&st, &r.text, &r.thinking, answer)?;
+    let setup = ReplySetup::new(st, &r.text, &r.thinking, answer)?;
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let stops = f.stops("stop_sequences")?;
     if f.get("max_tokens").is_none() {
-        return Err(ApiError::field("max_tokens", "is required").into());
+        return Err(ApiError::field("max_tokens", "is required"));
     }
-    let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_tokens"], r.prompt.len(), false)?;
+    let max_tokens = gen::resolve_max_tokens(st, &f, &["max_tokens"], r.prompt.len(), false)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let draft = f.bool("draft")?.unwrap_or(true);
     let priority = f.priority()?;
     let return_ids = f.bool("return_token_ids")?.unwrap_or(false);
-    let mut shown = tools::shown_markers(&st, plan.format);
-    shown.extend(reply::shown_markers(&st));
+    let mut shown = tools::shown_markers(st, plan.format);
+    shown.extend(reply::shown_markers(st));
     let job = Job {
         prompt: r.prompt,
         params,
         max_tokens,
-        stops: stops.clone(),
+        stops,
         logprobs: false,
         top_logprobs: 0,
         prompt_logprobs: None,
@@ -133,11 +151,18 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Ant
         constraint: setup.constraint.clone(),
         shown,
     };
+    Ok(MessagesRequest { job, stream, return_ids, setup, tool_format: plan.format })
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, AnthropicError> {
+    let body = read_body(&st, &headers, body).await?;
+    let MessagesRequest { job, stream, return_ids, setup, tool_format } = parse(&st, &body)?;
+    let stops = job.stops.clone();
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
     let id = new_id("msg_");
     let model = st.model.id.clone();
-    let mut split = splitter(&setup, plan.format);
+    let mut split = splitter(&setup, tool_format);
     if !stream {
         let (tokens, out, tail, stop_hit) = gen::collect(running, first).await?;
         let mut text: String = tokens.iter().map(|(_, t)| t.as_str()).collect();

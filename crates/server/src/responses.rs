@@ -208,7 +208,7 @@ fn function_call_item(o: &Map<String, Value>, at: &str, out: &mut Vec<Value>) ->
 }
 
 /// What a response object says besides its output.
-struct Meta {
+pub struct Meta {
     id: String,
     msg_id: String,
     created: u64,
@@ -270,15 +270,30 @@ pub fn message(id: &str, status: &str, text: Option<&str>) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
 }
 
-async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(&st, &headers, body).await?;
-    let obj = parse_object(&body)?;
+/// A Responses request read and checked: the engine job, the conversation it continues and the response's
+/// echoed fields.
+pub struct ResponsesRequest {
+    pub job: Job,
+    pub stream: bool,
+    pub setup: ReplySetup,
+    /// The tool-call format replies are parsed with (`None`: calls are not parsed).
+    pub tool_format: Option<tf_text::ToolFormat>,
+    /// The conversation so far (the stored one of `previous_response_id`, then `input`), kept with the reply.
+    pub messages: Vec<Value>,
+    pub meta: Meta,
+}
+
+/// The route's request → parameters step: a body into a [`ResponsesRequest`] (a stored conversation looked up,
+/// template rendered, prompt tokenized, grammars compiled), or the error the route answers. Touches no engine
+/// and does no I/O.
+pub fn parse(st: &AppState, body: &[u8]) -> Result<ResponsesRequest, ApiError> {
+    let obj = parse_object(body)?;
     let f = Fields::new(&obj);
     st.check_model(&f)?;
     let output = structured::output_grammar(&f, FormatField::TextFormat)?;
     let tool_req = tools::read(&f, tools::Shape::Responses)?;
-    let plan = tools::plan(&st, tool_req.as_ref())?;
-    let answer = constrain(&st, output, plan.forced)?;
+    let plan = tools::plan(st, tool_req.as_ref())?;
+    let answer = constrain(st, output, plan.forced)?;
     let thinking = reply::read_thinking(&f, EffortField::Reasoning)?;
     let extra = thinking.template_vars(reply::template_kwargs(&f)?);
     let mut messages = Vec::new();
@@ -316,11 +331,11 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         Some(t @ Value::Object(o)) if o.get("format").is_some_and(|v| !v.is_null()) => t.clone(),
         _ => json!({"format": {"type": "text"}}),
     };
-    let (text, prompt) = render_prompt(&st, rendered, tool_req.map(|t| t.rendered), extra)?;
-    let setup = ReplySetup::new(&st, &text, &thinking, answer)?;
-    let mut shown = tools::shown_markers(&st, plan.format);
-    shown.extend(reply::shown_markers(&st));
-    let max_tokens = gen::resolve_max_tokens(&st, &f, &["max_output_tokens"], prompt.len(), false)?;
+    let (text, prompt) = render_prompt(st, rendered, tool_req.map(|t| t.rendered), extra)?;
+    let setup = ReplySetup::new(st, &text, &thinking, answer)?;
+    let mut shown = tools::shown_markers(st, plan.format);
+    shown.extend(reply::shown_markers(st));
+    let max_tokens = gen::resolve_max_tokens(st, &f, &["max_output_tokens"], prompt.len(), false)?;
     let meta = Meta {
         id: new_id("resp_"),
         msg_id: new_id("msg_"),
@@ -351,6 +366,12 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         constraint: setup.constraint.clone(),
         shown,
     };
+    Ok(ResponsesRequest { job, stream, setup, tool_format: plan.format, messages, meta })
+}
+
+async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(&st, &headers, body).await?;
+    let ResponsesRequest { job, stream, setup, tool_format, messages, meta } = parse(&st, &body)?;
     let mut running = gen::start(&st, &job)?;
     let first = gen::first(&mut running).await?;
     let keep = move |st: &AppState, meta: &Meta, items: &Items, obj: &Value| {
@@ -361,7 +382,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
         }
     };
     let mut items = Items::new(meta.msg_id.clone());
-    let mut splitter = setup.splitter(plan.format);
+    let mut splitter = setup.splitter(tool_format);
     let stop_ids = st.model.tokenizer.stop_ids().to_vec();
     let think_end = setup.think_end;
     let reasoning_tokens =
