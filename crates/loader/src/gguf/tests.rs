@@ -159,14 +159,14 @@ fn rejects_bad_tensors_naming_them() {
     let e = err_of(&GgufWriter::new().tensor_f32("w", &[1], &[1.]).tensor_f32("w", &[1], &[1.]).to_bytes());
     assert!(e.problem.contains("duplicate tensor name"), "{e}");
 
-    // Unsupported type: patch the type id of the only tensor to 20 (IQ4_NL).
+    // Unsupported type: patch the type id of the only tensor to 21 (IQ3_S).
     let w = GgufWriter::new().tensor_f32("w", &[8], &[0.; 8]);
     let mut b = w.to_bytes();
     let type_at = 24 + 8 + 1 + 4 + 8;
     assert_eq!(&b[type_at..type_at + 4], &0u32.to_le_bytes());
-    b[type_at..type_at + 4].copy_from_slice(&20u32.to_le_bytes());
+    b[type_at..type_at + 4].copy_from_slice(&21u32.to_le_bytes());
     let e = err_of(&b);
-    assert!(e.problem.contains("IQ4_NL") && e.tensor.as_deref() == Some("w"), "{e}");
+    assert!(e.problem.contains("IQ3_S") && e.tensor.as_deref() == Some("w"), "{e}");
     // Misaligned offset.
     let mut b = w.to_bytes();
     b[type_at + 4..type_at + 12].copy_from_slice(&4u64.to_le_bytes());
@@ -179,6 +179,40 @@ fn rejects_bad_tensors_naming_them() {
     b[y_off_at..y_off_at + 8].copy_from_slice(&0u64.to_le_bytes());
     let e = err_of(&b);
     assert!(e.problem.contains("overlaps"), "{e}");
+}
+
+/// IQ4_NL (type 20) and IQ4_XS (type 23) tensors are read with their types, shapes and bytes; their block
+/// sizes (32 and 256) are enforced.
+#[test]
+fn reads_iq4_tensors() {
+    let nl: Vec<u8> = (0..2 * 18).map(|i| i as u8).collect();
+    let xs: Vec<u8> = (0..4 * 136).map(|i| (i * 7) as u8).collect();
+    let w = GgufWriter::new().tensor("nl", DType::IQ4NL, &[64], nl.clone()).tensor(
+        "xs",
+        DType::IQ4XS,
+        &[512, 2],
+        xs.clone(),
+    );
+    let b = w.to_bytes();
+    // The type ids as written: 20 and 23.
+    let at = |name: &str| 24 + b[24..].windows(name.len()).position(|x| x == name.as_bytes()).unwrap() + name.len();
+    let ids: Vec<u32> = ["nl", "xs"]
+        .iter()
+        .map(|n| {
+            let dims = u32::from_le_bytes(b[at(n)..at(n) + 4].try_into().unwrap()) as usize;
+            let t = at(n) + 4 + 8 * dims;
+            u32::from_le_bytes(b[t..t + 4].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(ids, [20, 23]);
+    let g = open_bytes(&b).unwrap();
+    let (inl, ixs) = (g.info("nl").unwrap(), g.info("xs").unwrap());
+    assert_eq!((inl.dtype, inl.shape.as_slice()), (DType::IQ4NL, &[64u64][..]));
+    assert_eq!((ixs.dtype, ixs.shape.as_slice()), (DType::IQ4XS, &[2u64, 512][..]));
+    assert_eq!(g.bytes("nl").unwrap(), &nl[..]);
+    assert_eq!(g.bytes("xs").unwrap(), &xs[..]);
+    let e = err_of(&GgufWriter::new().tensor("w", DType::IQ4XS, &[128], vec![0; 68]).to_bytes());
+    assert!(e.problem.contains("block size 256"), "{e}");
 }
 
 #[test]
