@@ -25,10 +25,10 @@ pub const METADATA_FILES: [&str; 7] = [
 ];
 
 /// GGUF quantizations in the order we pick them when the user names none. Only types the engine runs are
-/// listed (no IQ*), best quality per byte first.
-pub const QUANT_PREFERENCE: [&str; 17] = [
-    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K_L", "Q3_K_M",
-    "Q3_K_S", "Q2_K", "BF16", "F16", "F32",
+/// listed (of the i-quants, IQ4_XS and IQ4_NL only), best quality per byte first.
+pub const QUANT_PREFERENCE: [&str; 19] = [
+    "Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q8_0", "IQ4_XS", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1",
+    "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "BF16", "F16", "F32",
 ];
 
 /// A hub model reference: `org/name[@revision][:file.gguf | :QUANT]`.

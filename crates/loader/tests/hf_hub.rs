@@ -181,6 +181,10 @@ fn select_gguf_by_quant() {
     // Without Q4_K_M the next preference is taken.
     let l2: Vec<String> = l.iter().filter(|f| !f.contains("Q4_K_M")).cloned().collect();
     assert_eq!(select_files(&l2, None).unwrap(), strings(&["Llama-3.2-1B-Instruct-Q4_K_S.gguf"]));
+    // IQ4_XS before Q4_0 once the K-quants and Q8_0 are gone; IQ3_M is never picked by preference.
+    let l3: Vec<String> =
+        l.iter().filter(|f| !f.contains("_K") && !f.contains("Q8_0") && !f.contains("f16")).cloned().collect();
+    assert_eq!(select_files(&l3, None).unwrap(), strings(&["Llama-3.2-1B-Instruct-IQ4_XS.gguf"]));
 }
 
 #[test]
