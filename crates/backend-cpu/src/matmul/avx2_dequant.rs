@@ -1,12 +1,13 @@
 //! Full mode's weight-row dequantization with AVX2, bit-equal to `tf_quant::dequantize` (gguf-py's formulas):
 //! the same f32 operations, lane-wise, never fused. Scales and mins per (sub-)block are converted and
 //! multiplied in scalar code exactly as `tf_quant` does; the per-element products and sums are vector ops with
-//! the same single roundings (`x = d * q`, `x = d * q + m`, `x = ds * q - dm`).
+//! the same single roundings (`x = d * q`, `x = d * q + m`, `x = ds * q - dm`). IQ4_NL / IQ4_XS look their
+//! nibbles up in `KVALUES_IQ4NL` (`pshufb`) and scale them like `Q4_0` (`x = d * kv[q]`, `x = dl * kv[q]`).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{f16_bits_to_f32, q4k_scale_min};
+use tf_quant::{f16_bits_to_f32, iq4xs_scales, q4k_scale_min, KVALUES_IQ4NL};
 
 /// Dequantizes one weight row (`bytes`: whole blocks of `dtype`) into `out` when this module has a kernel for
 /// `dtype`; returns `false` (and writes nothing) otherwise.
@@ -17,7 +18,16 @@ pub(super) unsafe fn dequant_row(dtype: DType, bytes: &[u8], out: &mut [f32]) ->
     let (bs, bb) = (dtype.block_size(), dtype.block_bytes());
     if !matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q4K | DType::Q5K | DType::Q6K
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+            | DType::IQ4NL
+            | DType::IQ4XS
     ) {
         return false;
     }
@@ -33,6 +43,13 @@ pub(super) unsafe fn dequant_row(dtype: DType, bytes: &[u8], out: &mut [f32]) ->
             DType::Q4K => q45k::<false>(p, o),
             DType::Q5K => q45k::<true>(p, o),
             DType::Q6K => q6k(p, o),
+            DType::IQ4NL => legacy::<false>(f16(p, 0), 0.0, iq4(p.add(2)), 0, o),
+            DType::IQ4XS => {
+                let (d, sc) = (f16(p, 0), iq4xs_scales([*p.add(2), *p.add(3)], &*(p.add(4) as *const [u8; 4])));
+                for (j, &sc) in sc.iter().enumerate() {
+                    legacy::<false>(d * sc as f32, 0.0, iq4(p.add(8 + 16 * j)), 0, o.add(32 * j));
+                }
+            }
             _ => unreachable!(),
         }
     }
@@ -58,6 +75,14 @@ unsafe fn nibbles(qs: *const u8) -> __m256i {
     let q = _mm_loadu_si128(qs as *const __m128i);
     let m4 = _mm_set1_epi8(0x0f);
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(q), m4), _mm_and_si128(q, m4))
+}
+
+/// 16 bytes of IQ4 indices → the 32 table values `KVALUES_IQ4NL[q]`, in element order (as [`nibbles`]).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn iq4(qs: *const u8) -> __m256i {
+    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+    _mm256_shuffle_epi8(table, nibbles(qs))
 }
 
 /// 16 in byte `i` where bit `i` of the little-endian u32 at `qh` is set, else 0.
@@ -163,9 +188,18 @@ mod tests {
         }
         let seed: u64 = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        for dtype in
-            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K]
-        {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q5K,
+            DType::Q6K,
+            DType::IQ4NL,
+            DType::IQ4XS,
+        ] {
             for _ in 0..50 {
                 let blocks = rng.gen_range(1..5);
                 // Fully random bytes: any f16 scale, Inf and NaN included.
