@@ -263,6 +263,39 @@ impl KQuant for Q6K {
     }
 }
 
+/// `vpermw` indices of IQ4_XS's chunk `q`: sub-block `2 q` in i16 lanes 0..16, `2 q + 1` in 16..32.
+static IQ4XS_IDX: [[i16; 32]; 4] = {
+    let mut idx = [[0i16; 32]; 4];
+    let mut q = 0;
+    while q < 4 {
+        let mut l = 0;
+        while l < 32 {
+            idx[q][l] = (2 * q + l / 16) as i16;
+            l += 1;
+        }
+        q += 1;
+    }
+    idx
+};
+
+/// The 8 sub-block scales `ls_j - 32` of the IQ4_XS block at `blk` as i16 lanes 0..8 (equal to
+/// `tf_quant::iq4xs_scales`): the nibbles of `scales_l` and the 2-bit fields of `scales_h` spread to one byte
+/// each (bit interleaving in a u64), joined, biased, widened.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn iq4xs_scales16(blk: *const u8) -> __m128i {
+    let h = (blk.add(2) as *const u16).read_unaligned() as u64;
+    let l = (blk.add(4) as *const u32).read_unaligned() as u64;
+    let l = (l | l << 16) & 0x0000_ffff_0000_ffff;
+    let l = (l | l << 8) & 0x00ff_00ff_00ff_00ff;
+    let l = (l | l << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+    let h = (h | h << 24) & 0x0000_00ff_0000_00ff;
+    let h = (h | h << 12) & 0x000f_000f_000f_000f;
+    let h = (h | h << 6) & 0x0303_0303_0303_0303;
+    let ls = _mm_cvtsi64_si128((l | h << 4) as i64);
+    _mm_cvtepi8_epi16(_mm_sub_epi8(ls, _mm_set1_epi8(32)))
+}
+
 impl KQuant for IQ4XS {
     const BYTES: usize = 136;
     const D_AT: usize = 0;
@@ -279,12 +312,12 @@ impl KQuant for IQ4XS {
         s: &mut [__m256i; RT],
         _m: &mut [__m256i; RT],
     ) {
-        let sc = tf_quant::iq4xs_scales([*blk.add(2), *blk.add(3)], &*(blk.add(4) as *const [u8; 4]));
+        let sc16 = _mm512_castsi128_si512(iq4xs_scales16(blk));
         let table = _mm512_broadcast_i32x4(_mm_loadu_si128(tf_quant::KVALUES_IQ4NL.as_ptr() as *const __m128i));
         let m4 = _mm512_set1_epi8(0x0f);
         let z = _mm512_setzero_si512();
         let mut acc = [z; RT];
-        for q in 0..4 {
+        for (q, idx) in IQ4XS_IDX.iter().enumerate() {
             // Quarters [v0, v0, v1, v1] shifted by 0, 4, 0, 4 and masked: the indices in element order.
             let v = _mm512_castsi256_si512(load256(blk.add(8 + 32 * q)));
             let v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), v);
@@ -292,8 +325,8 @@ impl KQuant for IQ4XS {
             let w = _mm512_shuffle_epi8(table, v);
             let wa = _mm512_abs_epi8(w);
             let neg = _mm512_movepi8_mask(w);
-            let scale =
-                _mm512_inserti64x4::<1>(_mm512_set1_epi16(sc[2 * q] as i16), _mm256_set1_epi16(sc[2 * q + 1] as i16));
+            // i16 lanes 0..16: sub-block 2q's scale, 16..32: 2q + 1's.
+            let scale = _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr() as *const __m512i), sc16);
             for r in 0..RT {
                 let xv = _mm512_loadu_si512(x[r].add(64 * q) as *const __m512i);
                 let xv = _mm512_mask_sub_epi8(xv, neg, z, xv);
@@ -399,6 +432,25 @@ mod tests {
                     assert_eq!(g.to_bits(), want.to_bits(), "{bits:#06x} * {dx}");
                 }
             }
+        }
+    }
+
+    /// The IQ4_XS scale unpacking equals `tf_quant::iq4xs_scales` for every `scales_h` and random `scales_l`.
+    #[test]
+    fn iq4xs_scales_match_tf_quant() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for h in 0..=u16::MAX {
+            let mut blk = [0u8; 8];
+            rng.fill(&mut blk[..]);
+            blk[2..4].copy_from_slice(&h.to_le_bytes());
+            let want = tf_quant::iq4xs_scales([blk[2], blk[3]], &blk[4..8].try_into().unwrap());
+            let mut got = [0i16; 8];
+            // SAFETY: AVX-512 checked above; `blk` holds the 8 header bytes read.
+            unsafe { _mm_storeu_si128(got.as_mut_ptr() as *mut __m128i, iq4xs_scales16(blk.as_ptr())) };
+            assert_eq!(got, want.map(|v| v as i16), "{blk:?}");
         }
     }
 
