@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0 and Q8_0 weights stored in a *wide layout*
+//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0, Q8_0 and IQ4_XS (`iq`) weights stored in a *wide layout*
 //! ([`pack`], once at load): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a
 //! (sub-)block accumulate in place and need no horizontal reduction, and the sub-block scales cost one multiply
 //! per sub-block instead of one per four elements. Every row count, one included, runs these kernels.
@@ -29,6 +29,8 @@ use tf_core::DType;
 use super::act::ActQ;
 use super::Out;
 
+mod iq;
+
 /// Weight rows per group: the i32 lanes of a 512-bit register.
 const LANES: usize = 16;
 /// Bytes of a line: a cache line, one 512-bit load.
@@ -45,6 +47,7 @@ pub(crate) fn kernel(dtype: DType) -> Option<&'static Wide> {
         DType::Q4_1 => &Q41,
         DType::Q5_0 => &Q50,
         DType::Q8_0 => &Q80,
+        DType::IQ4XS => &iq::IQ4XS,
         _ => return None,
     })
 }
