@@ -1,6 +1,6 @@
-//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the K-quants Q4_K, Q5_K and Q6_K (and IQ4_XS, below): the integer sums of a
-//! super-block by `vpdpbusd` over 64 elements at a time, the sub-block scales by `vpdpwssd`, then exactly the
-//! float steps of the AVX2 kernel (`avx2_kquant`) and of the reference.
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the K-quants Q4_K, Q5_K and Q6_K (and IQ4_XS, below): the
+//! integer sums of a super-block by `vpdpbusd` over 64 elements at a time, the sub-block scales by `vpdpwssd`,
+//! then exactly the float steps of the AVX2 kernel (`avx2_kquant`) and of the reference.
 //!
 //! Per super-block, weight row and activation row, 64 elements (a "chunk": 2 sub-blocks of 32 for Q4_K/Q5_K, 4 of
 //! 16 for Q6_K) are unpacked into one 512-bit register of unsigned quants (`0..=63`) in element order and

@@ -6,9 +6,10 @@
 //! Exactness: `vpdpbusd` sums four u8 × s8 products into each i32 lane without saturation, so every lane's sum
 //! is the exact integer the reference forms (any grouping of an exact integer sum gives the same integer). The
 //! unsigned types (quants `0..=31`) go in as the u8 operand, the activations (`-127..=127`) as the s8 one. The
-//! signed Q8 types (and IQ4_NL, whose nibbles index `KVALUES_IQ4NL` by `vpshufb`) use `Σ x·w = Σ x·(w + 128) − 128·Σx`: `w + 128` (`w ^ 0x80`, in `0..=255`) is the u8 operand
-//! and `128·Σx` comes off the reduced sum like the `8·Σx` of Q4_0 (`Σx` is the activation block's sum; |sums| <
-//! 2^21). Then per lane, in floats, exactly as the reference and `avx2_legacy`: `acc = fma(dw * dx, S, acc)`
+//! signed Q8 types (and IQ4_NL, whose nibbles index `KVALUES_IQ4NL` by `vpshufb`) use
+//! `Σ x·w = Σ x·(w + 128) − 128·Σx`: `w + 128` (`w ^ 0x80`, in `0..=255`) is the u8 operand and `128·Σx` comes
+//! off the reduced sum like the `8·Σx` of Q4_0 (`Σx` is the activation block's sum; |sums| < 2^21). Then per
+//! lane, in floats, exactly as the reference and `avx2_legacy`: `acc = fma(dw * dx, S, acc)`
 //! (and `acc = fma(mw * dx, Σqx, acc)` for the `_1` types). Lanes never mix.
 //!
 //! The f16 scales of the blocks are converted by `vcvtph2ps` ([`scales16`]): exact for every value but a

@@ -1,7 +1,7 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0, Q8_0 and IQ4_XS (`iq`) weights stored in a *wide layout*
-//! ([`pack`], once at load): sixteen weight rows side by side, one per i32 lane, so that the integer sums of a
-//! (sub-)block accumulate in place and need no horizontal reduction, and the sub-block scales cost one multiply
-//! per sub-block instead of one per four elements. Every row count, one included, runs these kernels.
+//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0, Q8_0, IQ4_XS and IQ4_NL (`iq`) weights stored
+//! in a *wide layout* ([`pack`], once at load): sixteen weight rows side by side, one per i32 lane, so that the
+//! integer sums of a (sub-)block accumulate in place and need no horizontal reduction, and the sub-block scales
+//! cost one multiply per sub-block instead of one per four elements. Every row count, one included, runs these kernels.
 //!
 //! `avx512_kquant` computes one weight row per register: each `vpdpbusd` lane sums four products of one
 //! sub-block, so every lane then needs its scale (`vpackssdw` + `vpdpwssd`, a third of the multiplies) and every
@@ -48,6 +48,7 @@ pub(crate) fn kernel(dtype: DType) -> Option<&'static Wide> {
         DType::Q5_0 => &Q50,
         DType::Q8_0 => &Q80,
         DType::IQ4XS => &iq::IQ4XS,
+        DType::IQ4NL => &iq::IQ4NL,
         _ => return None,
     })
 }

@@ -1,4 +1,4 @@
-//! The wide layout and kernel of IQ4_XS (see the parent module for the layout's idea).
+//! The wide layouts and kernels of IQ4_XS and IQ4_NL (see the parent module for the layout's idea).
 //!
 //! A packed IQ4_XS block is 34 lines: the 32 words of `qs` (line `4 j + w` is word `w` of sub-block `j`'s 16
 //! bytes, whose low nibbles are elements `32 j + 4 w ..+4` and high nibbles `32 j + 16 + 4 w ..+4`), then block
@@ -8,10 +8,14 @@
 //! `S' = Σ_j sc_j · P_j` (`vpmulld`, `sc_j = ls_j - 32`) and `M = Σ_j sc_j · xs_j` (`vpdpwssd` with the pairs of
 //! 32-value activation sums `xs_j` the Q4_K kernel reads), so `S = S' - 128·M` is the reference's exact integer
 //! (`|S'| < 2^28`). Then per lane the reference's float step: `acc = fma(dw · dx, S, acc)`.
+//!
+//! IQ4_NL is packed as Q5_0 is (`pack_pairs`: a block's four `qs` words as lines, `d` in the group's tail); per
+//! block `P = Σ (kv[q] + 128)·qx` by eight `vpdpbusd` on the looked-up nibbles, `S = P − 128·Σqx` (as Q8_0's
+//! kernel), then `acc = fma(dw · dx, S, acc)`.
 
 use std::arch::x86_64::*;
 
-use super::{block_lines, f16_low, lane_offsets, ld, put, rows_out, Ahead, Wide, LANES, LINE};
+use super::{block_lines, f16_low, lane_offsets, ld, pack_pairs, put, rows_out, tail_f16, Ahead, Wide, LANES, LINE};
 use crate::matmul::act::ActQ;
 
 /// Bytes of an IQ4_XS block (`d`, `scales_h`, 4 bytes `scales_l`, 128 `qs` bytes).
@@ -31,6 +35,87 @@ pub(super) static IQ4XS: Wide = Wide {
     pack: pack_iq4xs,
     rows: [rows_iq4xs::<1>, rows_iq4xs::<2>, rows_iq4xs::<3>, rows_iq4xs::<4>],
 };
+
+/// Bytes of an IQ4_NL block (`d`, 16 `qs` bytes).
+const IQ4NL_BLOCK: usize = 18;
+
+pub(super) static IQ4NL: Wide = Wide {
+    name: "IQ4_NL",
+    block_bytes: IQ4NL_BLOCK,
+    act_block: 32,
+    lines: 4,
+    tail: true,
+    pairs: false,
+    pack: pack_iq4nl,
+    rows: [rows_iq4nl::<1>, rows_iq4nl::<2>, rows_iq4nl::<3>, rows_iq4nl::<4>],
+};
+
+/// `KVALUES_IQ4NL + 128` (`1..=241`) in every 128-bit lane, the `vpshufb` table of both kernels.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn table_u8() -> __m512i {
+    let mut table = [0u8; 16];
+    for (t, &v) in table.iter_mut().zip(&tf_quant::KVALUES_IQ4NL) {
+        *t = (v as i16 + 128) as u8;
+    }
+    _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const __m128i))
+}
+
+/// IQ4_NL weight rows `g0..g0 + live` into the group at `dst`.
+///
+/// # Safety
+/// As [`pack_iq4xs`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_iq4nl(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
+    pack_pairs(bytes, row_bytes, g0, live, dst, IQ4NL_BLOCK, 4, _mm512_setzero_si512())
+}
+
+/// Activation rows `r0..r0 + RT` against one packed IQ4_NL group: `[RT][16]` results (rows past `RT` unset).
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `g` is a packed group of `act.nb` blocks and `r0 + RT ≤ act.rows`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_iq4nl<const RT: usize>(
+    g: *const u8,
+    act: &ActQ,
+    _pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
+    let (k, nb, rows) = (act.k, act.nb, act.rows);
+    let table = table_u8();
+    let m4 = _mm512_set1_epi8(0x0f);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); RT];
+    for b in 0..nb {
+        ahead.block(b);
+        let p = g.add(b * 4 * LINE);
+        let mut x = [std::ptr::null::<i8>(); RT];
+        for (r, xr) in x.iter_mut().enumerate() {
+            *xr = act.qs.as_ptr().add((r0 + r) * k + 32 * b);
+        }
+        let mut s = [zero; RT];
+        for i in 0..4 {
+            let v = ld(p, i);
+            let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+            let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+            for r in 0..RT {
+                let xl = _mm512_set1_epi32((x[r].add(4 * i) as *const i32).read_unaligned());
+                let xh = _mm512_set1_epi32((x[r].add(16 + 4 * i) as *const i32).read_unaligned());
+                s[r] = _mm512_dpbusd_epi32(s[r], lo, xl);
+                s[r] = _mm512_dpbusd_epi32(s[r], hi, xh);
+            }
+        }
+        let d = tail_f16(g.add(nb * 4 * LINE + b * 2 * LANES));
+        for r in 0..RT {
+            let sx = _mm512_set1_epi32(*act.s_t.as_ptr().add(b * rows + r0 + r));
+            let total = _mm512_sub_epi32(s[r], _mm512_slli_epi32::<7>(sx));
+            let dx = _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
+        }
+    }
+    rows_out(&acc)
+}
 
 /// IQ4_XS weight rows `g0..g0 + live` into the group at `dst` (16 × 16 word transposes of the rows' blocks).
 ///
@@ -70,11 +155,7 @@ unsafe fn rows_iq4xs<const RT: usize>(
     ahead: Ahead,
 ) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
-    let mut table = [0u8; 16];
-    for (t, &v) in table.iter_mut().zip(&tf_quant::KVALUES_IQ4NL) {
-        *t = (v as i16 + 128) as u8;
-    }
-    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const __m128i));
+    let table = table_u8();
     let m4 = _mm512_set1_epi8(0x0f);
     let (m15, m3, m16) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3), _mm512_set1_epi32(0xffff));
     let bias = _mm512_set1_epi32(32);
