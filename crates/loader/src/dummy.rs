@@ -40,8 +40,8 @@ pub struct DummyWeights {
 }
 
 /// The weight types dummy matrices can have: the float types of HF checkpoints and the common GGUF blocks.
-pub const DUMMY_DTYPES: [DType; 7] =
-    [DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K];
+pub const DUMMY_DTYPES: [DType; 9] =
+    [DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K, DType::IQ4NL, DType::IQ4XS];
 
 /// The matrix type a config asks for: `torch_dtype` (or `dtype`), bf16 when it says nothing.
 pub fn config_dtype(cfg: &HfConfig) -> Result<DType, WeightsError> {
@@ -284,7 +284,7 @@ fn fill(dtype: DType, role: Role, r: &mut Rng, out: &mut [u8]) {
                 c.copy_from_slice(&v[..c.len()]);
             }
             let fields: &[usize] = match dtype {
-                DType::Q4_0 | DType::Q8_0 => &[0],
+                DType::Q4_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
                 DType::Q4K => &[0, 2],
                 DType::Q6K => &[208],
                 _ => unreachable!("checked against DUMMY_DTYPES"),
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn the_seed_decides_every_byte() {
-        for dt in [DType::BF16, DType::F32, DType::Q4_0] {
+        for dt in [DType::BF16, DType::F32, DType::Q4_0, DType::IQ4NL] {
             let a = DummyWeights::new(&cfg("qwen2", false), dt, 7).unwrap();
             let b = DummyWeights::new(&cfg("qwen2", false), dt, 7).unwrap();
             let c = DummyWeights::new(&cfg("qwen2", false), dt, 8).unwrap();
