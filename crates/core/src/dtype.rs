@@ -31,11 +31,12 @@ pub enum DType {
     Q8K,
     IQ4NL,
     IQ4XS,
+    IQ3S,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 24] = [
+    pub const ALL: [DType; 25] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -60,6 +61,7 @@ impl DType {
         DType::Q8K,
         DType::IQ4NL,
         DType::IQ4XS,
+        DType::IQ3S,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -80,6 +82,7 @@ impl DType {
             DType::Q6K => 14,
             DType::Q8K => 15,
             DType::IQ4NL => 20,
+            DType::IQ3S => 21,
             DType::IQ4XS => 23,
             DType::I8 => 24,
             DType::I16 => 25,
@@ -104,7 +107,6 @@ impl DType {
             17 => "IQ2_XS",
             18 => "IQ3_XXS",
             19 => "IQ1_S",
-            21 => "IQ3_S",
             22 => "IQ2_S",
             29 => "IQ1_M",
             34 => "TQ1_0",
@@ -134,12 +136,19 @@ impl DType {
         })
     }
 
-    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants and
-    /// IQ4_XS.
+    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants, IQ4_XS
+    /// and IQ3_S.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => 32,
-            DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS => 256,
+            DType::Q2K
+            | DType::Q3K
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+            | DType::Q8K
+            | DType::IQ4XS
+            | DType::IQ3S => 256,
             _ => 1,
         }
     }
@@ -165,6 +174,7 @@ impl DType {
             DType::Q8K => 292,
             DType::IQ4NL => 18,
             DType::IQ4XS => 136,
+            DType::IQ3S => 110,
         }
     }
 
@@ -208,6 +218,7 @@ impl DType {
             DType::Q8K => "Q8_K",
             DType::IQ4NL => "IQ4_NL",
             DType::IQ4XS => "IQ4_XS",
+            DType::IQ3S => "IQ3_S",
         }
     }
 }
@@ -232,8 +243,9 @@ mod tests {
         }
         assert_eq!(DType::from_ggml_id(20), Some(DType::IQ4NL));
         assert_eq!(DType::from_ggml_id(23), Some(DType::IQ4XS));
-        assert_eq!(DType::from_ggml_id(21), None);
-        assert_eq!(DType::ggml_id_name(21), "IQ3_S");
+        assert_eq!(DType::from_ggml_id(21), Some(DType::IQ3S));
+        assert_eq!(DType::from_ggml_id(22), None);
+        assert_eq!(DType::ggml_id_name(22), "IQ2_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
     }
 

@@ -65,6 +65,7 @@ TYPES = [
     (T.Q6_K, [208], 2048),
     (T.IQ4_NL, [0], 8192),
     (T.IQ4_XS, [0], 2048),
+    (T.IQ3_S, [0], 2048),
 ]
 # F16 and BF16 are checked on every one of the 65536 bit patterns, in order ("exhaustive_u16": true).
 EXHAUSTIVE = [T.F16, T.BF16]

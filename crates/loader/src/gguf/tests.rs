@@ -159,14 +159,14 @@ fn rejects_bad_tensors_naming_them() {
     let e = err_of(&GgufWriter::new().tensor_f32("w", &[1], &[1.]).tensor_f32("w", &[1], &[1.]).to_bytes());
     assert!(e.problem.contains("duplicate tensor name"), "{e}");
 
-    // Unsupported type: patch the type id of the only tensor to 21 (IQ3_S).
+    // Unsupported type: patch the type id of the only tensor to 22 (IQ2_S).
     let w = GgufWriter::new().tensor_f32("w", &[8], &[0.; 8]);
     let mut b = w.to_bytes();
     let type_at = 24 + 8 + 1 + 4 + 8;
     assert_eq!(&b[type_at..type_at + 4], &0u32.to_le_bytes());
-    b[type_at..type_at + 4].copy_from_slice(&21u32.to_le_bytes());
+    b[type_at..type_at + 4].copy_from_slice(&22u32.to_le_bytes());
     let e = err_of(&b);
-    assert!(e.problem.contains("IQ3_S") && e.tensor.as_deref() == Some("w"), "{e}");
+    assert!(e.problem.contains("IQ2_S") && e.tensor.as_deref() == Some("w"), "{e}");
     // Misaligned offset.
     let mut b = w.to_bytes();
     b[type_at + 4..type_at + 12].copy_from_slice(&4u64.to_le_bytes());

@@ -15,9 +15,9 @@
 use tf_core::{DType, Precision};
 
 use crate::{
-    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ4NL, BlockIQ4XS, BlockQ2K,
-    BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-    QuantBlock, KVALUES_IQ4NL,
+    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S, BlockIQ4NL, BlockIQ4XS,
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0,
+    BlockQ8_1, QuantBlock, KVALUES_IQ4NL,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -132,7 +132,7 @@ pub struct ActBlock<'a> {
 
 /// A weight block type with a checkpoint-mode dot product.
 pub trait CheckpointBlock: QuantBlock {
-    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants and IQ4_XS.
+    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants, IQ4_XS and IQ3_S.
     const ACT_BLOCK: usize;
     /// Folds this block's dot with `a` into `acc` (docs/arithmetic.md, per-block float update).
     fn update(&self, a: &ActBlock, acc: f32) -> f32;
@@ -142,7 +142,9 @@ pub trait CheckpointBlock: QuantBlock {
 pub fn checkpoint_block(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => Some(32),
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS => Some(256),
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS | DType::IQ3S => {
+            Some(256)
+        }
         _ => None,
     }
 }
@@ -246,6 +248,23 @@ impl CheckpointBlock for BlockIQ4XS {
         });
         let sc = iq4xs_scales(self.scales_h, &self.scales_l);
         let s = scaled_isum(&q, a.qs, 32, |j| sc[j] as i32);
+        (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
+    }
+}
+
+impl CheckpointBlock for BlockIQ3S {
+    const ACT_BLOCK: usize = 256;
+    /// `S = Σ_j (1 + 2 sc_j) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma(dw * dx, S, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let q: [i32; 256] = std::array::from_fn(|e| {
+            let v = self.grid_value(e) as i32;
+            if self.negative(e) {
+                -v
+            } else {
+                v
+            }
+        });
+        let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
         (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
     }
 }
@@ -368,6 +387,7 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::Q8K => row_dot::<BlockQ8K>(w, x),
         DType::IQ4NL => row_dot::<BlockIQ4NL>(w, x),
         DType::IQ4XS => row_dot::<BlockIQ4XS>(w, x),
+        DType::IQ3S => row_dot::<BlockIQ3S>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -481,7 +501,7 @@ mod tests {
         rng.fill(&mut w[..]);
         // Finite, modest f16 scales: exponent field forced to 8..14 (2^-7..2^-1).
         let f16_fields: &[usize] = match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ3S => &[0],
             DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
             DType::Q2K => &[80, 82],
             DType::Q3K => &[108],
@@ -522,6 +542,7 @@ mod tests {
             DType::Q8K,
             DType::IQ4NL,
             DType::IQ4XS,
+            DType::IQ3S,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);

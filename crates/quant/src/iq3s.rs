@@ -1,0 +1,166 @@
+//! IQ3_S: super-blocks of 256 in 8 sub-blocks of 32, each element a grid value (odd, 1..=15) with a sign; groups
+//! of 4 elements take one entry of GGML's 512-entry grid [`IQ3S_GRID`] (`iq3s_grid` in `ggml-common.h`), indexed
+//! by 9 bits (a `qs` byte and a `qh` bit).
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+use tf_core::DType;
+
+use crate::float::f16_to_f32;
+use crate::{QuantBlock, QK_K};
+
+/// IQ3_S: `x = (d * (1 + 2 sc)) * grid * sign` with a 4-bit sub-block scale `sc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct BlockIQ3S {
+    /// Super-block scale.
+    pub d: f16,
+    /// Low 8 bits of the grid index of each group of 4 elements: group `g` (elements `4 g..4 g + 4`) is `qs[g]`.
+    pub qs: [u8; QK_K / 4],
+    /// Bit 8 of the grid indices: group `g` uses `(qh[g / 8] >> (g % 8)) & 1`.
+    pub qh: [u8; QK_K / 32],
+    /// One sign bit per element: element `e` is negative iff `(signs[e / 8] >> (e % 8)) & 1`.
+    pub signs: [u8; QK_K / 8],
+    /// Sub-block scales: sub-block `j` uses `(scales[j / 2] >> 4 (j % 2)) & 15`.
+    pub scales: [u8; QK_K / 64],
+}
+const _: () = assert!(size_of::<BlockIQ3S>() == 110);
+
+/// GGML's `iq3s_grid`: entry `i` holds the 4 values of a group, byte `k` (little-endian) for element `k`.
+pub const IQ3S_GRID: [u32; 512] = [
+    0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305, 0x01010309,
+    0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905, 0x0101090b, 0x0101090f,
+    0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09, 0x01010f0f, 0x01030101, 0x01030103,
+    0x01030105, 0x01030109, 0x01030301, 0x01030303, 0x0103030b, 0x01030501, 0x01030507, 0x0103050f, 0x01030703,
+    0x0103070b, 0x01030909, 0x01030d03, 0x01030d0b, 0x01030f05, 0x01050101, 0x01050103, 0x0105010b, 0x0105010f,
+    0x01050301, 0x01050307, 0x0105030d, 0x01050503, 0x0105050b, 0x01050701, 0x01050709, 0x01050905, 0x0105090b,
+    0x0105090f, 0x01050b03, 0x01050b07, 0x01050f01, 0x01050f07, 0x01070107, 0x01070303, 0x0107030b, 0x01070501,
+    0x01070505, 0x01070703, 0x01070707, 0x0107070d, 0x01070909, 0x01070b01, 0x01070b05, 0x01070d0f, 0x01070f03,
+    0x01070f0b, 0x01090101, 0x01090307, 0x0109030f, 0x01090503, 0x01090509, 0x01090705, 0x01090901, 0x01090907,
+    0x01090b03, 0x01090f01, 0x010b0105, 0x010b0109, 0x010b0501, 0x010b0505, 0x010b050d, 0x010b0707, 0x010b0903,
+    0x010b090b, 0x010b090f, 0x010b0d0d, 0x010b0f07, 0x010d010d, 0x010d0303, 0x010d0307, 0x010d0703, 0x010d0b05,
+    0x010d0f03, 0x010f0101, 0x010f0105, 0x010f0109, 0x010f0501, 0x010f0505, 0x010f050d, 0x010f0707, 0x010f0b01,
+    0x010f0b09, 0x03010101, 0x03010103, 0x03010105, 0x03010109, 0x03010301, 0x03010303, 0x03010307, 0x0301030b,
+    0x0301030f, 0x03010501, 0x03010505, 0x03010703, 0x03010709, 0x0301070d, 0x03010b09, 0x03010b0d, 0x03010d03,
+    0x03010f05, 0x03030101, 0x03030103, 0x03030107, 0x0303010d, 0x03030301, 0x03030309, 0x03030503, 0x03030701,
+    0x03030707, 0x03030903, 0x03030b01, 0x03030b05, 0x03030f01, 0x03030f0d, 0x03050101, 0x03050305, 0x0305030b,
+    0x0305030f, 0x03050501, 0x03050509, 0x03050705, 0x03050901, 0x03050907, 0x03050b0b, 0x03050d01, 0x03050f05,
+    0x03070103, 0x03070109, 0x0307010f, 0x03070301, 0x03070307, 0x03070503, 0x0307050f, 0x03070701, 0x03070709,
+    0x03070903, 0x03070d05, 0x03070f01, 0x03090107, 0x0309010b, 0x03090305, 0x03090309, 0x03090703, 0x03090707,
+    0x03090905, 0x0309090d, 0x03090b01, 0x03090b09, 0x030b0103, 0x030b0301, 0x030b0307, 0x030b0503, 0x030b0701,
+    0x030b0705, 0x030b0b03, 0x030d0501, 0x030d0509, 0x030d050f, 0x030d0909, 0x030d090d, 0x030f0103, 0x030f0107,
+    0x030f0301, 0x030f0305, 0x030f0503, 0x030f070b, 0x030f0903, 0x030f0d05, 0x030f0f01, 0x05010101, 0x05010103,
+    0x05010107, 0x0501010b, 0x0501010f, 0x05010301, 0x05010305, 0x05010309, 0x0501030d, 0x05010503, 0x05010507,
+    0x0501050f, 0x05010701, 0x05010705, 0x05010903, 0x05010907, 0x0501090b, 0x05010b01, 0x05010b05, 0x05010d0f,
+    0x05010f01, 0x05010f07, 0x05010f0b, 0x05030101, 0x05030105, 0x05030301, 0x05030307, 0x0503030f, 0x05030505,
+    0x0503050b, 0x05030703, 0x05030709, 0x05030905, 0x05030b03, 0x05050103, 0x05050109, 0x0505010f, 0x05050503,
+    0x05050507, 0x05050701, 0x0505070f, 0x05050903, 0x05050b07, 0x05050b0f, 0x05050f03, 0x05050f09, 0x05070101,
+    0x05070105, 0x0507010b, 0x05070303, 0x05070505, 0x05070509, 0x05070703, 0x05070707, 0x05070905, 0x05070b01,
+    0x05070d0d, 0x05090103, 0x0509010f, 0x05090501, 0x05090507, 0x05090705, 0x0509070b, 0x05090903, 0x05090f05,
+    0x05090f0b, 0x050b0109, 0x050b0303, 0x050b0505, 0x050b070f, 0x050b0901, 0x050b0b07, 0x050b0f01, 0x050d0101,
+    0x050d0105, 0x050d010f, 0x050d0503, 0x050d0b0b, 0x050d0d03, 0x050f010b, 0x050f0303, 0x050f050d, 0x050f0701,
+    0x050f0907, 0x050f0b01, 0x07010105, 0x07010303, 0x07010307, 0x0701030b, 0x0701030f, 0x07010505, 0x07010703,
+    0x07010707, 0x0701070b, 0x07010905, 0x07010909, 0x0701090f, 0x07010b03, 0x07010d07, 0x07010f03, 0x07030103,
+    0x07030107, 0x0703010b, 0x07030309, 0x07030503, 0x07030507, 0x07030901, 0x07030d01, 0x07030f05, 0x07030f0d,
+    0x07050101, 0x07050305, 0x07050501, 0x07050705, 0x07050709, 0x07050b01, 0x07070103, 0x07070301, 0x07070309,
+    0x07070503, 0x07070507, 0x0707050f, 0x07070701, 0x07070903, 0x07070907, 0x0707090f, 0x07070b0b, 0x07070f07,
+    0x07090107, 0x07090303, 0x0709030d, 0x07090505, 0x07090703, 0x07090b05, 0x07090d01, 0x07090d09, 0x070b0103,
+    0x070b0301, 0x070b0305, 0x070b050b, 0x070b0705, 0x070b0909, 0x070b0b0d, 0x070b0f07, 0x070d030d, 0x070d0903,
+    0x070f0103, 0x070f0107, 0x070f0501, 0x070f0505, 0x070f070b, 0x09010101, 0x09010109, 0x09010305, 0x09010501,
+    0x09010509, 0x0901050f, 0x09010705, 0x09010903, 0x09010b01, 0x09010f01, 0x09030105, 0x0903010f, 0x09030303,
+    0x09030307, 0x09030505, 0x09030701, 0x0903070b, 0x09030907, 0x09030b03, 0x09030b0b, 0x09050103, 0x09050107,
+    0x09050301, 0x0905030b, 0x09050503, 0x09050707, 0x09050901, 0x09050b0f, 0x09050d05, 0x09050f01, 0x09070109,
+    0x09070303, 0x09070307, 0x09070501, 0x09070505, 0x09070703, 0x0907070b, 0x09090101, 0x09090105, 0x09090509,
+    0x0909070f, 0x09090901, 0x09090f03, 0x090b010b, 0x090b010f, 0x090b0503, 0x090b0d05, 0x090d0307, 0x090d0709,
+    0x090d0d01, 0x090f0301, 0x090f030b, 0x090f0701, 0x090f0907, 0x090f0b03, 0x0b010105, 0x0b010301, 0x0b010309,
+    0x0b010505, 0x0b010901, 0x0b010909, 0x0b01090f, 0x0b010b05, 0x0b010d0d, 0x0b010f09, 0x0b030103, 0x0b030107,
+    0x0b03010b, 0x0b030305, 0x0b030503, 0x0b030705, 0x0b030f05, 0x0b050101, 0x0b050303, 0x0b050507, 0x0b050701,
+    0x0b05070d, 0x0b050b07, 0x0b070105, 0x0b07010f, 0x0b070301, 0x0b07050f, 0x0b070909, 0x0b070b03, 0x0b070d0b,
+    0x0b070f07, 0x0b090103, 0x0b090109, 0x0b090501, 0x0b090705, 0x0b09090d, 0x0b0b0305, 0x0b0b050d, 0x0b0b0b03,
+    0x0b0b0b07, 0x0b0d0905, 0x0b0f0105, 0x0b0f0109, 0x0b0f0505, 0x0d010303, 0x0d010307, 0x0d01030b, 0x0d010703,
+    0x0d010707, 0x0d010d01, 0x0d030101, 0x0d030501, 0x0d03050f, 0x0d030d09, 0x0d050305, 0x0d050709, 0x0d050905,
+    0x0d050b0b, 0x0d050d05, 0x0d050f01, 0x0d070101, 0x0d070309, 0x0d070503, 0x0d070901, 0x0d09050b, 0x0d090907,
+    0x0d090d05, 0x0d0b0101, 0x0d0b0107, 0x0d0b0709, 0x0d0b0d01, 0x0d0d010b, 0x0d0d0901, 0x0d0f0303, 0x0d0f0307,
+    0x0f010101, 0x0f010109, 0x0f01010f, 0x0f010501, 0x0f010505, 0x0f01070d, 0x0f010901, 0x0f010b09, 0x0f010d05,
+    0x0f030105, 0x0f030303, 0x0f030509, 0x0f030907, 0x0f03090b, 0x0f050103, 0x0f050109, 0x0f050301, 0x0f05030d,
+    0x0f050503, 0x0f050701, 0x0f050b03, 0x0f070105, 0x0f070705, 0x0f07070b, 0x0f070b07, 0x0f090103, 0x0f09010b,
+    0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
+];
+
+impl BlockIQ3S {
+    /// The grid value (1..=15, unsigned) of element `e`.
+    #[inline]
+    pub fn grid_value(&self, e: usize) -> u8 {
+        let g = e / 4;
+        let idx = self.qs[g] as usize | (((self.qh[g / 8] >> (g % 8)) & 1) as usize) << 8;
+        (IQ3S_GRID[idx] >> (8 * (e % 4))) as u8
+    }
+
+    /// Whether element `e` is negative.
+    #[inline]
+    pub fn negative(&self, e: usize) -> bool {
+        (self.signs[e / 8] >> (e % 8)) & 1 != 0
+    }
+
+    /// The 4-bit scale of sub-block `j` (0..8); the sub-block's multiplier is `1 + 2 sc`.
+    #[inline]
+    pub fn scale(&self, j: usize) -> u8 {
+        (self.scales[j / 2] >> (4 * (j % 2))) & 15
+    }
+}
+
+impl QuantBlock for BlockIQ3S {
+    const DTYPE: DType = DType::IQ3S;
+    const BLOCK: usize = QK_K;
+
+    /// Per sub-block `db = d * f32(1 + 2 sc)`; then `x = (db * f32(grid)) * ±1` (gguf-py `db * grid * signs`). The
+    /// product by −1 is written as a negation, which has its bits except for a NaN: x86 keeps a NaN operand's sign
+    /// through a multiplication, so a NaN is left as it is.
+    #[inline]
+    fn dequantize(&self, out: &mut [f32]) {
+        let out: &mut [f32; QK_K] =
+            out.try_into().expect("dequantize: `out` must hold exactly one super-block (256 elements)");
+        let d = f16_to_f32(self.d);
+        for (j, out) in out.chunks_exact_mut(32).enumerate() {
+            let db = d * (1 + 2 * self.scale(j) as i32) as f32;
+            for (i, o) in out.iter_mut().enumerate() {
+                let e = 32 * j + i;
+                let v = db * self.grid_value(e) as f32;
+                *o = if self.negative(e) && !v.is_nan() { -v } else { v };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-built block: both halves of the grid index, every sign bit, the scale nibbles.
+    #[test]
+    fn hand_built_block() {
+        let mut b = BlockIQ3S::zeroed();
+        b.d = f16::from_f32(0.5);
+        for g in 0..64 {
+            b.qs[g] = (g * 5) as u8;
+        }
+        b.qh = [0x01, 0x80, 0, 0xff, 0, 0, 0, 0x10];
+        b.signs[0] = 0b1000_0001;
+        b.signs[31] = 0x80;
+        b.scales = [0x21, 0x43, 0x65, 0xf7];
+        let mut out = [0f32; 256];
+        b.dequantize(&mut out);
+        for e in 0..256 {
+            let g = e / 4;
+            let high = [0x01u8, 0x80, 0, 0xff, 0, 0, 0, 0x10][g / 8] >> (g % 8) & 1;
+            let idx = (g * 5) % 256 + 256 * high as usize;
+            let value = (IQ3S_GRID[idx] >> (8 * (e % 4))) & 0xff;
+            let sc = [1, 2, 3, 4, 5, 6, 7, 15][e / 32];
+            let neg = e == 0 || e == 7 || e == 255;
+            let want = 0.5 * (1 + 2 * sc) as f32 * value as f32 * if neg { -1.0 } else { 1.0 };
+            assert_eq!(out[e], want, "element {e}");
+        }
+        // GGML's table starts with these entries.
+        assert_eq!(IQ3S_GRID[..5], [0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f]);
+    }
+}
