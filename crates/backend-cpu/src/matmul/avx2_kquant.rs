@@ -1,4 +1,5 @@
-//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K) and IQ4_XS.
+//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS and
+//! IQ3_S (also on AVX-512 CPUs).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -8,12 +9,14 @@
 //! lane runs the reference's float update: `acc = fma(dw * dx, S, acc)` and, with mins,
 //! `acc = fma(-(dmin * dx), M, acc)`. Integer sums stay far below 2^31 (|S| ≤ 256·63·15·127 for Q4_K).
 //! IQ4_XS's table values (−127..=113, by `pshufb`) are signed: `maddubs(|q|, sign(qx, q))` (pairs ≤ 2·127·127,
-//! no saturation), then `madd` with the sub-block's scale `ls - 32` (|S| ≤ 256·127·127·32).
+//! no saturation), then `madd` with the sub-block's scale `ls - 32` (|S| ≤ 256·127·127·32). IQ3_S's grid
+//! values (odd, 1..=15) are gathered (`vpgatherdd`, four per entry) as the unsigned operand, its sign bits moved
+//! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{iq4xs_scales, q3k_scales};
+use tf_quant::{iq4xs_scales, q3k_scales, IQ3S_GRID};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
@@ -30,6 +33,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::Q6K => entry::<Q6K>,
         DType::Q8K => entry::<Q8K>,
         DType::IQ4XS => entry::<IQ4XS>,
+        DType::IQ3S => entry::<IQ3S>,
         _ => return None,
     })
 }
@@ -111,6 +115,7 @@ struct Q5K;
 struct Q6K;
 struct Q8K;
 struct IQ4XS;
+struct IQ3S;
 
 impl KQuant for Q2K {
     const BYTES: usize = 84;
@@ -352,6 +357,53 @@ impl KQuant for IQ4XS {
             for r in 0..RT {
                 let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), q);
                 s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xv), scale));
+            }
+        }
+    }
+}
+
+/// 1 in byte `i` where bit `i` of the little-endian u32 at `p` is clear, −1 where it is set.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn signs32(p: *const u8) -> __m256i {
+    let bits = (p as *const u32).read_unaligned();
+    // Byte i gets byte i / 8 of `bits`; OR-ing every bit but bit i % 8 makes it 0xff iff that bit is set.
+    let shuf = _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+    let set =
+        _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)), _mm256_set1_epi8(-1));
+    _mm256_or_si256(set, _mm256_set1_epi8(1))
+}
+
+impl KQuant for IQ3S {
+    const BYTES: usize = 110;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    /// Sub-block `j`: groups `8 j..8 j + 8`, grid index `qs[g] | ((qh[j] >> (g % 8)) & 1) << 8`, signs
+    /// `signs[4 j..4 j + 4]`, scale `1 + 2 ((scales[j / 2] >> 4 (j % 2)) & 15)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let (qs, qh, signs, scales) = (blk.add(2), blk.add(66), blk.add(74), blk.add(106));
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for j in 0..8 {
+            let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.add(8 * j) as *const __m128i));
+            let high =
+                _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(*qh.add(j) as i32), lane), _mm256_set1_epi32(1));
+            let idx = _mm256_or_si256(low, _mm256_slli_epi32::<8>(high));
+            let g = _mm256_i32gather_epi32::<4>(IQ3S_GRID.as_ptr() as *const i32, idx);
+            let sg = signs32(signs.add(4 * j));
+            let scale = _mm256_set1_epi16(1 + 2 * ((*scales.add(j / 2) >> (4 * (j % 2))) & 15) as i16);
+            for r in 0..RT {
+                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
             }
         }
     }
