@@ -10,7 +10,7 @@
 //! `acc = fma(-(dmin * dx), M, acc)`. Integer sums stay far below 2^31 (|S| ≤ 256·63·15·127 for Q4_K).
 //! IQ4_XS's table values (−127..=113, by `pshufb`) are signed: `maddubs(|q|, sign(qx, q))` (pairs ≤ 2·127·127,
 //! no saturation), then `madd` with the sub-block's scale `ls - 32` (|S| ≤ 256·127·127·32). IQ3_S's grid
-//! values (odd, 1..=15) are gathered (`vpgatherdd`, four per entry) as the unsigned operand, its sign bits moved
+//! values (odd, 1..=15, four per entry of the grid) are the unsigned operand, its sign bits moved
 //! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31).
 
 use std::arch::x86_64::*;
@@ -392,13 +392,10 @@ impl KQuant for IQ3S {
         _m: &mut [__m256i; RT],
     ) {
         let (qs, qh, signs, scales) = (blk.add(2), blk.add(66), blk.add(74), blk.add(106));
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         for j in 0..8 {
-            let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.add(8 * j) as *const __m128i));
-            let high =
-                _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(*qh.add(j) as i32), lane), _mm256_set1_epi32(1));
-            let idx = _mm256_or_si256(low, _mm256_slli_epi32::<8>(high));
-            let g = _mm256_i32gather_epi32::<4>(IQ3S_GRID.as_ptr() as *const i32, idx);
+            let h = *qh.add(j) as usize;
+            let e = |k: usize| IQ3S_GRID[*qs.add(8 * j + k) as usize | ((h << (8 - k)) & 256)] as i32;
+            let g = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
             let sg = signs32(signs.add(4 * j));
             let scale = _mm256_set1_epi16(1 + 2 * ((*scales.add(j / 2) >> (4 * (j % 2))) & 15) as i16);
             for r in 0..RT {
