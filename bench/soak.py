@@ -15,7 +15,7 @@ Then it waits for the server to go idle and checks, printing one line each and "
   - no 5xx, and every refused request has the expected status and error shape;
   - RSS (from /proc/PID/status) at the end within 5% of RSS after the warm-up;
   - /health: no request running or waiting, no KV block held beyond the prefix cache's idle blocks, the stored
-    responses within the server's bound (--store-max-entries, 1024 by default);
+    responses within the server's bounds (--store-max-entries and --store-max-mib; 1024 and 64 by default);
   - every completed reply's token_sha equals the token_sha of the same request sent alone afterwards.
 Only the standard library (http.client, one thread per client).
 """
@@ -259,7 +259,9 @@ class Soak:
             ("RSS within 5% of its warm value", abs(growth) <= 0.05, f"{rss_warm} -> {rss_end} KiB"),
             ("idle at the end", h["requests_running"] == 0 and h["requests_waiting"] == 0, json.dumps(h)),
             ("no KV block held beyond the prefix cache", h["kv_blocks_used"] == 0, json.dumps(h)),
-            ("stored responses bounded", h["stored_responses"] <= a.store_max_entries, f"{h['stored_responses']}"),
+            ("stored responses bounded in entries and bytes",
+             h["stored_responses"] <= a.store_max_entries and h["stored_response_bytes"] <= a.store_max_mib << 20,
+             f"{h['stored_responses']} entries, {h['stored_response_bytes']} bytes"),
             ("every completed reply equals its solo run", not mismatches, f"{mismatches[:3]}"),
         ]
         for name, ok, detail in checks:
@@ -278,7 +280,8 @@ def main():
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--seconds", type=float, default=600)
     p.add_argument("--warmup", type=float, default=60, help="seconds before the RSS baseline is taken")
-    p.add_argument("--store-max-entries", type=int, default=1024)
+    p.add_argument("--store-max-entries", type=int, default=1024, help="the server's --store-max-entries")
+    p.add_argument("--store-max-mib", type=int, default=64, help="the server's --store-max-mib")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     a.base_url = a.base_url.removesuffix("/").removesuffix("/v1")

@@ -12,12 +12,32 @@ use support::{test_python, Server};
 
 #[test]
 fn sixty_seconds_of_mixed_traffic_with_disconnects_leave_the_server_as_it_was() {
-    let server = Server::start(&["--context", "1024", "--max-queue", "256", "--store-max-entries", "32"]);
+    let server = Server::start(&[
+        "--context",
+        "1024",
+        "--max-queue",
+        "256",
+        "--store-max-entries",
+        "32",
+        "--store-max-mib",
+        "1",
+    ]);
     let script = tf_testkit::repo_root().join("bench/soak.py");
     let out = Command::new(test_python())
         .arg(&script)
         .args(["--base-url", &server.base(), "--pid", &server.pid().to_string()])
-        .args(["--clients", "64", "--seconds", "60", "--warmup", "20", "--store-max-entries", "32"])
+        .args([
+            "--clients",
+            "64",
+            "--seconds",
+            "60",
+            "--warmup",
+            "20",
+            "--store-max-entries",
+            "32",
+            "--store-max-mib",
+            "1",
+        ])
         .env("PYTHONUNBUFFERED", "1")
         .output()
         .expect("run bench/soak.py");

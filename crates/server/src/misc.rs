@@ -72,6 +72,7 @@ pub async fn health(State(st): State<Shared>) -> Response {
         "generation_tokens_total": s.generation_tokens.load(Ordering::Relaxed),
         "decode_tokens_per_s": s.live_decode_milli_tps.load(Ordering::Relaxed) as f64 / 1000.0,
         "stored_responses": st.store.lock().unwrap_or_else(|p| p.into_inner()).len(),
+        "stored_response_bytes": st.store.lock().unwrap_or_else(|p| p.into_inner()).bytes(),
     });
     if let Some(why) = failure {
         body["error"] = json!(why);
