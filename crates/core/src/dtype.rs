@@ -32,11 +32,12 @@ pub enum DType {
     IQ4NL,
     IQ4XS,
     IQ3S,
+    IQ3XXS,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 25] = [
+    pub const ALL: [DType; 26] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -62,6 +63,7 @@ impl DType {
         DType::IQ4NL,
         DType::IQ4XS,
         DType::IQ3S,
+        DType::IQ3XXS,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -81,6 +83,7 @@ impl DType {
             DType::Q5K => 13,
             DType::Q6K => 14,
             DType::Q8K => 15,
+            DType::IQ3XXS => 18,
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
             DType::IQ4XS => 23,
@@ -105,7 +108,6 @@ impl DType {
             4 | 5 => "Q4_2/Q4_3 (removed from GGML)",
             16 => "IQ2_XXS",
             17 => "IQ2_XS",
-            18 => "IQ3_XXS",
             19 => "IQ1_S",
             22 => "IQ2_S",
             29 => "IQ1_M",
@@ -136,8 +138,8 @@ impl DType {
         })
     }
 
-    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants, IQ4_XS
-    /// and IQ3_S.
+    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants, IQ4_XS,
+    /// IQ3_S and IQ3_XXS.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => 32,
@@ -148,7 +150,8 @@ impl DType {
             | DType::Q6K
             | DType::Q8K
             | DType::IQ4XS
-            | DType::IQ3S => 256,
+            | DType::IQ3S
+            | DType::IQ3XXS => 256,
             _ => 1,
         }
     }
@@ -175,6 +178,7 @@ impl DType {
             DType::IQ4NL => 18,
             DType::IQ4XS => 136,
             DType::IQ3S => 110,
+            DType::IQ3XXS => 98,
         }
     }
 
@@ -219,6 +223,7 @@ impl DType {
             DType::IQ4NL => "IQ4_NL",
             DType::IQ4XS => "IQ4_XS",
             DType::IQ3S => "IQ3_S",
+            DType::IQ3XXS => "IQ3_XXS",
         }
     }
 }

@@ -66,6 +66,7 @@ TYPES = [
     (T.IQ4_NL, [0], 8192),
     (T.IQ4_XS, [0], 2048),
     (T.IQ3_S, [0], 2048),
+    (T.IQ3_XXS, [0], 2048),
 ]
 # F16 and BF16 are checked on every one of the 65536 bit patterns, in order ("exhaustive_u16": true).
 EXHAUSTIVE = [T.F16, T.BF16]

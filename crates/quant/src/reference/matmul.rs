@@ -15,9 +15,9 @@
 use tf_core::{DType, Precision};
 
 use crate::{
-    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S, BlockIQ4NL, BlockIQ4XS,
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0,
-    BlockQ8_1, QuantBlock, KVALUES_IQ4NL,
+    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL,
+    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
+    BlockQ8_0, BlockQ8_1, QuantBlock, KVALUES_IQ4NL,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -132,7 +132,7 @@ pub struct ActBlock<'a> {
 
 /// A weight block type with a checkpoint-mode dot product.
 pub trait CheckpointBlock: QuantBlock {
-    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants, IQ4_XS and IQ3_S.
+    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants and the other i-quants.
     const ACT_BLOCK: usize;
     /// Folds this block's dot with `a` into `acc` (docs/arithmetic.md, per-block float update).
     fn update(&self, a: &ActBlock, acc: f32) -> f32;
@@ -142,9 +142,15 @@ pub trait CheckpointBlock: QuantBlock {
 pub fn checkpoint_block(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => Some(32),
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::IQ4XS | DType::IQ3S => {
-            Some(256)
-        }
+        DType::Q2K
+        | DType::Q3K
+        | DType::Q4K
+        | DType::Q5K
+        | DType::Q6K
+        | DType::Q8K
+        | DType::IQ4XS
+        | DType::IQ3S
+        | DType::IQ3XXS => Some(256),
         _ => None,
     }
 }
@@ -269,6 +275,23 @@ impl CheckpointBlock for BlockIQ3S {
     }
 }
 
+impl CheckpointBlock for BlockIQ3XXS {
+    const ACT_BLOCK: usize = 256;
+    /// `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma((dw * dx) * 0.25, S, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let q: [i32; 256] = std::array::from_fn(|e| {
+            let v = self.grid_value(e) as i32;
+            if self.negative(e) {
+                -v
+            } else {
+                v
+            }
+        });
+        let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
+        ((f16_to_f32(self.d) * a.d) * 0.25).mul_add(s as f32, acc)
+    }
+}
+
 /// Σ_j scale_j · Σ_{i in sub-block j} q_i·qx_i over sub-blocks of `sub` elements.
 fn scaled_isum(q: &[i32; 256], x: &[i8], sub: usize, scale: impl Fn(usize) -> i32) -> i32 {
     (0..256 / sub).map(|j| scale(j) * isum(q[sub * j..sub * (j + 1)].iter().copied(), &x[sub * j..])).sum()
@@ -388,6 +411,7 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::IQ4NL => row_dot::<BlockIQ4NL>(w, x),
         DType::IQ4XS => row_dot::<BlockIQ4XS>(w, x),
         DType::IQ3S => row_dot::<BlockIQ3S>(w, x),
+        DType::IQ3XXS => row_dot::<BlockIQ3XXS>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -501,7 +525,7 @@ mod tests {
         rng.fill(&mut w[..]);
         // Finite, modest f16 scales: exponent field forced to 8..14 (2^-7..2^-1).
         let f16_fields: &[usize] = match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ3S => &[0],
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ3S | DType::IQ3XXS => &[0],
             DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
             DType::Q2K => &[80, 82],
             DType::Q3K => &[108],
@@ -543,6 +567,7 @@ mod tests {
             DType::IQ4NL,
             DType::IQ4XS,
             DType::IQ3S,
+            DType::IQ3XXS,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);
