@@ -39,7 +39,7 @@ if [[ -n "${FUZZ_TIME:-}" ]]; then
 fi
 
 # No sanitizer unless FUZZ_SANITIZER names one (address, ...): the code under test is safe Rust, fuzzed with
-# debug assertions and overflow checks on; AddressSanitizer costs about half the speed.
+# debug assertions and overflow checks on; AddressSanitizer runs 3 to 6 times slower.
 sanitizer="${FUZZ_SANITIZER:-none}"
 nice -n 10 cargo +nightly fuzz build --sanitizer "$sanitizer" >/dev/null
 mkdir -p target/fuzz-logs
