@@ -178,24 +178,10 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for the process to exit, asserting that it does so within [`STOP_BOUND`]
-    /// (the polling below only bounds the wait; the exit itself is what we wait for).
+    /// (the polling only bounds the wait; the exit itself is what we wait for).
     pub fn stop_and_wait(&mut self) -> ExitStatus {
         self.send_term();
-        let child = self.child.as_mut().unwrap();
-        let deadline = Instant::now() + STOP_BOUND;
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.child = None;
-                return status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                self.child = None;
-                panic!("the server did not exit within {STOP_BOUND:?} of SIGTERM\noutput:\n{}", self.output());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_exit()
     }
 
     /// Waits (bounded by [`STOP_BOUND`]) for the process to exit on its own, after signals already sent.
