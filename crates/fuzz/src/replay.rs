@@ -1,6 +1,7 @@
 //! The stable form of a fuzz run: every seed of `fuzz/seeds/<target>/`, then a fixed number of random mutations
-//! of them (count-bounded, so its cost does not depend on the machine). The mutation seed is fresh each run and
-//! printed; `TF_FUZZ_SEED` replays one and `TF_FUZZ_ITERS` changes the count. An input that fails is written to
+//! of them (count-bounded, so its cost does not depend on the machine). The mutation seed is fixed per target, so
+//! a run repeats exactly; `TF_FUZZ_SEED=<n>` picks another, `TF_FUZZ_SEED=fresh` a new one each run (printed), and
+//! `TF_FUZZ_ITERS` changes the count. An input that fails is written to
 //! the temporary directory and the panic names the file (`cargo fuzz run <target> <file>` replays it too).
 
 use crate::mutate::{mutate, parse_dict};
@@ -67,9 +68,13 @@ fn fnv(b: &[u8]) -> u64 {
 pub fn replay(target: &Target, iters: usize) -> Replayed {
     let seeds = seeds(target);
     assert!(!seeds.is_empty(), "fuzz/seeds/{} holds no seeds", target.name);
-    let seed = env_u64("TF_FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-    });
+    let seed = match std::env::var("TF_FUZZ_SEED").ok().as_deref().map(str::trim) {
+        None | Some("") => fnv(target.name.as_bytes()),
+        Some("fresh") => {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        }
+        Some(s) => s.parse().unwrap_or_else(|_| panic!("TF_FUZZ_SEED must be an integer or `fresh`")),
+    };
     let iters = env_u64("TF_FUZZ_ITERS").map_or(iters, |n| n as usize);
     eprintln!("fuzz replay `{}`: {} seeds, {iters} mutations, TF_FUZZ_SEED={seed}", target.name, seeds.len());
     for (path, bytes) in &seeds {

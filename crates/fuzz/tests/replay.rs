@@ -1,8 +1,8 @@
 //! The CI form of the fuzz targets (stable Rust, no libFuzzer): each target's seed corpus under `fuzz/seeds/`,
 //! then a fixed number of random mutations of it, through the same bodies the cargo-fuzz targets run (550,000
 //! mutations in all: about 30 s of CPU in a debug build on a 2-core AMD EPYC, 45 s of wall time on its two busy
-//! cores). `TF_FUZZ_ITERS` changes the number of mutations per target, `TF_FUZZ_SEED` replays a run (its seed is
-//! printed).
+//! cores). The mutation seed is fixed per target; `TF_FUZZ_SEED=<n>|fresh` explores others, `TF_FUZZ_ITERS`
+//! changes the number of mutations per target.
 
 #[global_allocator]
 static A: tf_testkit::alloc::Counting = tf_testkit::alloc::Counting;

@@ -80,7 +80,7 @@ impl<'a> Loader<'a> {
     }
 
     fn err(&self, tensor: &str, problem: impl std::fmt::Display) -> ModelError {
-        ModelError(format!("{} tensor '{tensor}': {problem}", self.src.format()))
+        ModelError(format!("{} tensor {tensor:?}: {problem}", self.src.format()))
     }
 
     /// Checks that `tensor` exists with `shape` and returns its info.

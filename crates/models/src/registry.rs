@@ -88,7 +88,7 @@ pub fn family_for_config(cfg: &dyn ConfigView) -> Result<&'static Family, ModelE
     };
     found.ok_or_else(|| {
         let known: Vec<_> = FAMILIES.iter().map(|f| f.name).collect();
-        ModelError(format!("architecture '{arch}' is not supported (known families: {})", known.join(", ")))
+        ModelError(format!("architecture {arch:?} is not supported (known families: {})", known.join(", ")))
     })
 }
 

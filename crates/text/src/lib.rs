@@ -41,10 +41,10 @@ pub use tools::{parse_tool_calls, ParsedTools, ToolCall, ToolEvent, ToolFormat, 
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
     /// The GGUF `tokenizer.ggml.model` is not one this crate can reproduce.
-    #[error("unsupported tokenizer model '{0}' (supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")]
+    #[error("unsupported tokenizer model {0:?} (supported: 'gpt2' byte-level BPE, 'llama' SentencePiece)")]
     UnsupportedModel(String),
     /// The GGUF `tokenizer.ggml.pre` names a pre-tokenizer this crate does not know.
-    #[error("unsupported pre-tokenizer '{0}' (tokenizer.ggml.pre)")]
+    #[error("unsupported pre-tokenizer {0:?} (tokenizer.ggml.pre)")]
     UnsupportedPre(String),
     /// The vocabulary or tokenizer files are inconsistent or unreadable.
     #[error("tokenizer: {0}")]
