@@ -33,11 +33,12 @@ pub enum DType {
     IQ4XS,
     IQ3S,
     IQ3XXS,
+    MXFP4,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 26] = [
+    pub const ALL: [DType; 27] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -64,6 +65,7 @@ impl DType {
         DType::IQ4XS,
         DType::IQ3S,
         DType::IQ3XXS,
+        DType::MXFP4,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -87,6 +89,7 @@ impl DType {
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
             DType::IQ4XS => 23,
+            DType::MXFP4 => 39,
             DType::I8 => 24,
             DType::I16 => 25,
             DType::I32 => 26,
@@ -97,7 +100,7 @@ impl DType {
         })
     }
 
-    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ*, TQ*, MXFP4, ...).
+    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ2*, IQ1*, TQ*, ...).
     pub fn from_ggml_id(id: u32) -> Option<DType> {
         DType::ALL.iter().copied().find(|d| d.ggml_id() == Some(id))
     }
@@ -113,7 +116,6 @@ impl DType {
             29 => "IQ1_M",
             34 => "TQ1_0",
             35 => "TQ2_0",
-            39 => "MXFP4",
             _ => match DType::from_ggml_id(id) {
                 Some(d) => d.name(),
                 None => "unknown",
@@ -138,11 +140,18 @@ impl DType {
         })
     }
 
-    /// Elements per block: 1 for plain types, 32 for the legacy quants and IQ4_NL, 256 for the K-quants, IQ4_XS,
-    /// IQ3_S and IQ3_XXS.
+    /// Elements per block: 1 for plain types, 32 for the legacy quants, IQ4_NL and MXFP4, 256 for the K-quants,
+    /// IQ4_XS, IQ3_S and IQ3_XXS.
     pub fn block_size(self) -> usize {
         match self {
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => 32,
+            DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q8_1
+            | DType::IQ4NL
+            | DType::MXFP4 => 32,
             DType::Q2K
             | DType::Q3K
             | DType::Q4K
@@ -179,6 +188,7 @@ impl DType {
             DType::IQ4XS => 136,
             DType::IQ3S => 110,
             DType::IQ3XXS => 98,
+            DType::MXFP4 => 17,
         }
     }
 
@@ -224,6 +234,7 @@ impl DType {
             DType::IQ4XS => "IQ4_XS",
             DType::IQ3S => "IQ3_S",
             DType::IQ3XXS => "IQ3_XXS",
+            DType::MXFP4 => "MXFP4",
         }
     }
 }
@@ -249,6 +260,7 @@ mod tests {
         assert_eq!(DType::from_ggml_id(20), Some(DType::IQ4NL));
         assert_eq!(DType::from_ggml_id(23), Some(DType::IQ4XS));
         assert_eq!(DType::from_ggml_id(21), Some(DType::IQ3S));
+        assert_eq!(DType::from_ggml_id(39), Some(DType::MXFP4));
         assert_eq!(DType::from_ggml_id(22), None);
         assert_eq!(DType::ggml_id_name(22), "IQ2_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
@@ -261,6 +273,8 @@ mod tests {
         assert_eq!(DType::Q6K.bytes_for(512), Some(420));
         assert_eq!(DType::IQ4NL.bytes_for(64), Some(36));
         assert_eq!(DType::IQ4XS.bytes_for(512), Some(272));
+        assert_eq!(DType::MXFP4.bytes_for(64), Some(34));
+        assert_eq!(DType::MXFP4.bytes_for(48), None);
         assert_eq!(DType::F32.bytes_for(u64::MAX), None);
         assert_eq!(DType::F16.bytes_for(3), Some(6));
     }

@@ -9,7 +9,8 @@
 //! Dequantization is bit for bit what gguf-py 0.19.0 (`gguf/quants.py`, NumPy) produces: the same f16 to f32
 //! conversion (see [`f16_bits_to_f32`]), every product and difference computed in f32 in the same order and association,
 //! never fused into an FMA. Each block type documents its formula next to its `dequantize`. Q8_1 and Q8_K have
-//! no gguf-py dequantizer; they follow GGML's C reference (`d * q`). IQ4_NL, IQ4_XS, IQ3_S and IQ3_XXS follow gguf-py's.
+//! no gguf-py dequantizer; they follow GGML's C reference (`d * q`). IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS and MXFP4
+//! follow gguf-py's (MXFP4's scale is an E8M0 byte, see [`e8m0_to_f32_half`]).
 //!
 //! For finite scales the order is in fact not what decides the bits: an f16 scale has 11 significant bits and
 //! the small integers it meets (sub-block scales, mins, quants) at most 8, so every intermediate product is
@@ -26,6 +27,7 @@ mod iq3xxs;
 mod iquants;
 mod kquants;
 mod legacy;
+mod mxfp4;
 pub mod reference;
 
 use std::borrow::Cow;
@@ -41,6 +43,7 @@ pub use iq3xxs::{BlockIQ3XXS, IQ3XXS_GRID, KSIGNS_IQ2XS};
 pub use iquants::{iq4xs_scales, BlockIQ4NL, BlockIQ4XS, KVALUES_IQ4NL};
 pub use kquants::{q3k_scales, q4k_scale_min, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, QK};
+pub use mxfp4::{e8m0_to_f32_half, BlockMXFP4, KVALUES_MXFP4};
 
 #[cfg(target_endian = "big")]
 compile_error!("tf-quant reads GGUF's little-endian blocks in place and needs a little-endian target");
@@ -132,6 +135,7 @@ pub fn is_supported(dtype: DType) -> bool {
             | DType::IQ4XS
             | DType::IQ3S
             | DType::IQ3XXS
+            | DType::MXFP4
     )
 }
 
@@ -165,6 +169,7 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
         DType::IQ4XS => dequantize_bytes::<BlockIQ4XS>(bytes, out),
         DType::IQ3S => dequantize_bytes::<BlockIQ3S>(bytes, out),
         DType::IQ3XXS => dequantize_bytes::<BlockIQ3XXS>(bytes, out),
+        DType::MXFP4 => dequantize_bytes::<BlockMXFP4>(bytes, out),
         _ => unreachable!("is_supported covers every arm"),
     }
     Ok(())
@@ -249,6 +254,7 @@ mod tests {
         check_traits::<BlockIQ4XS>();
         check_traits::<BlockIQ3S>();
         check_traits::<BlockIQ3XXS>();
+        check_traits::<BlockMXFP4>();
     }
 
     fn pseudo_random_bytes(n: usize, seed: u64) -> Vec<u8> {

@@ -14,6 +14,9 @@ cleared (so its exponent is no longer all ones). The Rust test rebuilds the same
 `head_bytes` (the first blocks, hex), dequantizes them and compares with `head_f32` (the output of those
 first blocks as hex little-endian f32 bits) and with `fnv1a64` (FNV-1a 64 over all the output's f32 bytes).
 
+A case with `bytes_hex` carries its input bytes whole instead of a seed (hand-built edge cases, see
+`EXPLICIT`).
+
 Cases with `finite_f16: false` keep Inf/NaN scales; their expected bits depend on how the CPU propagates NaNs
 through the NumPy arithmetic, so the Rust test checks them only on x86_64 and reports them separately.
 """
@@ -67,9 +70,27 @@ TYPES = [
     (T.IQ4_XS, [0], 2048),
     (T.IQ3_S, [0], 2048),
     (T.IQ3_XXS, [0], 2048),
+    (T.MXFP4, [], 8192),
 ]
 # F16 and BF16 are checked on every one of the 65536 bit patterns, in order ("exhaustive_u16": true).
 EXHAUSTIVE = [T.F16, T.BF16]
+
+
+
+def mxfp4_every_scale_and_code() -> bytes:
+    """MXFP4: 256 blocks, block `i` with E8M0 scale byte `i` (0, 1, 127, 128, 254 and 255 among them; 255 is
+    NaN in the OCP format and 2^127 in gguf-py, which then overflows to +-Inf for |code value| >= 2) and in byte `j`
+    of its codes the low nibble `(j + i) % 16` and the high nibble `(15 - j + i) % 16`: every code in both
+    positions at every scale."""
+    out = bytearray()
+    for i in range(256):
+        out.append(i)
+        out += bytes(((j + i) % 16) | (((15 - j + i) % 16) << 4) for j in range(16))
+    return bytes(out)
+
+
+# (GGUF type, name, bytes): cases whose input is written out whole.
+EXPLICIT = [(T.MXFP4, "every_scale_and_code", mxfp4_every_scale_and_code)]
 
 HEAD_ELEMS = 16  # plain types: the head is the first 16 elements; quant types: the first block
 
@@ -89,9 +110,10 @@ def make_bytes(seed: int, n_blocks: int, type_size: int, f16_offsets: list[int],
     return bytes(raw)
 
 
-def case(qtype, f16_offsets, n_blocks, seed, finite):
+def case(qtype, f16_offsets, n_blocks, seed, finite, explicit=None):
+    """One case; `explicit` is `(name, input bytes)` for a hand-built case (then `seed` is unused)."""
     block_size, type_size = GGML_QUANT_SIZES[qtype]
-    data = make_bytes(seed, n_blocks, type_size, f16_offsets, finite)
+    data = make_bytes(seed, n_blocks, type_size, f16_offsets, finite) if explicit is None else explicit[1]
     arr = np.frombuffer(data, dtype=np.uint8).reshape((n_blocks, type_size))
     if block_size == 1:
         arr = arr.reshape(-1)
@@ -102,7 +124,7 @@ def case(qtype, f16_offsets, n_blocks, seed, finite):
     head_elems = block_size if block_size > 1 else HEAD_ELEMS
     return {
         "dtype": qtype.name,
-        "exhaustive_u16": seed is None,
+        "exhaustive_u16": seed is None and explicit is None,
         "seed": seed if seed is not None else 0,
         "n_blocks": n_blocks,
         "f16_offsets": f16_offsets,
@@ -110,7 +132,7 @@ def case(qtype, f16_offsets, n_blocks, seed, finite):
         "head_bytes": data[: head_elems // block_size * type_size].hex(),
         "head_f32": out_bytes[: 4 * head_elems].hex(),
         "fnv1a64": f"{fnv1a64(out_bytes):016x}",
-    }
+    } | ({"name": explicit[0], "bytes_hex": explicit[1].hex()} if explicit is not None else {})
 
 
 def main():
@@ -122,6 +144,10 @@ def main():
         cases.append(case(qtype, offsets, n_blocks, seed, finite=True))
         if offsets and GGML_QUANT_SIZES[qtype][0] > 1:
             cases.append(case(qtype, offsets, 512, seed + 500, finite=False))
+    for qtype, name, make in EXPLICIT:
+        data = make()
+        n_blocks = len(data) // GGML_QUANT_SIZES[qtype][1]
+        cases.append(case(qtype, [], n_blocks, None, True, explicit=(name, data)))
     doc = {
         "generator": "crates/quant/tests/gen_fixtures.py",
         "gguf_py_version": importlib.metadata.version("gguf"),

@@ -34,9 +34,14 @@ fn dtype_named(name: &str) -> DType {
     DType::ALL.into_iter().find(|d| d.name() == name).unwrap_or_else(|| panic!("unknown dtype {name}"))
 }
 
-/// One case's input bytes, rebuilt from its seed as the generator does.
+/// One case's input bytes: written out (`bytes_hex`), or rebuilt from its seed as the generator does.
 fn case_bytes(c: &Value, dtype: DType) -> Vec<u8> {
     let n_blocks = c["n_blocks"].as_u64().unwrap() as usize;
+    if let Some(h) = c.get("bytes_hex") {
+        let raw = hex(h.as_str().unwrap());
+        assert_eq!(raw.len(), n_blocks * dtype.block_bytes(), "{dtype}: bytes_hex is not n_blocks blocks");
+        return raw;
+    }
     if c["exhaustive_u16"].as_bool().unwrap() {
         return (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
     }
@@ -111,7 +116,7 @@ fn matches_gguf_py_bit_for_bit() {
     }
     for t in [
         "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-        "IQ4_XS", "IQ3_S", "IQ3_XXS",
+        "IQ4_XS", "IQ3_S", "IQ3_XXS", "MXFP4",
     ] {
         assert!(seen.iter().any(|s| s == t), "fixture lacks {t}");
     }
@@ -129,4 +134,25 @@ fn non_finite_scales_match_gguf_py_on_x86_64() {
         .filter_map(|c| check_case(c).err())
         .collect();
     assert!(errors.is_empty(), "differences from gguf-py:\n{}", errors.join("\n"));
+}
+
+/// The hand-built MXFP4 case holds every E8M0 scale byte (0, 1, 127, 128, 254 and 255 included) with every
+/// code in both nibble positions, and the values gguf-py gives it reach both infinities (scale 255) and the
+/// subnormals (scale 0); `matches_gguf_py_bit_for_bit` checks its bits.
+#[test]
+fn mxfp4_edge_case_covers_every_scale_and_code() {
+    let c = cases(true).into_iter().find(|c| c["name"] == "every_scale_and_code").expect("MXFP4 edge case");
+    assert_eq!(c["dtype"], "MXFP4");
+    let bytes = case_bytes(&c, DType::MXFP4);
+    let mut pairs = std::collections::HashSet::new();
+    for blk in bytes.chunks_exact(17) {
+        for &q in &blk[1..] {
+            pairs.insert((blk[0], q & 15, 0));
+            pairs.insert((blk[0], q >> 4, 1));
+        }
+    }
+    assert_eq!(pairs.len(), 256 * 16 * 2);
+    let out = dequantize_to_vec(DType::MXFP4, &bytes, 256 * 32).unwrap();
+    assert!(out.contains(&f32::INFINITY) && out.contains(&f32::NEG_INFINITY));
+    assert!(out.iter().any(|x| x.is_subnormal()) && !out.iter().any(|x| x.is_nan()));
 }

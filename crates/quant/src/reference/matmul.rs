@@ -15,9 +15,9 @@
 use tf_core::{DType, Precision};
 
 use crate::{
-    cast_blocks, dequantize, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL,
-    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
-    BlockQ8_0, BlockQ8_1, QuantBlock, KVALUES_IQ4NL,
+    cast_blocks, dequantize, e8m0_to_f32_half, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S,
+    BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QuantBlock, KVALUES_IQ4NL, KVALUES_MXFP4,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -132,7 +132,8 @@ pub struct ActBlock<'a> {
 
 /// A weight block type with a checkpoint-mode dot product.
 pub trait CheckpointBlock: QuantBlock {
-    /// Activation block size: 32 for the legacy types and IQ4_NL, 256 for the K-quants and the other i-quants.
+    /// Activation block size: 32 for the legacy types, IQ4_NL and MXFP4, 256 for the K-quants and the other
+    /// i-quants.
     const ACT_BLOCK: usize;
     /// Folds this block's dot with `a` into `acc` (docs/arithmetic.md, per-block float update).
     fn update(&self, a: &ActBlock, acc: f32) -> f32;
@@ -141,7 +142,14 @@ pub trait CheckpointBlock: QuantBlock {
 /// The activation block size of `dtype` in checkpoint mode, or `None` if it uses the full path (F32/F16/BF16).
 pub fn checkpoint_block(dtype: DType) -> Option<usize> {
     match dtype {
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 | DType::IQ4NL => Some(32),
+        DType::Q4_0
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q5_1
+        | DType::Q8_0
+        | DType::Q8_1
+        | DType::IQ4NL
+        | DType::MXFP4 => Some(32),
         DType::Q2K
         | DType::Q3K
         | DType::Q4K
@@ -241,6 +249,16 @@ impl CheckpointBlock for BlockIQ4NL {
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
         let s = isum((0..32).map(|i| iq4(&self.qs, i)), a.qs);
         (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
+    }
+}
+
+impl CheckpointBlock for BlockMXFP4 {
+    const ACT_BLOCK: usize = 32;
+    /// `acc = fma(dw * dx, Σ kvalues[q]·qx, acc)` with `dw = e8m0_to_f32_half(e)` (doubled E2M1 values, halved
+    /// scale, as dequantization).
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let s = isum((0..32).map(|i| KVALUES_MXFP4[nibble32(&self.qs, i) as usize] as i32), a.qs);
+        (e8m0_to_f32_half(self.e) * a.d).mul_add(s as f32, acc)
     }
 }
 
@@ -412,6 +430,7 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::IQ4XS => row_dot::<BlockIQ4XS>(w, x),
         DType::IQ3S => row_dot::<BlockIQ3S>(w, x),
         DType::IQ3XXS => row_dot::<BlockIQ3XXS>(w, x),
+        DType::MXFP4 => row_dot::<BlockMXFP4>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -541,6 +560,10 @@ mod tests {
             if dtype == DType::Q8K {
                 blk[0..4].copy_from_slice(&rng.gen_range(-0.01f32..0.01).to_le_bytes());
             }
+            // E8M0 scales 2^-128..2^32: subnormal to large, never overflowing a row's sum.
+            if dtype == DType::MXFP4 {
+                blk[0] = rng.gen_range(0..=160);
+            }
         }
         w
     }
@@ -568,6 +591,7 @@ mod tests {
             DType::IQ4XS,
             DType::IQ3S,
             DType::IQ3XXS,
+            DType::MXFP4,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);
