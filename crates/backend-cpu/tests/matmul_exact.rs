@@ -15,7 +15,7 @@ use tf_backend_cpu::Pool;
 use tf_core::{DType, Precision, Tensor, TensorInfo};
 use tf_quant::reference::matmul::{checkpoint_block, matmul_ref, quantize_row};
 
-const TYPES: [DType; 19] = [
+const TYPES: [DType; 20] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -35,6 +35,7 @@ const TYPES: [DType; 19] = [
     DType::IQ4XS,
     DType::IQ3S,
     DType::IQ3XXS,
+    DType::MXFP4,
 ];
 
 const PRECISIONS: [Precision; 2] = [Precision::Checkpoint, Precision::Full];
@@ -88,6 +89,10 @@ fn random_bytes(rng: &mut StdRng, dtype: DType, out: usize, inn: usize) -> Vec<u
                 if dtype == DType::Q8K {
                     blk[0..4].copy_from_slice(&rng.gen_range(-0.01f32..0.01).to_le_bytes());
                 }
+                // E8M0 scale byte: 2^-16..2^2 (halved as dequantization does).
+                if dtype == DType::MXFP4 {
+                    blk[0] = rng.gen_range(112..=130);
+                }
             }
             w
         }
@@ -109,6 +114,11 @@ struct Case {
 impl Case {
     fn new(rng: &mut StdRng, dtype: DType, out: usize, inn: usize) -> Case {
         let bytes = random_bytes(rng, dtype, out, inn);
+        Case::with_bytes(rng, dtype, out, inn, bytes)
+    }
+
+    /// A case of the given raw `[out, inn]` weight bytes (and maybe a random bias).
+    fn with_bytes(rng: &mut StdRng, dtype: DType, out: usize, inn: usize, bytes: Vec<u8>) -> Case {
         let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
         let w = CpuWeight::from_bytes(&info, &bytes).unwrap();
         let stored = CpuWeight::from_bytes(&info, &bytes).unwrap().unpacked();
@@ -268,13 +278,64 @@ fn kquant_windows_of_every_size_equal_the_reference() {
     windows_equal_the_reference(&[DType::Q4K, DType::Q5K, DType::Q6K], &rows, 256, 1..4);
 }
 
-/// The i-quants: IQ4_NL (32-element blocks, the 8- and 16-lane tiles) at every row count 1..=64, IQ4_XS, IQ3_S
-/// and IQ3_XXS (256-element blocks) where the K-quant tiles change.
+/// The i-quants: IQ4_NL and MXFP4 (32-element blocks, the 8- and 16-lane tiles) at every row count 1..=64,
+/// IQ4_XS, IQ3_S and IQ3_XXS (256-element blocks) where the K-quant tiles change.
 #[test]
 fn iquant_windows_of_every_size_equal_the_reference() {
-    windows_equal_the_reference(&[DType::IQ4NL], &(1..=64).collect::<Vec<_>>(), 32, 1..6);
+    windows_equal_the_reference(&[DType::IQ4NL, DType::MXFP4], &(1..=64).collect::<Vec<_>>(), 32, 1..6);
     let rows: Vec<usize> = (1..=20).chain([31, 33, 47, 64]).collect();
     windows_equal_the_reference(&[DType::IQ4XS, DType::IQ3S, DType::IQ3XXS], &rows, 256, 1..4);
+}
+
+/// MXFP4 with every E8M0 scale byte (0 and 1 subnormal, 255 = 2^127): activation block `b` has magnitude
+/// about `2^(128 - c_b)` (within the f32 range) for a band `c_b ± 8` of the weight scale bytes of input block
+/// `b`, so the products `dw * dx` are mostly near 1 and every scale byte counts; now and then a block is
+/// 2^-60 smaller (products that underflow to subnormals or 0). Checkpoint mode on every ISA and layout, every
+/// row count 1..=40, bit-equal to the reference; full mode too, with scale bytes up to 252 (from 253 the larger
+/// codes dequantize to ±Inf, whose sums may be NaN).
+#[test]
+fn mxfp4_every_scale_byte_equals_the_reference() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pool = pool(2);
+    for rows in 1..=40 {
+        let (out, nb) = (rng.gen_range(1..40), rng.gen_range(1..9));
+        let inn = 32 * nb;
+        // `[nb]` band centres; input block 0 spans the ends (0 and 255) at least once per three row counts.
+        let c: Vec<i32> =
+            (0..nb).map(|b| if b == 0 { [0, 255, 128][rows % 3] } else { rng.gen_range(0..=255) }).collect();
+        // `[out, nb]` blocks of 17 bytes.
+        let mut bytes = vec![0u8; out * nb * 17];
+        rng.fill(&mut bytes[..]);
+        for (i, blk) in bytes.chunks_exact_mut(17).enumerate() {
+            blk[0] = (c[i % nb] + rng.gen_range(-8..=8)).clamp(0, 255) as u8;
+        }
+        // `[rows, inn]` activations, block `b` of each row scaled by 2^(128 - c_b) (or 2^-60 times that).
+        let mut x = random_x(&mut rng, rows, inn);
+        for (i, v) in x.host.iter_mut().enumerate() {
+            let b = (i % inn) / 32;
+            let shift = if (i / 32) % 5 == 3 { -60 } else { 0 };
+            *v = (*v / 600.0).clamp(-1.0, 1.0) * 2f32.powi((128 - c[b] + shift).clamp(-120, 120));
+        }
+        let capped: Vec<u8> = bytes.chunks_exact(17).flat_map(|b| [&[b[0].min(252)], &b[1..]].concat()).collect();
+        for (p, bytes) in [(Precision::Checkpoint, bytes), (Precision::Full, capped)] {
+            let case = Case::with_bytes(&mut rng, DType::MXFP4, out, inn, bytes);
+            let want = case.reference(p, &x);
+            assert!(want.iter().all(|y| y.is_finite()), "{} {}: not finite (TF_SEED={seed})", case.name(), p.name());
+            for isa in Isa::available() {
+                for (layout, got) in case.runs(&pool, isa, p, &x) {
+                    assert!(
+                        bits(&got) == bits(&want),
+                        "{} {} {}{layout} rows={rows}: {} (TF_SEED={seed})",
+                        case.name(),
+                        p.name(),
+                        isa.name(),
+                        first_diff(&got, &want)
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -425,7 +486,8 @@ fn many_weights_in_one_call_equal_the_reference() {
                     DType::F32,
                     DType::IQ4NL,
                     DType::IQ4XS,
-                ][rng.gen_range(0..8)];
+                    DType::MXFP4,
+                ][rng.gen_range(0..9)];
                 let out = rng.gen_range(1..70);
                 Case::new(&mut rng, dtype, out, inn)
             })

@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX2 for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL).
+//! Checkpoint mode with AVX2 for the 32-element GGUF types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, MXFP4).
 //!
 //! Per block and lane: the weight block's 32 quants as bytes (`0..=31` unsigned, or signed for Q8 and for
 //! IQ4_NL, whose nibbles index the table `KVALUES_IQ4NL` by `pshufb`: values in −127..=113), their integer
@@ -8,6 +8,10 @@
 //! then the reference's float update on all lanes: `acc = fma(dw * dx, S, acc)` (and `acc = fma(mw * dx, Σqx,
 //! acc)` for the `_1` types). `dw`/`mw` of the lanes' weight rows are gathered from the blocks and converted
 //! exactly.
+//!
+//! MXFP4 goes the way of IQ4_NL: its nibbles index `KVALUES_MXFP4` (−12..=12) by `pshufb`, signed; its scale is
+//! the E8M0 byte at the block's start, turned into the f32 bits of `e8m0_to_f32_half` by integer ops
+//! ([`e8m0_half_lo`]).
 
 use std::arch::x86_64::*;
 
@@ -27,6 +31,8 @@ pub(super) trait Legacy {
     const OFFSET_LOG2: i32;
     /// Quants are signed bytes (Q8): use the sign trick.
     const SIGNED: bool;
+    /// The scale is an E8M0 byte at byte 0 ([`e8m0_half_lo`]), not an f16.
+    const E8M0: bool = false;
     /// The 32 quants of the block at `blk`, in element order.
     ///
     /// # Safety
@@ -63,12 +69,32 @@ pub(super) struct Q5_1;
 pub(super) struct Q8_0;
 pub(super) struct Q8_1;
 pub(super) struct IQ4NL;
+pub(super) struct MXFP4;
 
 /// `KVALUES_IQ4NL` in both 128-bit lanes, as a `pshufb` table.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn iq4nl_table() -> __m256i {
     _mm256_broadcastsi128_si256(_mm_loadu_si128(tf_quant::KVALUES_IQ4NL.as_ptr() as *const __m128i))
+}
+
+/// `KVALUES_MXFP4` in both 128-bit lanes, as a `pshufb` table.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn mxfp4_table() -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(tf_quant::KVALUES_MXFP4.as_ptr() as *const __m128i))
+}
+
+/// `e8m0_to_f32_half` of the low byte `e` of each 32-bit lane: the bits `0x00200000 << e` for `e < 2`, else
+/// `(e - 1) << 23`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn e8m0_half_lo(g: __m256i) -> __m256 {
+    let e = _mm256_and_si256(g, _mm256_set1_epi32(0xff));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let norm = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small))
 }
 
 impl Legacy for Q4_0 {
@@ -157,6 +183,20 @@ impl Legacy for IQ4NL {
     }
 }
 
+/// MXFP4: the E8M0 scale byte, then 16 bytes of nibbles, each looked up in the doubled E2M1 table.
+impl Legacy for MXFP4 {
+    const BYTES: usize = 17;
+    const HAS_MIN: bool = false;
+    const OFFSET_LOG2: i32 = 0;
+    const SIGNED: bool = true;
+    const E8M0: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn unpack(blk: *const u8) -> __m256i {
+        _mm256_shuffle_epi8(mxfp4_table(), nibbles(blk.add(1)))
+    }
+}
+
 /// The AVX2 kernel of a legacy `dtype`, if there is one.
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
@@ -167,6 +207,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::Q8_0 => entry::<Q8_0>,
         DType::Q8_1 => entry::<Q8_1>,
         DType::IQ4NL => entry::<IQ4NL>,
+        DType::MXFP4 => entry::<MXFP4>,
         _ => return None,
     })
 }
@@ -218,10 +259,39 @@ unsafe fn tile<T: Legacy, const C: usize, const RT: usize>(cols: &[&[u8]; 8], ac
         }
         let g = words::<C>(cols, b * T::BYTES, offsets);
         let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(at));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_lo(g), dx), _mm256_cvtepi32_ps(s), acc);
+        let dw = if T::E8M0 { e8m0_half_lo(g) } else { f16_lo(g) };
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(s), acc);
         if T::HAS_MIN {
             acc = _mm256_fmadd_ps(_mm256_mul_ps(f16_hi(g), dx), _mm256_cvtepi32_ps(sx), acc);
         }
     }
     lanes(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Isa;
+
+    /// [`e8m0_half_lo`] has the bits of `tf_quant::e8m0_to_f32_half` for every byte, whatever the upper bytes.
+    #[test]
+    fn e8m0_conversion_matches_the_scalar_one_for_every_byte() {
+        if Isa::detect() < Isa::Avx2 {
+            return;
+        }
+        for e0 in (0..256u32).step_by(8) {
+            // `[8]` words: byte `e0 + i` under arbitrary upper bytes.
+            let words: [u32; 8] = std::array::from_fn(|i| (e0 + i as u32) | 0x9a5c_e300u32.rotate_left(i as u32) << 8);
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 checked above.
+            unsafe {
+                let v = e8m0_half_lo(_mm256_loadu_si256(words.as_ptr() as *const __m256i));
+                _mm256_storeu_ps(got.as_mut_ptr(), v);
+            }
+            for (i, g) in got.iter().enumerate() {
+                let want = tf_quant::e8m0_to_f32_half((e0 + i as u32) as u8);
+                assert_eq!(g.to_bits(), want.to_bits(), "e = {}", e0 + i as u32);
+            }
+        }
+    }
 }

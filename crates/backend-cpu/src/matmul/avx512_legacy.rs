@@ -30,7 +30,7 @@ use tf_core::DType;
 
 use super::act::ActQ;
 use super::avx2::NextTile;
-use super::avx2_legacy::{Legacy, IQ4NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
+use super::avx2_legacy::{Legacy, IQ4NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1};
 use super::QuantKernel16;
 
 /// Two rows' blocks at once.
@@ -132,6 +132,16 @@ impl Pair for IQ4NL {
     }
 }
 
+/// MXFP4: the nibbles after the scale byte, looked up in `KVALUES_MXFP4`.
+impl Pair for MXFP4 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn unpack2(b0: *const u8, b1: *const u8) -> __m512i {
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(tf_quant::KVALUES_MXFP4.as_ptr() as *const __m128i));
+        _mm512_shuffle_epi8(table, nibbles2(b0.add(1), b1.add(1)))
+    }
+}
+
 /// The 16-lane AVX-512 kernel of a legacy `dtype`, if there is one.
 pub(super) fn kernel16(dtype: DType) -> Option<QuantKernel16> {
     Some(match dtype {
@@ -142,6 +152,7 @@ pub(super) fn kernel16(dtype: DType) -> Option<QuantKernel16> {
         DType::Q8_0 => entry16::<Q8_0>,
         DType::Q8_1 => entry16::<Q8_1>,
         DType::IQ4NL => entry16::<IQ4NL>,
+        DType::MXFP4 => entry16::<MXFP4>,
         _ => return None,
     })
 }
@@ -273,6 +284,39 @@ unsafe fn scales16<const C: usize, const RT: usize>(
     (d, m)
 }
 
+/// `e8m0_to_f32_half` of the low byte `e` of each 32-bit lane (as `avx2_legacy::e8m0_half_lo`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn e8m0_half16(g: __m512i) -> __m512 {
+    let e = _mm512_and_si512(g, _mm512_set1_epi32(0xff));
+    let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    let norm = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+    let small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, norm, sub))
+}
+
+/// The E8M0 scales (MXFP4: the byte at `at` of each lane's weight row) as f32 by [`e8m0_half16`], lane
+/// `c · RT + r` ← row `c`; the words are loaded or gathered as in [`scales16`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn scales16_e8m0<const C: usize, const RT: usize>(cols: &[&[u8]; 16], at: usize, offsets: __m512i) -> __m512 {
+    let base = cols[0].as_ptr().add(at);
+    if C == 16 {
+        return e8m0_half16(_mm512_i32gather_epi32::<1>(offsets, base as *const _));
+    }
+    // `[C]` words of rows 0..C, in lanes 0..C.
+    let w = match C {
+        2 => {
+            let word = |c: usize| (cols[c].as_ptr().add(at) as *const i32).read_unaligned();
+            _mm512_zextsi128_si512(_mm_setr_epi32(word(0), word(1), 0, 0))
+        }
+        4 => _mm512_zextsi128_si512(_mm_i32gather_epi32::<1>(base as *const i32, _mm512_castsi512_si128(offsets))),
+        _ => _mm512_zextsi256_si512(_mm256_i32gather_epi32::<1>(base as *const i32, _mm512_castsi512_si256(offsets))),
+    };
+    let idx: [i32; 16] = std::array::from_fn(|lane| (lane / RT) as i32);
+    _mm512_permutexvar_ps(_mm512_loadu_si512(idx.as_ptr() as *const _), e8m0_half16(w))
+}
+
 /// `C` weight rows × `RT` activation rows (`C · RT = 16`, `C ≥ 2`) → 16 lanes, lane `c · RT + r`.
 ///
 /// Per block, eight `vpdpbusd` results of two dots each: weight rows `c` and `c + C / 2` (one per half) against
@@ -324,7 +368,12 @@ unsafe fn tile16<T: Pair, const C: usize, const RT: usize>(cols: &[&[u8]; 16], a
         if off_log2 != 0 {
             s = _mm512_sub_epi32(s, _mm512_sll_epi32(sx, shift));
         }
-        let (dw, mw) = scales16::<C, RT>(cols, b * T::BYTES, offsets, T::HAS_MIN);
+        let (dw, mw) = if T::E8M0 {
+            let d = scales16_e8m0::<C, RT>(cols, b * T::BYTES, offsets);
+            (d, d)
+        } else {
+            scales16::<C, RT>(cols, b * T::BYTES, offsets, T::HAS_MIN)
+        };
         let dx = pattern16_ps::<RT>(act.d_t.as_ptr().add(at));
         acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(s), acc);
         if T::HAS_MIN {
@@ -360,6 +409,45 @@ mod tests {
         };
         let want: [i32; 16] = std::array::from_fn(|l| vals[l % 8][8 * (l / 8)..8 * (l / 8) + 8].iter().sum());
         assert_eq!(got, (want, want));
+    }
+
+    /// The E8M0 scales of every tile shape have the bits of `tf_quant::e8m0_to_f32_half` for every byte, in the
+    /// right lanes, whatever the bytes after the scale.
+    #[test]
+    fn e8m0_scales_match_the_scalar_conversion_for_every_byte() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        fn check<const C: usize, const RT: usize>(words: &[u32; 16]) {
+            // `[16][4]`: row `c` is the word alone, at byte 0.
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let cols: [&[u8]; 16] = std::array::from_fn(|c| &bytes[4 * c..4 * c + 4]);
+            let offsets = if C == 16 { offsets16::<RT, true>(&cols) } else { offsets16::<RT, false>(&cols) };
+            let mut d = [0f32; 16];
+            // SAFETY: AVX-512 checked by the caller; every row holds the word at byte 0.
+            unsafe {
+                let dv = scales16_e8m0::<C, RT>(&cols, 0, _mm512_loadu_si512(offsets.as_ptr() as *const _));
+                _mm512_storeu_ps(d.as_mut_ptr(), dv);
+            }
+            for (lane, got) in d.iter().enumerate() {
+                let want = tf_quant::e8m0_to_f32_half(words[lane / RT] as u8);
+                assert_eq!(got.to_bits(), want.to_bits(), "{:#x}, {C} x {RT} lane {lane}", words[lane / RT]);
+            }
+        }
+        for start in (0..256u32).step_by(16) {
+            let words: [u32; 16] =
+                std::array::from_fn(|c| (start + c as u32) | (0x005a_5a5a_u32 ^ (c as u32 * 0x10305)) << 8);
+            check::<2, 8>(&words);
+            check::<4, 4>(&words);
+            check::<8, 2>(&words);
+            check::<16, 1>(&words);
+            // Rows in reverse order: each lane takes its own row's byte.
+            let mut rev = words;
+            rev.reverse();
+            check::<2, 8>(&rev);
+            check::<4, 4>(&rev);
+            check::<8, 2>(&rev);
+        }
     }
 
     /// The scales of every tile shape, times an activation scale, have the bits of `f16_bits_to_f32(h) * dx` for
