@@ -16,6 +16,7 @@ mod norm;
 pub mod pool;
 mod rope;
 mod simd;
+mod ssm;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -181,7 +182,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
-        Ok(KvCache { spec, storage: Arc::new(CpuKv::alloc(spec)?) })
+        Ok(KvCache { spec, storage: Arc::new(CpuKv::alloc(spec)?), states: None })
     }
 
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
@@ -247,6 +248,40 @@ impl Backend for CpuBackend {
                 *a += s * v;
             }
         }
+    }
+
+    fn relu_sq(&self, x: &Tensor) -> Tensor {
+        ssm::relu_sq(x)
+    }
+
+    fn alloc_states(&self, spec: tf_core::StateSpec) -> Result<tf_core::StateCache, BackendError> {
+        Ok(tf_core::StateCache { spec, storage: Arc::new(ssm::CpuStates::alloc(spec)?) })
+    }
+
+    fn ssm_conv(
+        &self,
+        x: &Tensor,
+        w: &[f32],
+        b: Option<&[f32]>,
+        st: &tf_core::StateCache,
+        layer: usize,
+        io: &[tf_core::StateIo],
+    ) -> Tensor {
+        ssm::ssm_conv(x, w, b, st, layer, io)
+    }
+
+    fn ssm_scan(
+        &self,
+        xbc: &Tensor,
+        dt: &Tensor,
+        z: &Tensor,
+        norm: &[f32],
+        p: &tf_core::SsmParams<'_>,
+        st: &tf_core::StateCache,
+        layer: usize,
+        io: &[tf_core::StateIo],
+    ) -> Tensor {
+        ssm::ssm_scan(xbc, dt, z, norm, p, st, layer, io)
     }
 
     fn to_host(&self, x: &Tensor) -> Vec<f32> {

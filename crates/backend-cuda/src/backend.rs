@@ -661,7 +661,7 @@ impl Backend for CudaBackend {
             .and_then(|v| v.checked_mul(4))
             .ok_or_else(|| BackendError(format!("KV cache {spec:?} is too large")))?;
         let kv = CudaKv { spec, k: self.gpu.zeros(n)?, v: self.gpu.zeros(n)?, writes: Mutex::default() };
-        Ok(KvCache { spec, storage: Arc::new(kv) })
+        Ok(KvCache { spec, storage: Arc::new(kv), states: None })
     }
 
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {

@@ -156,6 +156,7 @@ fn run_chunked(be: &dyn Backend, model: &dyn Model, tokens: &[u32], chunks: &[us
             },
             logit_rows: (0..end - start).collect(),
             fed: None,
+            states: Vec::new(),
         };
         let host = be.to_host(&model.forward(be, &batch, &mut kv));
         assert_eq!(host.len(), (end - start) * vocab);

@@ -49,6 +49,7 @@ fn batch(tokens: &[u32], first: usize, logit_rows: Vec<usize>) -> Batch {
         },
         logit_rows,
         fed: None,
+        states: Vec::new(),
     }
 }
 

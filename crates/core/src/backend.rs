@@ -139,6 +139,9 @@ impl KvSpec {
 pub struct KvCache {
     pub spec: KvSpec,
     pub storage: Storage,
+    /// The recurrent-state registers of a hybrid model ([`Backend::alloc_states`]); `None` for attention-only
+    /// models.
+    pub states: Option<crate::state::StateCache>,
 }
 
 /// What one row attends to. Positions are visited in increasing absolute position order (the canonical order).
@@ -378,6 +381,50 @@ pub trait Backend: Send + Sync {
     }
     /// The tensor's data on the host (row-major).
     fn to_host(&self, x: &Tensor) -> Vec<f32>;
+
+    /// The squared ReLU, elementwise: `max(x, 0)²` (one rounding). A backend without it panics.
+    fn relu_sq(&self, x: &Tensor) -> Tensor {
+        let _ = x;
+        panic!("{} has no squared-ReLU op", self.describe())
+    }
+    /// Allocates a recurrent-state register store (hybrid models). By default the backend has none.
+    fn alloc_states(&self, spec: crate::state::StateSpec) -> Result<crate::state::StateCache, BackendError> {
+        let _ = spec;
+        Err(BackendError(format!("{} has no recurrent-state ops (hybrid models)", self.describe())))
+    }
+    /// The depthwise causal convolution and SiLU of recurrent layer `layer`, per row from the window its
+    /// [`crate::state::StateIo`] names: `x [R, conv_dim]` → `[R, conv_dim]`; `w [conv_dim, kernel]`, `b [conv_dim]`
+    /// (host f32). Each row's window after it goes to its `dst` register.
+    fn ssm_conv(
+        &self,
+        x: &Tensor,
+        w: &[f32],
+        b: Option<&[f32]>,
+        st: &crate::state::StateCache,
+        layer: usize,
+        io: &[crate::state::StateIo],
+    ) -> Tensor {
+        let _ = (x, w, b, st, layer, io);
+        panic!("{} has no recurrent-state ops", self.describe())
+    }
+    /// The selective scan of recurrent layer `layer`, gated by `z` and group-normalized by `norm`:
+    /// `xbc [R, conv_dim]` (the convolution's output), `dt [R, heads]`, `z [R, heads·head_dim]` →
+    /// `[R, heads·head_dim]`. Each row's SSM state after it goes to its `dst` register.
+    #[allow(clippy::too_many_arguments)]
+    fn ssm_scan(
+        &self,
+        xbc: &Tensor,
+        dt: &Tensor,
+        z: &Tensor,
+        norm: &[f32],
+        p: &crate::state::SsmParams<'_>,
+        st: &crate::state::StateCache,
+        layer: usize,
+        io: &[crate::state::StateIo],
+    ) -> Tensor {
+        let _ = (xbc, dt, z, norm, p, st, layer, io);
+        panic!("{} has no recurrent-state ops", self.describe())
+    }
     /// For each row of `x [R, V]`, [`argmax_row`] of it: the engine's greedy token, so that a greedy draw needs
     /// only `R` ids on the host instead of the whole logits. By default [`Backend::to_host`] then [`argmax_row`];
     /// a backend that computes it where the data is must give exactly those ids.

@@ -95,6 +95,7 @@ fn batch(table: &[u32], positions: std::ops::Range<usize>) -> Batch {
         },
         logit_rows: (0..n).collect(),
         fed: None,
+        states: Vec::new(),
     }
 }
 

@@ -83,6 +83,7 @@ impl Generator<'_> {
             attn: AttnMeta { block_tables: Vec::new(), rows: Vec::new() },
             logit_rows: Vec::new(),
             fed: fed.as_ref().map(|f| f.ids.clone()),
+            states: Vec::new(),
         };
         let none = DraftTree::new();
         for (seq, &i) in order.iter().enumerate() {

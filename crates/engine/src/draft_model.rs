@@ -65,6 +65,7 @@ impl DraftModel {
             positions,
             logit_rows: vec![tokens.len() - 1],
             fed: None,
+            states: Vec::new(),
         };
         let out = self.model.forward(self.be.as_ref(), &batch, &mut self.kv);
         let logits = fetch(self.be.as_ref(), &out, 1, self.model.vocab_size(), argmax && self.device_argmax)

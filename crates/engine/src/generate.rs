@@ -431,6 +431,7 @@ pub(crate) fn chain_batch(table: &BlockTable, tokens: &[u32], start: usize, logi
         positions,
         logit_rows,
         fed: None,
+        states: Vec::new(),
     }
 }
 

@@ -269,6 +269,7 @@ fn round_batch(seqs: &[Sequence<'_>], parts: &[(usize, Part)]) -> Batch {
         attn: AttnMeta { block_tables: Vec::new(), rows: Vec::new() },
         logit_rows: Vec::new(),
         fed: None,
+        states: Vec::new(),
     };
     for (seq, (i, part)) in parts.iter().enumerate() {
         let s = &seqs[*i];

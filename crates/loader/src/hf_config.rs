@@ -425,7 +425,14 @@ impl HfConfig {
 
         let hidden_size = f.count("hidden_size", MAX_HIDDEN, dflt("hidden_size"))?;
         let intermediate_size = f.count("intermediate_size", MAX_INTERMEDIATE, dflt("intermediate_size"))?;
-        let num_hidden_layers = f.count("num_hidden_layers", MAX_LAYERS, dflt("num_hidden_layers"))?;
+        // Hybrid configs (Nemotron-H) list one entry per layer instead of a count.
+        let listed_layers = match f.get("layers_block_type").or_else(|| f.get("hybrid_override_pattern")) {
+            Some(Value::Array(a)) => Some(a.len() as u64),
+            Some(Value::String(p)) => Some(p.chars().count() as u64),
+            _ => None,
+        };
+        let num_hidden_layers =
+            f.count("num_hidden_layers", MAX_LAYERS, dflt("num_hidden_layers").or(listed_layers))?;
         let num_attention_heads = f.count("num_attention_heads", MAX_HEADS, dflt("num_attention_heads"))?;
         let kv_default = dflt("num_key_value_heads").unwrap_or(num_attention_heads);
         let num_key_value_heads = f.count("num_key_value_heads", MAX_HEADS, Some(kv_default))?;

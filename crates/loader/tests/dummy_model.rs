@@ -38,6 +38,7 @@ fn logits(cfg: &HfConfig, dtype: DType, seed: u64) -> Vec<f32> {
         },
         logit_rows: (0..n as usize).collect(),
         fed: None,
+        states: Vec::new(),
     };
     be.to_host(&model.forward(&be, &batch, &mut kv))
 }

@@ -14,6 +14,7 @@ pub mod layers;
 mod llama;
 mod load;
 mod model;
+mod nemotron_h;
 pub mod moe;
 mod registry;
 

@@ -1,6 +1,6 @@
 //! The `Model` trait the engine drives, and the flat batch it is fed.
 
-use tf_core::{AttnMeta, Backend, KvCache, KvSpec, QueuedIds, Tensor};
+use tf_core::{AttnMeta, Backend, KvCache, KvSpec, QueuedIds, StateIo, StateSpec, Tensor};
 
 /// One forward call's inputs, flattened over every row of every stream in the round (DESIGN.md §5).
 #[derive(Clone, Debug, Default)]
@@ -19,6 +19,9 @@ pub struct Batch {
     /// `tokens[r]` (then a placeholder): the engine queues a forward before the host has its input
     /// ([`tf_core::Backend::embed_queued`]).
     pub fed: Option<QueuedIds>,
+    /// For a model with recurrent state ([`Model::state_spec`]): each row's state source and destination, one per
+    /// row; empty otherwise.
+    pub states: Vec<StateIo>,
 }
 
 /// An error building a model: unsupported architecture, missing or mis-shaped tensor, bad config.
@@ -46,6 +49,11 @@ pub trait Model: Send + Sync {
     /// uploaded, except that the embedding table counts one row unless it is also the output head. With the copy
     /// bandwidth of a device, the memory-bandwidth floor of serial decode (`tensorfold bench` reports it).
     fn weight_bytes_per_token(&self) -> u64;
+    /// The recurrent state of one register (a hybrid model's recurrent layers), without the register count;
+    /// `None` for attention-only models. With it, every forward needs [`Batch::states`].
+    fn state_spec(&self) -> Option<StateSpec> {
+        None
+    }
     /// Runs every row of `batch` (writing their K/V into `kv`) and returns logits `[logit_rows.len(), vocab]`.
     fn forward(&self, be: &dyn Backend, batch: &Batch, kv: &mut KvCache) -> Tensor;
 }

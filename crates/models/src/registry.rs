@@ -2,7 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::model::{Model, ModelError};
-use crate::{gemma3, llama};
+use crate::{gemma3, llama, nemotron_h};
 use tf_core::{Backend, ConfigFormat, ConfigView, WeightSource};
 
 /// A model family: one shared decoder file (with config flags for its variants).
@@ -63,6 +63,15 @@ pub const FAMILIES: &[Family] = &[
         examples: "Gemma 3 (text)",
         notes: "scaled embeddings, pre/post norms, q/k norms, sliding-window layers, GeGLU",
     },
+    Family {
+        name: "nemotron_h",
+        gguf_aliases: &[],
+        hf_architectures: &["NemotronHForCausalLM"],
+        hf_model_types: &["nemotron_h"],
+        examples: "Nemotron-H 4B/8B/47B, NVIDIA Nemotron Nano 2",
+        notes: "hybrid: Mamba-2 layers with a recurrent state, attention without positional encoding, squared-ReLU \
+                MLP layers (safetensors)",
+    },
 ];
 
 /// The family for a GGUF `general.architecture` value.
@@ -99,6 +108,9 @@ pub fn load_model(
     cfg: &dyn ConfigView,
 ) -> Result<Box<dyn Model>, ModelError> {
     let family = family_for_config(cfg)?;
+    if family.name == "nemotron_h" {
+        return nemotron_h::load(be, src, cfg);
+    }
     let config = ModelConfig::from_view(cfg, family)?;
     match family.name {
         "llama" | "qwen2" | "qwen3" | "qwen3moe" => llama::load(be, src, config),

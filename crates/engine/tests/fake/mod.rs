@@ -125,7 +125,7 @@ impl Backend for FakeBackend {
     }
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
         let slots: Slots = Mutex::new(vec![None; spec.blocks * spec.block_size]);
-        Ok(KvCache { spec, storage: Arc::new(slots) })
+        Ok(KvCache { spec, storage: Arc::new(slots), states: None })
     }
     fn kv_write(&self, _: &mut KvCache, _: usize, _: &Tensor, _: &Tensor, _: &[u32]) {
         unimplemented!("fake backend: kv_write")

@@ -65,6 +65,7 @@ pub fn batch(seqs: &[&Seq], rows: &[Row]) -> Batch {
         },
         logit_rows: (0..rows.len()).collect(),
         fed: None,
+        states: Vec::new(),
     }
 }
 

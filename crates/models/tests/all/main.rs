@@ -4,6 +4,7 @@
 //! - `gguf_convert`: the tiny checkpoints converted to GGUF as llama.cpp does, against the same goldens;
 //! - `gguf_reference`: the real GGUF models against transformers (fp32, same weights) and llama.cpp;
 //! - `goldens`: tiny random HF checkpoints against transformers' fp32 logits;
+//! - `hybrid`: the recurrent-state family (Nemotron-H) against transformers, chunked, shared and windowed;
 //! - `moe`: mixture-of-experts routing is row-exact (alone == among 1-63 rows choosing any experts);
 //! - `exact`: chunked == whole == decoded == shared == tree window, bitwise, on the real models;
 //! - `sanity`: greedy continuations of a plain prompt;
@@ -18,6 +19,7 @@ mod exact;
 mod gguf_convert;
 mod gguf_reference;
 mod goldens;
+mod hybrid;
 mod moe;
 mod naive;
 mod sanity;

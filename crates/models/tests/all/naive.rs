@@ -127,7 +127,7 @@ impl Backend for Naive {
 
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
         let n = spec.layers * spec.blocks * spec.block_size * spec.kv_heads * spec.head_dim;
-        Ok(KvCache { spec, storage: Arc::new(Kv { k: Mutex::new(vec![0.0; n]), v: Mutex::new(vec![0.0; n]) }) })
+        Ok(KvCache { spec, storage: Arc::new(Kv { k: Mutex::new(vec![0.0; n]), v: Mutex::new(vec![0.0; n]) }), states: None })
     }
 
     fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {

@@ -4,3 +4,4 @@
 pub mod math;
 pub mod matmul;
 pub mod ops;
+pub mod ssm;
