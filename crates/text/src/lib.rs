@@ -8,13 +8,15 @@
 //! * [`ChatTemplate`] renders HF Jinja chat templates the way `transformers` does.
 //! * [`ToolParser`] takes tool calls out of replies (streamed or whole); [`tool_call_grammar`] builds the grammar
 //!   that forces one.
-//! * [`ReasoningParser`] splits `<think>…</think>` reasoning from the answer (streamed or whole).
+//! * [`ReasoningParser`] splits `<think>…</think>` reasoning, or harmony's `analysis` channel (gpt-oss), from the
+//!   answer (streamed or whole).
 //!
 //! This crate depends on no other TensorFold crate.
 
 mod chat;
 mod detok;
 mod gguf_vocab;
+mod harmony;
 mod hf;
 mod pretok;
 mod pyfmt;

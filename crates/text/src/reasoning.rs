@@ -1,7 +1,9 @@
-//! Reasoning in model output: the `<think>…</think>` convention of Qwen3 and the DeepSeek-R1 distills, split
-//! into reasoning and answer, streamed (text pieces in, deltas out) or whole, with the same result.
+//! Reasoning in model output: the `<think>…</think>` convention of Qwen3 and the DeepSeek-R1 distills, and the
+//! `analysis` channel of harmony (gpt-oss), split into reasoning and answer, streamed (text pieces in, deltas out)
+//! or whole, with the same result.
 //!
-//! Rules (the same for a stream and for the whole text):
+//! Harmony's rules are given with [`ReasoningFormat::Harmony`]. Rules of `<think>` (the same for a stream and for
+//! the whole text):
 //!
 //! * A reply opens a thinking block when, after optional leading whitespace, it starts with `<think>`. A reply
 //!   that *starts inside* thinking (the rendered prompt already ended with `<think>`, as DeepSeek-R1's template
@@ -22,8 +24,9 @@ pub const THINK_START: &str = "<think>";
 /// Ends a thinking block.
 pub const THINK_END: &str = "</think>";
 
-/// The reasoning conventions this crate parses. Both use `<think>`/`</think>`; they differ in how they are
-/// detected and in where a reply starts when the prompt does not say.
+/// The reasoning conventions this crate parses. Qwen3 and DeepSeek-R1 use `<think>`/`</think>`; they differ in
+/// how they are detected and in where a reply starts when the prompt does not say. Harmony frames reasoning as
+/// messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReasoningFormat {
     /// Qwen3 (and QwQ-style templates): the reply opens `<think>` itself; with `enable_thinking=false` the
@@ -32,17 +35,25 @@ pub enum ReasoningFormat {
     /// DeepSeek-R1 and its distills: the template ends the prompt with `<think>\n`, so the reply starts inside
     /// thinking; a reply is taken to start inside unless the prompt ended the block.
     DeepSeekR1,
+    /// OpenAI's harmony (gpt-oss): the bodies of `analysis` messages are reasoning; the bodies of `final` (and
+    /// other) messages are content, their framing (`<|channel|>final<|message|>`, `<|end|>`, `<|return|>`)
+    /// dropped; messages to a recipient (tool calls) stay in the content as they were generated, for the
+    /// harmony tool-call parser. Several analysis messages are concatenated. Text outside messages (a reply
+    /// that does not follow the format) is content.
+    Harmony,
 }
 
 impl ReasoningFormat {
     /// Every format.
-    pub const ALL: [ReasoningFormat; 2] = [ReasoningFormat::Qwen3, ReasoningFormat::DeepSeekR1];
+    pub const ALL: [ReasoningFormat; 3] =
+        [ReasoningFormat::Qwen3, ReasoningFormat::DeepSeekR1, ReasoningFormat::Harmony];
 
-    /// The name used on the command line and in requests: `qwen3`, `deepseek_r1`.
+    /// The name used on the command line and in requests: `qwen3`, `deepseek_r1`, `harmony`.
     pub fn name(self) -> &'static str {
         match self {
             ReasoningFormat::Qwen3 => "qwen3",
             ReasoningFormat::DeepSeekR1 => "deepseek_r1",
+            ReasoningFormat::Harmony => "harmony",
         }
     }
 
@@ -51,9 +62,13 @@ impl ReasoningFormat {
         ReasoningFormat::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// The format a chat template teaches, if any: a template that writes `<think>` or `</think>` is DeepSeek-R1's
-    /// when it uses DeepSeek's `<｜Assistant｜>` turn marker, else Qwen3's.
+    /// The format a chat template teaches, if any: a template that frames messages with `<|channel|>` and
+    /// `<|message|>` is harmony; one that writes `<think>` or `</think>` is DeepSeek-R1's when it uses DeepSeek's
+    /// `<｜Assistant｜>` turn marker, else Qwen3's.
     pub fn detect(template: &str) -> Option<ReasoningFormat> {
+        if crate::harmony::is_harmony_template(template) {
+            return Some(ReasoningFormat::Harmony);
+        }
         if !template.contains(THINK_START) && !template.contains(THINK_END) {
             return None;
         }
@@ -114,7 +129,7 @@ impl ReasoningParser {
         ReasoningFormat::detect(source).map(ReasoningParser::new)
     }
 
-    /// The parser of a name: `qwen3`, `deepseek_r1`, or `none` (no parsing: `Ok(None)`).
+    /// The parser of a name: `qwen3`, `deepseek_r1`, `harmony`, or `none` (no parsing: `Ok(None)`).
     pub fn by_name(name: &str) -> Result<Option<ReasoningParser>, String> {
         if name == "none" {
             return Ok(None);
@@ -141,6 +156,9 @@ impl ReasoningParser {
     /// turned off, as Qwen3's `enable_thinking=false` renders) makes it start outside; otherwise the format's
     /// default holds.
     pub fn for_prompt(self, prompt: &str) -> ReasoningParser {
+        if self.format == ReasoningFormat::Harmony {
+            return self;
+        }
         let end = prompt.trim_end();
         let starts_inside = if end.ends_with(THINK_START) {
             true
@@ -166,6 +184,15 @@ impl ReasoningParser {
         self.starts_inside
     }
 
+    /// The marker texts of this format that must reach the parser where the vocabulary has them as control
+    /// tokens (hidden when special tokens are skipped): `<think>` and `</think>`, or harmony's seven.
+    pub fn markers(&self) -> &'static [&'static str] {
+        match self.format {
+            ReasoningFormat::Harmony => &crate::harmony::MARKERS,
+            _ => &[THINK_START, THINK_END],
+        }
+    }
+
     /// The text that opens a thinking block (`<think>`).
     pub fn start_marker(&self) -> &'static str {
         THINK_START
@@ -178,6 +205,19 @@ impl ReasoningParser {
 
     /// Splits a whole reply.
     pub fn parse(&self, text: &str) -> ParsedReasoning {
+        if self.format == ReasoningFormat::Harmony {
+            let mut s = self.stream();
+            let mut events = s.push(text);
+            events.extend(s.finish());
+            let mut p = ParsedReasoning { opened: s.opened(), closed: s.closed(), ..Default::default() };
+            for e in events {
+                match e {
+                    ReasoningEvent::Reasoning(r) => p.reasoning.push_str(&r),
+                    ReasoningEvent::Content(c) => p.content.push_str(&c),
+                }
+            }
+            return p;
+        }
         let t = text.trim_start();
         let rest = if let Some(r) = t.strip_prefix(THINK_START) {
             r
@@ -212,6 +252,7 @@ impl ReasoningParser {
             trim_content: false,
             opened: false,
             closed: false,
+            harmony: (self.format == ReasoningFormat::Harmony).then(crate::harmony::HarmonyReasoning::new),
         }
     }
 }
@@ -241,11 +282,20 @@ pub struct ReasoningStream {
     trim_content: bool,
     opened: bool,
     closed: bool,
+    /// The split of [`ReasoningFormat::Harmony`], which replaces the rest.
+    harmony: Option<crate::harmony::HarmonyReasoning>,
+}
+
+fn harmony_events(split: Vec<crate::harmony::Split>) -> Vec<ReasoningEvent> {
+    split.into_iter().map(|(r, s)| if r { ReasoningEvent::Reasoning(s) } else { ReasoningEvent::Content(s) }).collect()
 }
 
 impl ReasoningStream {
     /// Takes the next piece of the reply; returns the deltas it completes.
     pub fn push(&mut self, piece: &str) -> Vec<ReasoningEvent> {
+        if let Some(h) = self.harmony.as_mut() {
+            return harmony_events(h.push(piece));
+        }
         self.buf.push_str(piece);
         let mut out = Vec::new();
         self.drain(false, &mut out);
@@ -254,6 +304,9 @@ impl ReasoningStream {
 
     /// Ends the reply: emits what was held back.
     pub fn finish(&mut self) -> Vec<ReasoningEvent> {
+        if let Some(h) = self.harmony.as_mut() {
+            return harmony_events(h.finish());
+        }
         let mut out = Vec::new();
         self.drain(true, &mut out);
         out
@@ -262,6 +315,9 @@ impl ReasoningStream {
     /// Whether the text so far is inside the thinking block (or undecided at the start of a reply that starts
     /// inside).
     pub fn in_reasoning(&self) -> bool {
+        if let Some(h) = &self.harmony {
+            return h.in_reasoning();
+        }
         match self.phase {
             Phase::Start => self.starts_inside,
             Phase::Inside => true,
@@ -271,11 +327,17 @@ impl ReasoningStream {
 
     /// Whether a thinking block has been opened.
     pub fn opened(&self) -> bool {
+        if let Some(h) = &self.harmony {
+            return h.opened;
+        }
         self.opened
     }
 
     /// Whether the thinking block has ended with `</think>`.
     pub fn closed(&self) -> bool {
+        if let Some(h) = &self.harmony {
+            return h.closed;
+        }
         self.closed
     }
 

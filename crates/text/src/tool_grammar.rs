@@ -2,6 +2,13 @@
 //! llguidance's dialect that accepts exactly the call syntax of a [`ToolFormat`] around `%json{...}` of
 //! `{"name": <const>, "arguments": <that tool's parameters schema>}`, one alternative per offered tool. The JSON
 //! is laid out as Python's `json.dumps` does (`", "` and `": "`), the layout chat templates render calls in.
+//!
+//! Harmony (gpt-oss) names the function in the message header, so its body is `%json` of that tool's parameters
+//! schema alone: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{ARGS}`, one alternative per
+//! tool, after an optional `analysis` message (`<|channel|>analysis<|message|>…<|end|><|start|>assistant`), so
+//! the model may reason first. The grammar starts where the reply does (the prompt ends with
+//! `<|start|>assistant`) and ends with the arguments: `<|call|>`, an end-of-sequence token of gpt-oss, follows.
+//! It accepts one call whatever `parallel` says (a harmony call ends the generation).
 
 use crate::ToolFormat;
 use serde_json::{json, Map, Value as Json};
@@ -35,6 +42,7 @@ pub fn tool_call_grammar(
     };
     let layout = json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false});
     match format {
+        ToolFormat::Harmony => harmony_grammar(tools, &marker),
         ToolFormat::Hermes => {
             let mut schema = one;
             set_layout(&mut schema, &layout);
@@ -61,6 +69,32 @@ pub fn tool_call_grammar(
             format!("start: {} calls\ncalls: %json {list}\n", marker("[TOOL_CALLS]"))
         }
     }
+}
+
+/// Harmony's grammar (see the module documentation).
+fn harmony_grammar(tools: &[ToolSpec<'_>], marker: &dyn Fn(&str) -> String) -> String {
+    use crate::harmony::{CHANNEL, CONSTRAIN, END, MESSAGE, START};
+    let mut g = format!(
+        "start: analysis? call\nanalysis: {ch} \"analysis\" {msg} thought {start} \"assistant\"\n\
+         thought[suffix={end}]: /(.|\\n)*/\ncall: {}\n",
+        (0..tools.len()).map(|i| format!("call_{i}")).collect::<Vec<_>>().join(" | "),
+        ch = marker(CHANNEL),
+        msg = marker(MESSAGE),
+        start = marker(START),
+        end = marker(END),
+    );
+    for (i, t) in tools.iter().enumerate() {
+        let mut params = t.parameters.cloned().unwrap_or_else(|| json!({"type": "object"}));
+        set_layout(&mut params, &json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false}));
+        g.push_str(&format!(
+            "call_{i}: {} {} {} \"json\" {} %json {params}\n",
+            marker(CHANNEL),
+            lark_string(&format!("commentary to=functions.{} ", t.name)),
+            marker(CONSTRAIN),
+            marker(MESSAGE),
+        ));
+    }
+    g
 }
 
 /// `{"name": const, <key>: parameters}`, both required, nothing else.

@@ -6,6 +6,10 @@
 //! | [`ToolFormat::Hermes`] (Qwen 2.5/3, Hermes) | `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`, one or several, anywhere in the reply |
 //! | [`ToolFormat::Llama3`] | the reply is `{"name": "f", "parameters": {...}}` (optionally after `<|python_tag|>`), several joined by `;` |
 //! | [`ToolFormat::Mistral`] | `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` |
+//! | [`ToolFormat::Harmony`] (gpt-oss) | `<|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>`, a message per call |
+//!
+//! Harmony frames calls as messages and follows its own rules, given in `tools/harmony.rs`; the rules below are
+//! those of the other formats.
 //!
 //! Rules shared by every format (the same for a stream and for the whole text):
 //!
@@ -29,6 +33,8 @@ pub enum ToolFormat {
     Hermes,
     Llama3,
     Mistral,
+    /// OpenAI's harmony (gpt-oss): a call is a message to `functions.NAME` whose body is the JSON arguments.
+    Harmony,
 }
 
 const HERMES_OPEN: &str = "<tool_call>";
@@ -38,14 +44,15 @@ const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
 
 impl ToolFormat {
     /// Every format, by name.
-    pub const ALL: [ToolFormat; 3] = [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral];
+    pub const ALL: [ToolFormat; 4] = [ToolFormat::Hermes, ToolFormat::Llama3, ToolFormat::Mistral, ToolFormat::Harmony];
 
-    /// `hermes`, `llama3`, `mistral`.
+    /// `hermes`, `llama3`, `mistral`, `harmony`.
     pub fn name(self) -> &'static str {
         match self {
             ToolFormat::Hermes => "hermes",
             ToolFormat::Llama3 => "llama3",
             ToolFormat::Mistral => "mistral",
+            ToolFormat::Harmony => "harmony",
         }
     }
 
@@ -58,6 +65,9 @@ impl ToolFormat {
     /// token spelled so (a marker that must be one token, such as Mistral's `[TOOL_CALLS]`). `None` when the
     /// template shows no tool-call format.
     pub fn detect(template: &str, has_token: &dyn Fn(&str) -> bool) -> Option<ToolFormat> {
+        if crate::harmony::is_harmony_template(template) {
+            return Some(ToolFormat::Harmony);
+        }
         if template.contains(HERMES_OPEN) {
             return Some(ToolFormat::Hermes);
         }
@@ -78,6 +88,7 @@ impl ToolFormat {
             ToolFormat::Hermes => &[HERMES_OPEN, HERMES_CLOSE],
             ToolFormat::Llama3 => &[PYTHON_TAG],
             ToolFormat::Mistral => &[MISTRAL_OPEN],
+            ToolFormat::Harmony => &crate::harmony::MARKERS,
         }
     }
 
@@ -158,7 +169,7 @@ fn trim_ws_end(s: &str) -> &str {
 }
 
 /// The length of the longest suffix of `text` that is a proper prefix of `marker`.
-fn partial_suffix(text: &str, marker: &str) -> usize {
+pub(crate) fn partial_suffix(text: &str, marker: &str) -> usize {
     let max = (marker.len() - 1).min(text.len());
     (1..=max)
         .rev()
@@ -333,6 +344,8 @@ pub struct ToolParser {
     after_call: bool,
     /// Nothing but whitespace so far (Llama 3 calls begin the reply).
     at_start: bool,
+    /// The parser of [`ToolFormat::Harmony`], which replaces the rest.
+    harmony: Option<Box<harmony::HarmonyCalls>>,
 }
 
 impl ToolParser {
@@ -348,11 +361,15 @@ impl ToolParser {
             started: 0,
             after_call: false,
             at_start: true,
+            harmony: (format == ToolFormat::Harmony).then(|| Box::new(harmony::HarmonyCalls::new(id_prefix))),
         }
     }
 
     /// Feeds a piece of text; returns what became certain.
     pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.push(text);
+        }
         self.buf.push_str(text);
         self.run(false);
         std::mem::take(&mut self.events)
@@ -360,6 +377,9 @@ impl ToolParser {
 
     /// Ends the text: releases what was held back and returns the complete calls.
     pub fn finish(&mut self) -> ToolsEnd {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.finish();
+        }
         self.run(true);
         let mut cut = false;
         match std::mem::replace(&mut self.mode, Mode::Text) {
@@ -435,6 +455,7 @@ impl ToolParser {
                 self.release(self.buf.len() - hold);
                 false
             }
+            ToolFormat::Harmony => false,
             ToolFormat::Llama3 => {
                 if self.at_start {
                     let lead = self.buf.len() - trim_ws_start(&self.buf).len();
@@ -496,7 +517,7 @@ impl ToolParser {
                 }
                 text(self)
             }
-            ToolFormat::Mistral => text(self),
+            ToolFormat::Mistral | ToolFormat::Harmony => text(self),
             ToolFormat::Llama3 => {
                 if self.buf.starts_with(';') {
                     self.buf.drain(..1);
@@ -753,6 +774,8 @@ fn value_done(scan: &mut CallScan) -> bool {
     }
     true
 }
+
+mod harmony;
 
 #[cfg(test)]
 mod tests;
