@@ -2,12 +2,13 @@
 //! the same f32 operations, lane-wise, never fused. Scales and mins per (sub-)block are converted and
 //! multiplied in scalar code exactly as `tf_quant` does; the per-element products and sums are vector ops with
 //! the same single roundings (`x = d * q`, `x = d * q + m`, `x = ds * q - dm`). IQ4_NL / IQ4_XS look their
-//! nibbles up in `KVALUES_IQ4NL` (`pshufb`) and scale them like `Q4_0` (`x = d * kv[q]`, `x = dl * kv[q]`).
+//! nibbles up in `KVALUES_IQ4NL` (`pshufb`) and scale them like `Q4_0` (`x = d * kv[q]`, `x = dl * kv[q]`);
+//! MXFP4 likewise in `KVALUES_MXFP4`, with `d = e8m0_to_f32_half(e)`.
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{f16_bits_to_f32, iq4xs_scales, q4k_scale_min, KVALUES_IQ4NL};
+use tf_quant::{e8m0_to_f32_half, f16_bits_to_f32, iq4xs_scales, q4k_scale_min, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// Dequantizes one weight row (`bytes`: whole blocks of `dtype`) into `out` when this module has a kernel for
 /// `dtype`; returns `false` (and writes nothing) otherwise.
@@ -28,6 +29,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, bytes: &[u8], out: &mut [f32]) ->
             | DType::Q6K
             | DType::IQ4NL
             | DType::IQ4XS
+            | DType::MXFP4
     ) {
         return false;
     }
@@ -50,6 +52,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, bytes: &[u8], out: &mut [f32]) ->
                     legacy::<false>(d * sc as f32, 0.0, iq4(p.add(8 + 16 * j)), 0, o.add(32 * j));
                 }
             }
+            DType::MXFP4 => legacy::<false>(e8m0_to_f32_half(*p), 0.0, table4(&KVALUES_MXFP4, p.add(1)), 0, o),
             _ => unreachable!(),
         }
     }
@@ -82,6 +85,14 @@ unsafe fn nibbles(qs: *const u8) -> __m256i {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn iq4(qs: *const u8) -> __m256i {
     let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+    _mm256_shuffle_epi8(table, nibbles(qs))
+}
+
+/// 16 bytes of 4-bit codes → the 32 values `table[q]`, in element order (as [`nibbles`]).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn table4(table: &[i8; 16], qs: *const u8) -> __m256i {
+    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i));
     _mm256_shuffle_epi8(table, nibbles(qs))
 }
 
@@ -199,10 +210,11 @@ mod tests {
             DType::Q6K,
             DType::IQ4NL,
             DType::IQ4XS,
+            DType::MXFP4,
         ] {
             for _ in 0..50 {
                 let blocks = rng.gen_range(1..5);
-                // Fully random bytes: any f16 scale, Inf and NaN included.
+                // Fully random bytes: any f16 scale, Inf and NaN included (any E8M0 byte for MXFP4).
                 let mut bytes = vec![0u8; blocks * dtype.block_bytes()];
                 rng.fill(&mut bytes[..]);
                 let n = blocks * dtype.block_size();

@@ -287,7 +287,7 @@ unsafe fn scales16<const C: usize, const RT: usize>(
 /// `e8m0_to_f32_half` of the low byte `e` of each 32-bit lane (as `avx2_legacy::e8m0_half_lo`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn e8m0_half16(g: __m512i) -> __m512 {
+pub(super) unsafe fn e8m0_half16(g: __m512i) -> __m512 {
     let e = _mm512_and_si512(g, _mm512_set1_epi32(0xff));
     let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
     let norm = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));

@@ -1,5 +1,5 @@
-//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0, Q8_0, IQ4_XS and IQ4_NL (`iq`) weights stored
-//! in a *wide layout* ([`pack`], once at load): sixteen weight rows side by side, one per i32 lane, so that the
+//! Checkpoint mode with AVX-512 VNNI for Q4_K, Q6_K, Q4_1, Q5_0, Q8_0, IQ4_XS, IQ4_NL and MXFP4 (`iq`) weights
+//! stored in a *wide layout* ([`pack`], once at load): sixteen weight rows side by side, one per i32 lane, so that the
 //! integer sums of a (sub-)block accumulate in place and need no horizontal reduction, and the sub-block scales
 //! cost one multiply per sub-block instead of one per four elements. Every row count, one included, runs these kernels.
 //!
@@ -49,6 +49,7 @@ pub(crate) fn kernel(dtype: DType) -> Option<&'static Wide> {
         DType::Q8_0 => &Q80,
         DType::IQ4XS => &iq::IQ4XS,
         DType::IQ4NL => &iq::IQ4NL,
+        DType::MXFP4 => &iq::MXFP4,
         _ => return None,
     })
 }
@@ -777,12 +778,14 @@ const Q50_BLOCK: usize = 22;
 /// As [`pack_q4k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q50(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
-    pack_pairs(bytes, row_bytes, g0, live, dst, Q50_BLOCK, 5, _mm512_setzero_si512())
+    pack_pairs(bytes, row_bytes, g0, live, dst, Q50_BLOCK, 2, 5, _mm512_setzero_si512())
 }
 
 /// A 32-element type whose block is `d` (f16) then `words` (≤ 8) 32-bit words: rows `g0..g0 + live` into the
 /// group at `dst`, two blocks per 16 × 16 transpose (block `b`'s words in words 0..8 of each lane, block `b + 1`'s
 /// in 8..16). A packed block is its `words` lines, each XORed with `flip`; the group's tail holds each block's `d`.
+/// The words start at byte `at` of the block: 2, after `d`; 1 for MXFP4, whose tail entry (always the block's
+/// first two bytes) is then its scale byte and first code byte.
 ///
 /// # Safety
 /// As [`pack_q4k`], with `row_bytes` whole blocks of `block` bytes.
@@ -795,11 +798,13 @@ unsafe fn pack_pairs(
     live: usize,
     dst: *mut u8,
     block: usize,
+    at: usize,
     words: usize,
     flip: __m512i,
 ) {
     let nb = row_bytes / block;
     assert!((g0 + live) * row_bytes <= bytes.len() && (1..=LANES).contains(&live) && words <= 8);
+    assert!(at + 4 * words <= block && block >= 2, "pack_pairs: a block's words and tail entry");
     let offs = lane_offsets(row_bytes, live);
     let base = bytes.as_ptr().add(g0 * row_bytes);
     let mask: __mmask8 = ((1u16 << words) - 1) as u8;
@@ -808,9 +813,9 @@ unsafe fn pack_pairs(
         let mut m = [_mm512_setzero_si512(); 16];
         for l in 0..LANES {
             let blk = base.add(offs[l] as usize + b * block);
-            let lo = _mm256_maskz_loadu_epi32(mask, blk.add(2) as *const i32);
+            let lo = _mm256_maskz_loadu_epi32(mask, blk.add(at) as *const i32);
             let hi = if two {
-                _mm256_maskz_loadu_epi32(mask, blk.add(block + 2) as *const i32)
+                _mm256_maskz_loadu_epi32(mask, blk.add(block + at) as *const i32)
             } else {
                 _mm256_setzero_si256()
             };
@@ -921,7 +926,7 @@ const Q80_BLOCK: usize = 34;
 /// As [`pack_q4k`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q80(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
-    pack_pairs(bytes, row_bytes, g0, live, dst, Q80_BLOCK, 8, _mm512_set1_epi8(-128))
+    pack_pairs(bytes, row_bytes, g0, live, dst, Q80_BLOCK, 2, 8, _mm512_set1_epi8(-128))
 }
 
 /// Q8_0: per block, `P = Σ (q + 128)·qx` by eight `vpdpbusd`, `S = P − 128 · Σ qx = Σ q·qx` (exact:

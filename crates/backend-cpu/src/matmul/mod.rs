@@ -156,9 +156,9 @@ impl CpuWeight {
     }
 
     /// The wide layout of this weight for a checkpoint matmul on `isa`, made on first use: with AVX-512, a matrix of
-    /// a type with a wide kernel (Q4_K, Q6_K, Q4_1, Q5_0, Q8_0, IQ4_XS, IQ4_NL) is copied once into it (the same
-    /// bytes, moved), and a mapped weight's file pages are then released (read back from the file only if a row is
-    /// gathered or dequantized), so the weight stays resident once.
+    /// a type with a wide kernel (Q4_K, Q6_K, Q4_1, Q5_0, Q8_0, IQ4_XS, IQ4_NL, MXFP4) is copied once into it (the
+    /// same bytes, moved), and a mapped weight's file pages are then released (read back from the file only if a row
+    /// is gathered or dequantized), so the weight stays resident once.
     #[cfg(target_arch = "x86_64")]
     fn packed_for(&self, isa: Isa) -> Option<&avx512_wide::Packed> {
         if isa != Isa::Avx512 || !self.may_pack || self.out_dim < 2 {

@@ -1,4 +1,4 @@
-//! The wide layouts and kernels of IQ4_XS and IQ4_NL (see the parent module for the layout's idea).
+//! The wide layouts and kernels of IQ4_XS, IQ4_NL and MXFP4 (see the parent module for the layout's idea).
 //!
 //! A packed IQ4_XS block is 34 lines: the 32 words of `qs` (line `4 j + w` is word `w` of sub-block `j`'s 16
 //! bytes, whose low nibbles are elements `32 j + 4 w ..+4` and high nibbles `32 j + 16 + 4 w ..+4`), then block
@@ -12,11 +12,16 @@
 //! IQ4_NL is packed as Q5_0 is (`pack_pairs`: a block's four `qs` words as lines, `d` in the group's tail); per
 //! block `P = Σ (kv[q] + 128)·qx` by eight `vpdpbusd` on the looked-up nibbles, `S = P − 128·Σqx` (as Q8_0's
 //! kernel), then `acc = fma(dw · dx, S, acc)`.
+//!
+//! MXFP4 is packed and computed as IQ4_NL, with its codes after the scale byte (`pack_pairs` from byte 1), the
+//! table `KVALUES_MXFP4 + 128` (`116..=140`) and `dw = e8m0_to_f32_half(e)` from the low byte of each tail entry
+//! (`avx512_legacy::e8m0_half16`).
 
 use std::arch::x86_64::*;
 
 use super::{block_lines, f16_low, lane_offsets, ld, pack_pairs, put, rows_out, tail_f16, Ahead, Wide, LANES, LINE};
 use crate::matmul::act::ActQ;
+use crate::matmul::avx512_legacy::e8m0_half16;
 
 /// Bytes of an IQ4_XS block (`d`, `scales_h`, 4 bytes `scales_l`, 128 `qs` bytes).
 const IQ4XS_BLOCK: usize = 136;
@@ -47,15 +52,30 @@ pub(super) static IQ4NL: Wide = Wide {
     tail: true,
     pairs: false,
     pack: pack_iq4nl,
-    rows: [rows_iq4nl::<1>, rows_iq4nl::<2>, rows_iq4nl::<3>, rows_iq4nl::<4>],
+    rows: [rows_nl::<1, false>, rows_nl::<2, false>, rows_nl::<3, false>, rows_nl::<4, false>],
 };
 
-/// `KVALUES_IQ4NL + 128` (`1..=241`) in every 128-bit lane, the `vpshufb` table of both kernels.
+/// Bytes of an MXFP4 block (E8M0 `e`, 16 `qs` bytes).
+const MXFP4_BLOCK: usize = 17;
+
+pub(super) static MXFP4: Wide = Wide {
+    name: "MXFP4",
+    block_bytes: MXFP4_BLOCK,
+    act_block: 32,
+    lines: 4,
+    tail: true,
+    pairs: false,
+    pack: pack_mxfp4,
+    rows: [rows_nl::<1, true>, rows_nl::<2, true>, rows_nl::<3, true>, rows_nl::<4, true>],
+};
+
+/// `kv + 128` in every 128-bit lane, a `vpshufb` table (`KVALUES_IQ4NL + 128`: `1..=241`, the IQ4 kernels';
+/// `KVALUES_MXFP4 + 128`: `116..=140`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn table_u8() -> __m512i {
+unsafe fn table_u8(kv: &[i8; 16]) -> __m512i {
     let mut table = [0u8; 16];
-    for (t, &v) in table.iter_mut().zip(&tf_quant::KVALUES_IQ4NL) {
+    for (t, &v) in table.iter_mut().zip(kv) {
         *t = (v as i16 + 128) as u8;
     }
     _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const __m128i))
@@ -67,15 +87,26 @@ unsafe fn table_u8() -> __m512i {
 /// As [`pack_iq4xs`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_iq4nl(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
-    pack_pairs(bytes, row_bytes, g0, live, dst, IQ4NL_BLOCK, 4, _mm512_setzero_si512())
+    pack_pairs(bytes, row_bytes, g0, live, dst, IQ4NL_BLOCK, 2, 4, _mm512_setzero_si512())
 }
 
-/// Activation rows `r0..r0 + RT` against one packed IQ4_NL group: `[RT][16]` results (rows past `RT` unset).
+/// MXFP4 weight rows `g0..g0 + live` into the group at `dst` (the four `qs` words from byte 1 as lines; the tail
+/// entry's low byte is `e`).
+///
+/// # Safety
+/// As [`pack_iq4xs`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_mxfp4(bytes: &[u8], row_bytes: usize, g0: usize, live: usize, dst: *mut u8) {
+    pack_pairs(bytes, row_bytes, g0, live, dst, MXFP4_BLOCK, 1, 4, _mm512_setzero_si512())
+}
+
+/// Activation rows `r0..r0 + RT` against one packed IQ4_NL (`MX` false) or MXFP4 (`MX`) group: `[RT][16]`
+/// results (rows past `RT` unset).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; `g` is a packed group of `act.nb` blocks and `r0 + RT ≤ act.rows`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_iq4nl<const RT: usize>(
+unsafe fn rows_nl<const RT: usize, const MX: bool>(
     g: *const u8,
     act: &ActQ,
     _pairs: &[u32],
@@ -83,7 +114,7 @@ unsafe fn rows_iq4nl<const RT: usize>(
     ahead: Ahead,
 ) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
-    let table = table_u8();
+    let table = table_u8(if MX { &tf_quant::KVALUES_MXFP4 } else { &tf_quant::KVALUES_IQ4NL });
     let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); RT];
@@ -106,7 +137,12 @@ unsafe fn rows_iq4nl<const RT: usize>(
                 s[r] = _mm512_dpbusd_epi32(s[r], hi, xh);
             }
         }
-        let d = tail_f16(g.add(nb * 4 * LINE + b * 2 * LANES));
+        let tail = g.add(nb * 4 * LINE + b * 2 * LANES);
+        let d = if MX {
+            e8m0_half16(_mm512_cvtepu16_epi32(_mm256_loadu_si256(tail as *const __m256i)))
+        } else {
+            tail_f16(tail)
+        };
         for r in 0..RT {
             let sx = _mm512_set1_epi32(*act.s_t.as_ptr().add(b * rows + r0 + r));
             let total = _mm512_sub_epi32(s[r], _mm512_slli_epi32::<7>(sx));
@@ -155,7 +191,7 @@ unsafe fn rows_iq4xs<const RT: usize>(
     ahead: Ahead,
 ) -> [[f32; LANES]; 4] {
     let (k, nb, rows) = (act.k, act.nb, act.rows);
-    let table = table_u8();
+    let table = table_u8(&tf_quant::KVALUES_IQ4NL);
     let m4 = _mm512_set1_epi8(0x0f);
     let (m15, m3, m16) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3), _mm512_set1_epi32(0xffff));
     let bias = _mm512_set1_epi32(32);
