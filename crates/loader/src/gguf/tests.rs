@@ -246,3 +246,23 @@ fn released_shared_bytes_read_back_the_same() {
     assert_eq!(shared.as_slice(), &data[..]);
     assert_eq!(g.bytes("q").unwrap(), &[3u8; 34][..], "neighbours keep their bytes");
 }
+
+/// MXFP4 tensors (type 39, 17-byte blocks of 32) are read with their type, shape and bytes; a row that is not
+/// whole blocks of 32 is refused.
+#[test]
+fn reads_mxfp4_tensors() {
+    // `[2, 64]` elements: 4 blocks of 17 bytes.
+    let mx: Vec<u8> = (0..4 * 17).map(|i| (i * 13) as u8).collect();
+    let b = GgufWriter::new().tensor("mx", DType::MXFP4, &[64, 2], mx.clone()).to_bytes();
+    // The type id as written: 39.
+    let at = 24 + b[24..].windows(2).position(|x| x == b"mx").unwrap() + 2;
+    let dims = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    let t = at + 4 + 8 * dims;
+    assert_eq!(u32::from_le_bytes(b[t..t + 4].try_into().unwrap()), 39);
+    let g = open_bytes(&b).unwrap();
+    let info = g.info("mx").unwrap();
+    assert_eq!((info.dtype, info.shape.as_slice()), (DType::MXFP4, &[2u64, 64][..]));
+    assert_eq!(g.bytes("mx").unwrap(), &mx[..]);
+    let e = err_of(&GgufWriter::new().tensor("w", DType::MXFP4, &[48], vec![0; 26]).to_bytes());
+    assert!(e.problem.contains("block size 32"), "{e}");
+}
