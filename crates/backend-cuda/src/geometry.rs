@@ -480,6 +480,10 @@ mod tests {
             assert!(tf_quant::is_supported(d), "{d}");
         }
         assert_eq!(dtype_code(DType::I32), None);
+        // Types the CPU backend has and the kernels do not: `upload` refuses them by name at load.
+        for d in [DType::IQ4NL, DType::IQ4XS, DType::IQ3S, DType::IQ3XXS, DType::MXFP4] {
+            assert!(dtype_code(d).is_none() && tf_quant::is_supported(d), "{d}");
+        }
         assert!(common.contains(&format!("#define DT_INTERLEAVED {DT_INTERLEAVED}\n")));
         assert!(DT_INTERLEAVED > 14 && DT_INTERLEAVED.count_ones() == 1);
         assert!(common.contains(&format!("#define EPI_ADD {EPI_ADD}\n")));
