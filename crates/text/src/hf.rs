@@ -133,6 +133,13 @@ pub(crate) fn build_hf(tokenizer_json: &[u8], config: Option<&Json>, generation_
     let mut stops: BTreeSet<u32> = EOG_ALL.iter().filter_map(control).collect();
     stops.extend([eos, eot, eom].into_iter().flatten());
     stops.extend(generation_eos.iter().copied().filter(|&i| (i as usize) < n));
+    // Harmony (gpt-oss): `<|end|>` ends a message, not the generation (as the GGUF vocabulary decides).
+    let stop = |t: &str| token_to_id.get(t).filter(|id| stops.contains(id)).copied();
+    if let (Some(_), Some(_), Some(end)) = (stop("<|return|>"), stop("<|call|>"), stop("<|end|>")) {
+        if !generation_eos.contains(&end) {
+            stops.remove(&end);
+        }
+    }
 
     Ok(Tokenizer {
         engine: Engine::Hf { full: Box::new(full), plain: Box::new(plain), manual_specials },

@@ -74,14 +74,20 @@ pub fn tool_call_grammar(
 /// Harmony's grammar (see the module documentation).
 fn harmony_grammar(tools: &[ToolSpec<'_>], marker: &dyn Fn(&str) -> String) -> String {
     use crate::harmony::{CHANNEL, CONSTRAIN, END, MESSAGE, START};
+    // The thinking text runs to `<|end|>`: a special token no text regex can match, or else text, where the
+    // lexeme is lazy and includes it.
+    let end = marker(END);
+    let (thought, rule) = if end.starts_with("<[") {
+        (format!("thought {end}"), "thought: /(.|\\n)*/".to_string())
+    } else {
+        ("thought".to_string(), format!("thought[suffix={end}]: /(.|\\n)*/"))
+    };
     let mut g = format!(
-        "start: analysis? call\nanalysis: {ch} \"analysis\" {msg} thought {start} \"assistant\"\n\
-         thought[suffix={end}]: /(.|\\n)*/\ncall: {}\n",
+        "start: analysis? call\nanalysis: {ch} \"analysis\" {msg} {thought} {start} \"assistant\"\n{rule}\ncall: {}\n",
         (0..tools.len()).map(|i| format!("call_{i}")).collect::<Vec<_>>().join(" | "),
         ch = marker(CHANNEL),
         msg = marker(MESSAGE),
         start = marker(START),
-        end = marker(END),
     );
     for (i, t) in tools.iter().enumerate() {
         let mut params = t.parameters.cloned().unwrap_or_else(|| json!({"type": "object"}));

@@ -321,3 +321,27 @@ fn the_gpt_oss_template_renders_as_transformers() {
         }
     }
 }
+
+/// A tokenizer.json with harmony's markers: `<|return|>` and `<|call|>` end generation, `<|end|>` (which ends
+/// a message) does not, and every marker is a special token the parsers must be shown.
+#[test]
+fn harmony_stop_tokens() {
+    let mut j: Value =
+        serde_json::from_str(include_str!("../../../fixtures/tiny/byte-tokenizer.json")).expect("byte tokenizer");
+    let markers = ["<|start|>", "<|channel|>", "<|constrain|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"];
+    j["added_tokens"] = markers
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            serde_json::json!({"id": 256 + i, "content": m, "single_word": false, "lstrip": false,
+                               "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    let tok = tf_text::Tokenizer::from_hf_json(&serde_json::to_vec(&j).unwrap(), None, &[]).unwrap();
+    let id = |m: &str| tok.id_of(m).unwrap();
+    assert!(tok.is_stop(id("<|return|>")) && tok.is_stop(id("<|call|>")));
+    assert!(!tok.is_stop(id("<|end|>")));
+    for m in markers {
+        assert!(tok.token_kind(id(m)).is_some_and(|k| k.is_special()), "{m}");
+    }
+}
