@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig,
     MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
@@ -113,6 +113,18 @@ FAMILIES = {
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "default", "rope_theta": 100000.0}},
     ), {"rope_theta": 100000.0, "rope_local_base_freq": 10000.0}),
+    # gpt-oss: attention sinks, q/k/v/o biases, sliding (window 4) and full layers alternating, YaRN RoPE (factor
+    # 4 over an original context of 32, untruncated ramp as openai/gpt-oss-20b), a router with a bias and a softmax
+    # over its top-k logits, experts with biases and the clamped SwiGLU (alpha 1.702, limit 7).
+    "gpt_oss": (GptOssForCausalLM, GptOssConfig, dict(
+        COMMON, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, num_hidden_layers=3,
+        head_dim=16, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=4, attention_bias=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32},
+    ), {"rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 32}}),
 }
 
 
@@ -137,8 +149,14 @@ def perturb(model, family):
                     p.copy_(5.0 + noise)
                 else:
                     p.copy_(noise)
-            elif name.endswith(".bias"):
+            elif name.endswith((".bias", "_bias")):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g, dtype=torch.float32))
+            elif name.endswith("experts.gate_up_proj"):
+                # gpt-oss: gate and up values of several units, so that the SwiGLU's clamps at ±7 take effect.
+                p.mul_(3.0)
+            elif name.endswith(".sinks"):
+                # gpt-oss attention sinks: per-head logits of the size of the attention scores.
+                p.copy_(1.5 * torch.randn(p.shape, generator=g, dtype=torch.float32))
 
 
 def variant_logits(m, ids, cfg_changes=None, state_fn=None, out=None):
@@ -187,6 +205,14 @@ def sensitivity(family, m, out, ids, logits):
     if family == "qwen3":
         rec("qk_norm_weights_ignored(=1)", variant_logits(m, ids, state_fn=lambda v: [
             p.fill_(1.0) for n, p in v.named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))]))
+    if family == "gpt_oss":
+        rec("sinks_dropped", variant_logits(m, ids, state_fn=lambda v: [
+            p.fill_(-1e30) for n, p in v.named_parameters() if n.endswith(".sinks")]))
+        rec("rope_scaling_ignored", variant_logits(m, ids, {"rope_parameters": {"rope_type": "default",
+                                                                                "rope_theta": rp["rope_theta"]}}))
+        rec("sliding_window_ignored(positions>=4)", variant_logits(
+            m, ids, {"layer_types": ["full_attention"] * m.config.num_hidden_layers}), from_pos=4)
+        rec("swiglu_limit_ignored", variant_logits(m, ids, {"swiglu_limit": 1e30}))
     if family == "gemma3":
         rec("norm_without_plus_one", variant_logits(m, ids, state_fn=scale_norms(-1.0)))
         rec("sliding_window_ignored(positions>=8)", variant_logits(

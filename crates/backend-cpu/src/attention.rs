@@ -126,7 +126,7 @@ pub(crate) fn attention(
         let run = |u: &Unit| {
             let mut st = State::new(u.rows.len(), u.heads.len(), hd);
             unit(isa, q, kv, meta, p, u, &mut |i, m_c, l_c, o_c| st.fold(isa, i, m_c, l_c, o_c));
-            st.finish(isa)
+            st.finish(isa, unit_sinks(p, u))
         };
         let results: Vec<Vec<f32>> =
             if serial { units.iter().map(run).collect() } else { pool.map(units.len(), |i| run(&units[i])) };
@@ -150,10 +150,15 @@ pub(crate) fn attention(
             for (i, m_c, l_c, o_c) in group_parts.iter().flatten() {
                 st.fold(isa, *i, m_c, l_c, o_c);
             }
-            scatter(u, &st.finish(isa));
+            scatter(u, &st.finish(isa, unit_sinks(p, u)));
         }
     }
     out
+}
+
+/// The sink logits of a unit's query heads (`[heads]`), if the layer has sinks.
+fn unit_sinks<'a>(p: &'a AttnParams, u: &Unit) -> Option<&'a [f32]> {
+    p.sinks.as_deref().map(|s| &s[u.heads.clone()])
 }
 
 /// Receives (row `i` of a unit, `m_c`, `l_c`, `o_c`) for each visited chunk.
@@ -208,15 +213,30 @@ impl State {
         self.started[i] = true;
     }
 
-    /// `o / l` per (row, head) → `[rows, heads, head_dim]` (zeros for a row that visited nothing).
-    fn finish(&self, isa: Isa) -> Vec<f32> {
+    /// `o / l` per (row, head) → `[rows, heads, head_dim]` (zeros for a row that visited nothing). With sink
+    /// logits `[heads]`, each joins its head's state first, as the reference's last chunk without values:
+    /// `m' = max(m, sink)`, `a = exp(m - m')`, `l = l * a + exp(sink - m')`, `o = o * a`.
+    fn finish(&self, isa: Isa, sinks: Option<&[f32]>) -> Vec<f32> {
         let (nh, hd) = (self.heads, self.hd);
         let mut res = vec![0f32; self.o.len()];
+        let mut scaled = vec![0f32; hd]; // [head_dim]: o · a of one head
         for (i, &st) in self.started.iter().enumerate() {
             if st {
                 for h in 0..nh {
                     let s = i * nh + h;
-                    simd::div_scalar(isa, &self.o[s * hd..(s + 1) * hd], self.l[s], &mut res[s * hd..(s + 1) * hd]);
+                    let (o, out) = (&self.o[s * hd..(s + 1) * hd], &mut res[s * hd..(s + 1) * hd]);
+                    match sinks {
+                        None => simd::div_scalar(isa, o, self.l[s], out),
+                        Some(sk) => {
+                            let m2 = self.m[s].max(sk[h]);
+                            let a = exp(self.m[s] - m2);
+                            let l = self.l[s] * a + exp(sk[h] - m2);
+                            for (y, &x) in scaled.iter_mut().zip(o) {
+                                *y = x * a;
+                            }
+                            simd::div_scalar(isa, &scaled, l, out);
+                        }
+                    }
                 }
             }
         }

@@ -110,6 +110,22 @@ pub(crate) mod avx2 {
         _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), exp8(neg)))
     }
 
+    /// gpt-oss's clamped SwiGLU of 8 lanes, `glu_one`'s operations: `g = min(g, limit)` and
+    /// `u = clamp(u, -limit, limit)` by compare-and-blend (NaN lanes pass), then
+    /// `(u + 1) * (g / (1 + exp(-(alpha * g))))`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) fn swiglu_clamp8(g: __m256, u: __m256, alpha: f32, limit: f32) -> __m256 {
+        let (hi, lo) = (_mm256_set1_ps(limit), _mm256_set1_ps(-limit));
+        let g = _mm256_blendv_ps(g, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(g, hi));
+        let u = _mm256_blendv_ps(u, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(u, hi));
+        let u = _mm256_blendv_ps(u, lo, _mm256_cmp_ps::<_CMP_LT_OQ>(u, lo));
+        let neg = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(alpha), g), _mm256_set1_ps(-0.0));
+        let one = _mm256_set1_ps(1.0);
+        let glu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(neg)));
+        _mm256_mul_ps(_mm256_add_ps(u, one), glu)
+    }
+
     /// `gelu_tanh` of 8 lanes: `u = K0 * (x + K1 * ((x * x) * x))`, `x / (1 + exp(-2 * u))`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -158,11 +174,12 @@ pub(crate) mod avx2 {
             unsafe {
                 let g = _mm256_loadu_ps(gate.as_ptr().add(i));
                 let u = _mm256_loadu_ps(up.as_ptr().add(i));
-                let a = match act {
-                    GluAct::Silu => silu8(g),
-                    GluAct::GeluTanh => gelu8(g),
+                let y = match act {
+                    GluAct::Silu => _mm256_mul_ps(silu8(g), u),
+                    GluAct::GeluTanh => _mm256_mul_ps(gelu8(g), u),
+                    GluAct::SwigluClamp { alpha, limit } => swiglu_clamp8(g, u, alpha, limit),
                 };
-                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(a, u));
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), y);
             }
         }
         for i in full..n {

@@ -1,4 +1,4 @@
-//! RoPE (docs/arithmetic.md "RoPE"). cos/sin tables come from `tf_quant::reference::ops::rope_cos_sin` (f64,
+//! RoPE (docs/arithmetic.md "RoPE"). cos/sin tables come from `tf_quant::reference::ops::rope_cos_sin_scaled` (f64,
 //! rounded to f32 once) and are cached per set of RoPE parameters for positions below a bound that grows by
 //! powers of two up to [`TABLE_MAX`]; positions past it are computed on the fly by the same function, so cached
 //! and uncached rows have the same bits. The rotation itself is the reference's `rope_rotate_head` (elementwise:
@@ -8,7 +8,7 @@ use crate::for_rows;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tf_core::{Rope, RopeScaling, Tensor};
-use tf_quant::reference::ops::{rope_cos_sin, rope_freqs, rope_rotate_head};
+use tf_quant::reference::ops::{rope_cos_sin_scaled, rope_freqs, rope_mscale, rope_rotate_head};
 
 /// Positions covered by a cached table at most (128 Ki positions; beyond, rows are computed per call).
 pub(crate) const TABLE_MAX: usize = 1 << 17;
@@ -22,14 +22,19 @@ struct Table {
 
 /// Everything the table depends on, as bits: theta, rot_dims, the scaling variant and its parameters
 /// (`Rope::style` only matters to the rotation).
-type Key = (u64, usize, u8, [u64; 4]);
+type Key = (u64, usize, u8, [u64; 6]);
 
 fn key(rope: &Rope) -> Key {
     let (tag, params) = match rope.scaling {
-        RopeScaling::None => (0, [0; 4]),
-        RopeScaling::Linear { factor } => (1, [factor.to_bits(), 0, 0, 0]),
+        RopeScaling::None => (0, [0; 6]),
+        RopeScaling::Linear { factor } => (1, [factor.to_bits(), 0, 0, 0, 0, 0]),
         RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
-            (2, [factor.to_bits(), low_freq_factor.to_bits(), high_freq_factor.to_bits(), original_context.to_bits()])
+            let l = [factor, low_freq_factor, high_freq_factor, original_context];
+            (2, [l[0].to_bits(), l[1].to_bits(), l[2].to_bits(), l[3].to_bits(), 0, 0])
+        }
+        RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, truncate, mscale } => {
+            let y = [factor, original_context, beta_fast, beta_slow, mscale];
+            (3, [y[0].to_bits(), y[1].to_bits(), y[2].to_bits(), y[3].to_bits(), y[4].to_bits(), truncate as u64])
         }
     };
     (rope.theta.to_bits(), rope.rot_dims, tag, params)
@@ -56,12 +61,13 @@ impl RopeCache {
             let len = want.next_power_of_two().clamp(256, TABLE_MAX);
             let half = rope.rot_dims / 2;
             let freqs = entry.0.clone();
+            let mscale = rope_mscale(rope);
             let (mut cos, mut sin) = (vec![0f32; len * half], vec![0f32; len * half]);
             // Fill cos and sin rows together: `[len, 2·half]` scratch, split after.
             let mut both = vec![0f32; len * 2 * half];
             for_rows(pool, &mut both, 2 * half, |p, row| {
                 let (c, s) = row.split_at_mut(half);
-                rope_cos_sin(&freqs, p as u32, c, s);
+                rope_cos_sin_scaled(&freqs, mscale, p as u32, c, s);
             });
             for (p, row) in both.chunks_exact(2 * half).enumerate() {
                 cos[p * half..(p + 1) * half].copy_from_slice(&row[..half]);
@@ -100,6 +106,7 @@ pub(crate) fn rope(
     let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
     let (freqs, table) = cache.get(pool, rope, max_pos);
     let half = rope.rot_dims / 2;
+    let mscale = rope_mscale(rope);
     let cols = x.cols;
     for_rows(pool, &mut x.host, cols, |r, row| {
         let p = positions[r] as usize;
@@ -109,7 +116,7 @@ pub(crate) fn rope(
         } else {
             cos_own.resize(half, 0.0);
             sin_own.resize(half, 0.0);
-            rope_cos_sin(&freqs, p as u32, &mut cos_own, &mut sin_own);
+            rope_cos_sin_scaled(&freqs, mscale, p as u32, &mut cos_own, &mut sin_own);
             (&cos_own[..], &sin_own[..])
         };
         for head in row.chunks_exact_mut(head_dim) {

@@ -141,9 +141,17 @@ fn rms_norm_matches_reference_and_is_row_exact() {
 
 fn random_rope(rng: &mut StdRng, head_dim: usize) -> Rope {
     let rot_dims = [head_dim, head_dim / 2 / 2 * 2, 2][rng.gen_range(0..3)].max(2);
-    let scaling = match rng.gen_range(0..3) {
+    let scaling = match rng.gen_range(0..4) {
         0 => RopeScaling::None,
         1 => RopeScaling::Linear { factor: rng.gen_range(1.0..8.0) },
+        2 => RopeScaling::Yarn {
+            factor: 32.0,
+            original_context: 4096.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate: rng.gen(),
+            mscale: 0.1 * 32f64.ln() + 1.0,
+        },
         _ => RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 8192.0 },
     };
     let style = if rng.gen() { RopeStyle::Normal } else { RopeStyle::Neox };
@@ -249,13 +257,17 @@ fn glu_add_scale_match_reference_and_are_row_exact() {
         }
         let gate = Tensor::host(n, cols, gate);
         let up = Tensor::host(n, cols, values(&mut rng, n * cols, 3.0));
-        for act in [GluAct::Silu, GluAct::GeluTanh] {
+        // The clamped SwiGLU with up values past its limit too.
+        let up_wide = Tensor::host(n, cols, values(&mut rng, n * cols, 12.0));
+        let clamp = GluAct::SwigluClamp { alpha: 1.702, limit: 7.0 };
+        for act in [GluAct::Silu, GluAct::GeluTanh, clamp] {
+            let upv = if act == clamp { &up_wide } else { &up };
             let mut want = vec![0f32; n * cols];
-            r::glu(&gate.host, &up.host, act, &mut want);
+            r::glu(&gate.host, &upv.host, act, &mut want);
             for be in &bes {
-                same(&be.glu(&gate, &up, act).host, &want, &format!("glu {act:?} {} cols {cols}", be.describe()));
+                same(&be.glu(&gate, upv, act).host, &want, &format!("glu {act:?} {} cols {cols}", be.describe()));
             }
-            let op = |be: &CpuBackend, rows: &[usize]| be.glu(&gather(&gate, rows), &gather(&up, rows), act);
+            let op = |be: &CpuBackend, rows: &[usize]| be.glu(&gather(&gate, rows), &gather(upv, rows), act);
             check_row_exact(&mut rng, &bes, n, &op, &format!("glu {act:?}"));
         }
         let s: f32 = rng.gen_range(-3.0..3.0);
@@ -475,6 +487,7 @@ fn random_params(rng: &mut StdRng, heads: usize, kv_heads: usize, head_dim: usiz
         scale: 1.0 / (head_dim as f32).sqrt() * rng.gen_range(0.5..2.0),
         window: if rng.gen_bool(0.4) { Some(rng.gen_range(1..400)) } else { None },
         softcap: if rng.gen_bool(0.3) { Some([50.0, 5.0][rng.gen_range(0..2)]) } else { None },
+        sinks: if rng.gen_bool(0.4) { Some((0..heads).map(|_| rng.gen_range(-4.0..6.0)).collect()) } else { None },
     }
 }
 
@@ -570,9 +583,10 @@ fn attention_is_accurate_against_f64_softmax() {
                         p.softcap.map_or(s, |c| c as f64 * (s / c as f64).tanh())
                     })
                     .collect();
-                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let sink = p.sinks.as_ref().map(|s| s[h] as f64);
+                let m = scores.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
                 let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                let l: f64 = w.iter().sum();
+                let l: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
                 for d in 0..head_dim {
                     let want = if visits.is_empty() {
                         0.0
@@ -593,7 +607,8 @@ fn attention_edge_cases() {
     let (mut rng, _g) = rng();
     let bes = backends();
     let (world, caches) = World::build(&mut rng, &bes, &[300, 300], 8, 1, 16);
-    let p = AttnParams { heads: 2, kv_heads: 1, head_dim: 16, scale: 0.25, window: Some(1), softcap: None };
+    let p =
+        AttnParams { heads: 2, kv_heads: 1, head_dim: 16, scale: 0.25, window: Some(1), softcap: None, sinks: None };
     let q = Tensor::host(1, 32, values(&mut rng, 32, 1.0));
     for (be, cache) in bes.iter().zip(&caches) {
         // A window of 1 sees only the row itself: the output is its V (`fma(1, v, +0) / 1`, so -0.0 becomes +0.0).

@@ -415,10 +415,11 @@ attention_chunk_s7(const float* q, const float* k, const float* v, const i32* ro
 }
 
 // Merges each (row, head)'s chunk partials in increasing chunk order: m' = max(m, m_c), a = exp(m - m'),
-// b = exp(m_c - m'), l = l * a + l_c * b, o = o * a + o_c * b; output o / l (zeros for a row without visits).
-// grid (heads, R), ATTN_THREADS threads, each owning dimensions t, t + 128.
+// b = exp(m_c - m'), l = l * a + l_c * b, o = o * a + o_c * b; then, with sinks [heads] (null: none), the head's
+// sink s last: m' = max(m, s), a = exp(m - m'), l = l * a + exp(s - m'), o = o * a; output o / l (zeros for a row
+// without visits). grid (heads, R), ATTN_THREADS threads, each owning dimensions t, t + 128.
 extern "C" __global__ void attention_merge(const float* part, const i32* chunks, int cmax, int heads, int hd,
-                                           float* out) {
+                                           const float* sinks, float* out) {
     griddep_launch();
     griddep_wait();
     int h = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
@@ -439,6 +440,13 @@ extern "C" __global__ void attention_merge(const float* part, const i32* chunks,
             o = o * a + oc * b;
             l = l * a + lc * b;
             m = m2;
+        }
+        if (sinks) {
+            float s = sinks[h];
+            float m2 = fmaxf(m, s);
+            float a = tf_exp(m - m2);
+            l = l * a + tf_exp(s - m2);
+            o = o * a;
         }
         outh[d] = o / l;
     }

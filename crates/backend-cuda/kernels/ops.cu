@@ -169,6 +169,19 @@ extern "C" __global__ void glu(const float* gate, const float* up, i64 n, int ac
     out[i] = a * up[i];
 }
 
+// gpt-oss's clamped SwiGLU (reference::ops::glu_one): g = min(gate, limit), u = clamp(up, -limit, limit) by
+// comparisons (NaN passes), out = (u + 1) * (g / (1 + exp(-(alpha * g)))).
+extern "C" __global__ void glu_clamp(const float* gate, const float* up, i64 n, float alpha, float limit, float* out) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = gate[i], u = up[i];
+    if (g > limit) g = limit;
+    if (u > limit) u = limit;
+    else if (u < -limit) u = -limit;
+    float glu = __fdiv_rn(g, __fadd_rn(1.0f, tf_exp(-__fmul_rn(alpha, g))));
+    out[i] = __fmul_rn(__fadd_rn(u, 1.0f), glu);
+}
+
 extern "C" __global__ void add(float* a, const float* b, i64 n) {
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) a[i] = a[i] + b[i];

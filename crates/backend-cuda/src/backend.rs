@@ -20,7 +20,7 @@ use tf_core::{
     AttnMeta, AttnParams, Backend, BackendError, DType, GluAct, KvCache, KvSpec, Precision, QueuedIds, Rope, RopeKv,
     RopeStyle, Storage, Tensor, TensorInfo, Weight,
 };
-use tf_quant::reference::ops::{rope_cos_sin, rope_freqs};
+use tf_quant::reference::ops::{rope_cos_sin_scaled, rope_freqs, rope_mscale};
 use tuning::Knobs;
 
 /// An activation on the device: `rows × cols` f32, row-major (`[rows * cols]`).
@@ -143,11 +143,13 @@ fn u32_bytes(v: &[u32]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
 
-/// The `act` argument of the GLU kernels: 0 = SiLU, 1 = GELU (tanh form).
+/// The `act` argument of the GLU kernels: 0 = SiLU, 1 = GELU (tanh form). The clamped SwiGLU has no fused
+/// kernels: `matmul_glu` and `norm_matmul_glu` run it as their unfused composition (the `glu_clamp` kernel).
 fn act_code(act: GluAct) -> i32 {
     match act {
         GluAct::Silu => 0,
         GluAct::GeluTanh => 1,
+        GluAct::SwigluClamp { .. } => panic!("the clamped SwiGLU has no fused GLU kernel"),
     }
 }
 
@@ -427,12 +429,12 @@ impl CudaBackend {
         match &up.rope {
             Some((p, r, t)) if p == positions && r == rope => t.clone(),
             _ => {
-                let freqs = rope_freqs(rope);
+                let (freqs, mscale) = (rope_freqs(rope), rope_mscale(rope));
                 let rows = positions.len();
                 let (mut cos, mut sin) = (vec![0f32; rows * half], vec![0f32; rows * half]);
                 for (r, &p) in positions.iter().enumerate() {
                     let (c, s) = (&mut cos[r * half..(r + 1) * half], &mut sin[r * half..(r + 1) * half]);
-                    rope_cos_sin(&freqs, p, c, s);
+                    rope_cos_sin_scaled(&freqs, mscale, p, c, s);
                 }
                 let t = Arc::new((self.upload_or_panic(f32_bytes(&cos)), self.upload_or_panic(f32_bytes(&sin))));
                 up.rope = Some((positions.to_vec(), *rope, t.clone()));
@@ -704,12 +706,21 @@ impl Backend for CudaBackend {
             let gb = &gs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
             let ub = &us.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
             let (g, b) = elementwise_grid(n);
-            self.gpu.launch("glu").ptr(gb).ptr(ub).i64(n).int(act_code(act)).ptr(&out).go(g, b);
+            if let GluAct::SwigluClamp { alpha, limit } = act {
+                self.gpu.launch("glu_clamp").ptr(gb).ptr(ub).i64(n).f32(alpha).f32(limit).ptr(&out).go(g, b);
+            } else {
+                self.gpu.launch("glu").ptr(gb).ptr(ub).i64(n).int(act_code(act)).ptr(&out).go(g, b);
+            }
         }
         self.tensor(gate.rows, gate.cols, out)
     }
 
     fn matmul_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        if let GluAct::SwigluClamp { .. } = act {
+            let [g, u]: [Tensor; 2] =
+                self.matmul_many(x, &[(gate, None), (up, None)]).try_into().expect("one result per weight");
+            return self.glu(&g, &u, act);
+        }
         self.matmul_glu_impl(x, gate, up, act)
     }
 
@@ -735,6 +746,10 @@ impl Backend for CudaBackend {
     }
 
     fn norm_matmul_glu(&self, x: &Tensor, norm: &Weight, eps: f32, gate: &Weight, up: &Weight, act: GluAct) -> Tensor {
+        if let GluAct::SwigluClamp { .. } = act {
+            let h = self.rms_norm(x, norm, x.cols, eps);
+            return self.matmul_glu(&h, gate, up, act);
+        }
         self.norm_matmul_glu_impl(x, norm, eps, gate, up, act)
     }
 

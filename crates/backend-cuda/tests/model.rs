@@ -281,3 +281,11 @@ fn tiny_qwen3moe_and_mixtral() {
         check(name, Some(DType::Q8_0), Precision::Checkpoint);
     }
 }
+
+/// tiny gpt-oss (attention sinks, sliding windows of 4, YaRN, biased experts with the clamped SwiGLU) equals the
+/// CPU bit for bit, chunked and one token at a time, in both precisions.
+#[test]
+fn tiny_gpt_oss() {
+    check("gpt_oss", None, Precision::Full);
+    check("gpt_oss", None, Precision::Checkpoint);
+}

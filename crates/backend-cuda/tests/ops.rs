@@ -226,6 +226,19 @@ fn rope_styles_and_scalings() {
                 original_context: 8192.0,
             },
         },
+        Rope {
+            theta: 150_000.0,
+            rot_dims: 64,
+            style: RopeStyle::Neox,
+            scaling: RopeScaling::Yarn {
+                factor: 32.0,
+                original_context: 4096.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                truncate: false,
+                mscale: 0.1 * 32f64.ln() + 1.0,
+            },
+        },
     ];
     for rope in ropes {
         let (hd, heads, pool) = (128.max(rope.rot_dims), 3, 300);
@@ -249,7 +262,7 @@ fn elementwise_ops() {
     let (pool, cols) = (300, 333);
     let a = values(&mut rng, pool * cols, 30.0);
     let b = values(&mut rng, pool * cols, 30.0);
-    for act in [GluAct::Silu, GluAct::GeluTanh] {
+    for act in [GluAct::Silu, GluAct::GeluTanh, GluAct::SwigluClamp { alpha: 1.702, limit: 7.0 }] {
         let op =
             |be: &dyn Backend, rows: &[usize]| be.to_host(&be.glu(&pick(&a, cols, rows), &pick(&b, cols, rows), act));
         check_rows(&mut rng, pool, cols, &op, &g, &c, &format!("glu {act:?}"));
@@ -394,7 +407,9 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
             })
             .collect();
         let q = values(&mut rng, pool * heads * hd, 1.0);
-        let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window, softcap };
+        // Sink logits (gpt-oss) for the head counts that are not multiples of 4.
+        let sinks = (heads % 4 != 0).then(|| (0..heads).map(|_| rng.gen_range(-3.0f32..5.0)).collect());
+        let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window, softcap, sinks };
         let layer = 1;
         let op = |be: &dyn Backend, rows: &[usize]| {
             let kv = if be.describe().starts_with("cuda") { &kg } else { &kc };
@@ -409,7 +424,10 @@ fn attention_paged_gqa_windows_softcap_and_trees() {
             &op,
             &g,
             &c,
-            &format!("attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?} heads per block ≤ {cap}"),
+            &format!(
+                "attention h{heads}/{kv_heads} d{hd} w{window:?} cap{softcap:?} sinks {} heads per block ≤ {cap}",
+                p.sinks.is_some()
+            ),
         );
     }
     g.tune(|t| t.attn_heads = 0);
@@ -431,7 +449,7 @@ fn kv_copy_in_order_then_attention_sees_it() {
     }
     let table: Vec<u32> = (0..8).collect();
     let q = values(&mut rng, 4 * width, 1.0);
-    let p = AttnParams { heads: 2, kv_heads: 2, head_dim: 32, scale: 0.2, window: None, softcap: None };
+    let p = AttnParams { heads: 2, kv_heads: 2, head_dim: 32, scale: 0.2, window: None, softcap: None, sinks: None };
     for layer in 0..3 {
         // Each row attends exactly one slot (ctx 1 of a table that starts at that slot's block).
         for slot in [0u32, 2, 5, 9] {
@@ -553,7 +571,7 @@ fn rope_kv_write_equals_rope_then_kv_write() {
     let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
     let nslots = spec.blocks * spec.block_size;
     let width = hk * hd;
-    let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
+    let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None, sinks: None };
     for rope in ropes {
         for rows in [1usize, 7, 16, 33] {
             let what = format!("rope_kv_write {rope:?}, {rows} rows");
@@ -641,7 +659,8 @@ fn norm_qkv_rope_kv_write_equals_its_two_calls() {
         });
         let spec = KvSpec { layers: 2, blocks: 16, block_size: 4, kv_heads: hk, head_dim: hd };
         let nslots = spec.blocks * spec.block_size;
-        let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None };
+        let p =
+            AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.09, window: None, softcap: None, sinks: None };
         let ns = [hq * hd, hk * hd, hk * hd];
         let nw = random_weight(DType::F32, 1, k, &mut rng);
         let (ng, nc) = (up(&g, "norm", DType::F32, &[k], &nw), up(&c, "norm", DType::F32, &[k], &nw));

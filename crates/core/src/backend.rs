@@ -168,7 +168,7 @@ pub struct AttnMeta {
 }
 
 /// Per-layer attention parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AttnParams {
     pub heads: usize,
     pub kv_heads: usize,
@@ -179,6 +179,9 @@ pub struct AttnParams {
     pub window: Option<u32>,
     /// Logit soft-capping: s ← cap · tanh(s / cap).
     pub softcap: Option<f32>,
+    /// Attention sinks (gpt-oss): one learned logit per query head `[heads]` that joins the softmax denominator
+    /// and attends no value. `None` leaves the softmax as it is.
+    pub sinks: Option<Arc<[f32]>>,
 }
 
 impl AttnParams {
@@ -194,6 +197,9 @@ impl AttnParams {
         assert_eq!(q.cols, self.heads * self.head_dim, "attention: q cols vs heads·head_dim");
         assert_eq!(meta.rows.len(), q.rows, "attention: one RowAttn per q row");
         assert!(kv_heads == self.kv_heads && head_dim == self.head_dim, "attention: kv layout vs params");
+        if let Some(s) = &self.sinks {
+            assert_eq!(s.len(), self.heads, "attention: one sink per query head");
+        }
     }
 }
 
@@ -221,6 +227,18 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_context: f64,
     },
+    /// YaRN (gpt-oss): frequencies blended between `freq / factor` and `freq` along a linear ramp over the pair
+    /// index between the dimensions that make `beta_fast` and `beta_slow` rotations in `original_context`
+    /// positions (rounded outwards when `truncate`), and cos/sin multiplied by `mscale` (transformers'
+    /// `attention_factor`, `0.1·ln(factor) + 1` by default), which scales q·k by `mscale²`.
+    Yarn {
+        factor: f64,
+        original_context: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        truncate: bool,
+        mscale: f64,
+    },
 }
 
 /// RoPE parameters; backends build cos/sin tables from them once, in f64, rounded to f32.
@@ -245,12 +263,15 @@ pub struct RopeKv<'a> {
 }
 
 /// Gated activations of the feed-forward block: `act(gate) * up`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GluAct {
     /// SiLU (SwiGLU).
     Silu,
     /// GELU, tanh approximation (GeGLU as in Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g = min(gate, limit)`, `u = clamp(up, -limit, limit)`,
+    /// `(u + 1) · g · sigmoid(alpha · g)` (not a plain `act(gate) * up`; docs/arithmetic.md gives the operations).
+    SwigluClamp { alpha: f32, limit: f32 },
 }
 
 /// An error from a backend: an unsupported weight type or shape, or running out of memory.

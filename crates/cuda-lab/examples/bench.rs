@@ -396,7 +396,7 @@ fn attention_rates(be: &CudaBackend, heads: usize, kv_heads: usize) {
     let kvals: Vec<f32> = (0..slots * kv_heads * hd).map(|i| ((i * 7919 % 2001) as f32 - 1000.0) / 1000.0).collect();
     let k = Tensor::host(slots, kv_heads * hd, kvals.clone());
     be.kv_write(&mut kv, 0, &k, &k, &(0..slots as u32).collect::<Vec<_>>());
-    let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 0.088, window: None, softcap: None };
+    let p = AttnParams { heads, kv_heads, head_dim: hd, scale: 0.088, window: None, softcap: None, sinks: None };
     let mut parts = Vec::new();
     for (cap, rows) in [(0usize, 1usize), (0, 16), (7, 1), (7, 16), (1, 1), (1, 16)] {
         be.tune(|t| t.attn_heads = cap);

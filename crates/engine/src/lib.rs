@@ -20,7 +20,6 @@ pub mod sampler;
 pub mod sched;
 mod seq;
 pub mod spec;
-mod state;
 mod window;
 
 pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory, WindowCosts};

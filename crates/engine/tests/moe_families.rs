@@ -1,4 +1,5 @@
-//! The engine on the tiny mixture-of-experts checkpoints (fixtures/tiny/qwen3moe, fixtures/tiny/mixtral; random
+//! The engine on the tiny mixture-of-experts checkpoints (fixtures/tiny/qwen3moe, fixtures/tiny/mixtral,
+//! fixtures/tiny/gpt_oss; random
 //! weights, so context-copy drafts are mostly rejected, at every position): eight replies — greedy and seeded
 //! sampled, repetitive prompts whose copies accept and random ones — each equal, by token ids, to its serial solo
 //! run, whether drafted alone or drafted in shared rounds with the other seven (each round mixes rows that choose
@@ -71,4 +72,11 @@ fn qwen3moe_drafted_and_shared_replies_equal_serial_solo_ones() {
 #[test]
 fn mixtral_drafted_and_shared_replies_equal_serial_solo_ones() {
     check("mixtral");
+}
+
+/// gpt-oss also puts sinks into every attention softmax and slides a window of 4 over half its layers, so tree
+/// windows and shared rounds cross the window edge.
+#[test]
+fn gpt_oss_drafted_and_shared_replies_equal_serial_solo_ones() {
+    check("gpt_oss");
 }

@@ -147,6 +147,11 @@ impl ModelConfig {
         let window = r.opt_count(key("attention.sliding_window", "sliding_window"))?.map(|w| w as u32);
         let windows: Vec<Option<u32>> = match (gguf, window) {
             (_, None) => vec![None; layers],
+            // gpt-oss in GGUF: llama.cpp's pattern for the architecture, sliding on even layers (as the
+            // transformers default `layer_types`).
+            (true, Some(w)) if family.name == "gpt_oss" => {
+                (0..layers).map(|l| if l % 2 == 0 { Some(w) } else { None }).collect()
+            }
             (true, Some(w)) if gemma3 => {
                 let p = cfg.get_u64(&r.gguf_key("attention.sliding_window_pattern")).unwrap_or(6).max(1) as usize;
                 (0..layers).map(|l| if (l + 1) % p == 0 { None } else { Some(w) }).collect()
@@ -199,7 +204,15 @@ impl ModelConfig {
             return Err(r.err("final logit soft-capping is not supported"));
         }
 
-        let act = if gemma3 { GluAct::GeluTanh } else { GluAct::Silu };
+        let act = if gemma3 {
+            GluAct::GeluTanh
+        } else if family.name == "gpt_oss" {
+            // gpt-oss's clamped SwiGLU; llama.cpp fixes alpha 1.702 and limit 7 for the architecture.
+            let f = |k: &str, d: f64| if gguf { d } else { cfg.get_f64(k).unwrap_or(d) };
+            GluAct::SwigluClamp { alpha: f("swiglu_alpha", 1.702) as f32, limit: f("swiglu_limit", 7.0) as f32 }
+        } else {
+            GluAct::Silu
+        };
         if !gguf {
             let name = cfg.get_str("hidden_act").unwrap_or_else(|| "silu".to_owned());
             let want = if gemma3 { ["gelu_pytorch_tanh", "gelu_tanh"] } else { ["silu", "swish"] };
@@ -334,6 +347,45 @@ impl Reader<'_> {
         Ok(Some(MoeConfig { experts, used, ffn: expert_ffn, norm_topk, sparse }))
     }
 
+    /// YaRN of `factor`. `config.json`: `rope_scaling.original_max_position_embeddings`, `beta_fast` (32),
+    /// `beta_slow` (1), `truncate` (true), and the magnitude `attention_factor`, else transformers' default
+    /// `0.1·ln(factor) + 1` (DeepSeek's `mscale` / `mscale_all_dim` ratio is not supported). GGUF:
+    /// `{arch}.rope.scaling.original_context_length`, `yarn_beta_fast` / `yarn_beta_slow` and `attn_factor` under
+    /// `rope.scaling.` (the same defaults); llama.cpp always rounds the ramp bounds outwards (`truncate`).
+    fn yarn(&self, factor: f64) -> Result<RopeScaling, ModelError> {
+        let f = |hf: &str, gguf: &str| {
+            if self.gguf() {
+                self.cfg.get_f64(&self.gguf_key(&format!("rope.scaling.{gguf}")))
+            } else {
+                self.cfg.get_f64(&format!("rope_scaling.{hf}"))
+            }
+        };
+        let Some(original_context) = f("original_max_position_embeddings", "original_context_length") else {
+            return Err(self.err("YaRN RoPE scaling needs the original context length"));
+        };
+        if !self.gguf() && self.cfg.get_f64("rope_scaling.mscale_all_dim").is_some() {
+            return Err(self.err("YaRN with mscale_all_dim is not supported"));
+        }
+        let truncate = if self.gguf() { true } else { self.cfg.get_bool("rope_scaling.truncate").unwrap_or(true) };
+        let default_mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+        let yarn = RopeScaling::Yarn {
+            factor,
+            original_context,
+            beta_fast: f("beta_fast", "yarn_beta_fast").unwrap_or(32.0),
+            beta_slow: f("beta_slow", "yarn_beta_slow").unwrap_or(1.0),
+            truncate,
+            mscale: f("attention_factor", "attn_factor").unwrap_or(default_mscale),
+        };
+        match yarn {
+            RopeScaling::Yarn { original_context, beta_fast, beta_slow, mscale, .. }
+                if [original_context, beta_fast, beta_slow, mscale].iter().all(|v| v.is_finite() && *v > 0.0) =>
+            {
+                Ok(yarn)
+            }
+            _ => Err(self.err(&format!("YaRN RoPE scaling {yarn:?} is out of range"))),
+        }
+    }
+
     /// `{arch}.rope.scaling.*` or `rope_scaling.*`. Llama 3 scaling in GGUF is a `rope_freqs` tensor, handled at
     /// load time (`load::rope_freqs_scaling`).
     fn rope_scaling(&self) -> Result<RopeScaling, ModelError> {
@@ -350,6 +402,7 @@ impl Reader<'_> {
         match kind.as_deref() {
             None | Some("none") | Some("default") => Ok(RopeScaling::None),
             Some("linear") => Ok(RopeScaling::Linear { factor: factor_ok(factor)? }),
+            Some("yarn") => self.yarn(factor_ok(factor)?),
             Some("llama3") if !self.gguf() => {
                 let f = |k: &str| self.cfg.get_f64(&format!("rope_scaling.{k}"));
                 let (Some(low), Some(high), Some(orig)) =

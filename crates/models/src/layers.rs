@@ -129,7 +129,7 @@ pub struct AttnWeights {
 }
 
 /// How one layer attends: heads, scale, window, RoPE and the q/k-norm epsilon.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AttnSpec {
     pub params: AttnParams,
     pub rope: Rope,

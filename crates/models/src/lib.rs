@@ -4,12 +4,13 @@
 //! This crate names no backend and no file format: weights arrive through `WeightSource`, configuration through
 //! `ConfigView`, and every op goes through `&dyn Backend`.
 //!
-//! Families: `llama.rs` (llama, qwen2, qwen3, qwen3moe: one decoder with flags; sparse layers from `moe.rs`) and
-//! `gemma3.rs`. `config.rs` reads
+//! Families: `llama.rs` (llama, qwen2, qwen3, qwen3moe: one decoder with flags; sparse layers from `moe.rs`),
+//! `gemma3.rs`, `gptoss.rs` and `nemotron_h.rs` (a hybrid with recurrent Mamba-2 layers). `config.rs` reads
 //! [`ModelConfig`] from either format, `load.rs` maps tensor names and checks shapes.
 
 mod config;
 mod gemma3;
+mod gptoss;
 pub mod layers;
 mod llama;
 mod load;

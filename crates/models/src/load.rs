@@ -168,6 +168,11 @@ impl<'a> Loader<'a> {
         self.be.upload_f32(&tensor, &[len], values).map_err(|e| self.err(&tensor, e))
     }
 
+    /// f32 `values` of `shape` computed at load time, uploaded under the checkpoint tensor name `tensor`.
+    pub fn upload_f32(&self, tensor: &str, shape: &[usize], values: Vec<f32>) -> Result<Weight, ModelError> {
+        self.be.upload_f32(tensor, shape, values).map_err(|e| self.err(tensor, e))
+    }
+
     /// A norm weight `[len]` (see [`Loader::vector`] for `shift`).
     pub fn norm(&self, n: Name, l: usize, len: usize, shift: f32) -> Result<Weight, ModelError> {
         self.vector(n, l, "weight", len, shift)
@@ -263,6 +268,7 @@ pub fn attn_specs(cfg: &ModelConfig) -> Vec<AttnSpec> {
                 scale: cfg.attn_scale,
                 window: cfg.windows[l],
                 softcap: cfg.attn_softcap,
+                sinks: None,
             },
             rope: *cfg.rope_for(l),
             eps: cfg.eps,

@@ -1,5 +1,6 @@
-//! The mixture-of-experts feed-forward, a shared layer (Qwen3-MoE, Mixtral): its weights in both formats, the
-//! router's choice, and the combine.
+//! The mixture-of-experts feed-forward, a shared layer (Qwen3-MoE, Mixtral, gpt-oss): its weights in both formats,
+//! the router's choice, and the combine. gpt-oss adds a router bias and expert biases (`MoeMlp::router_bias`,
+//! `MoeMlp::biases`); its softmax over the top-k logits is the normalized top-k of the full softmax (`norm_topk`).
 //!
 //! Row-exactness: the router logits come from a row-exact matmul; the choice and the weights of a row are computed
 //! on the host from that row's logits alone (f64 softmax, ties to the lower expert id); each expert runs the rows
@@ -23,6 +24,10 @@ use tf_core::{Backend, ConfigFormat, GluAct, Tensor, Weight};
 pub struct MoeMlp {
     /// `[E, H]`.
     pub router: Weight,
+    /// `[E]` f32 (gpt-oss).
+    pub router_bias: Option<Weight>,
+    /// Per expert, the biases of gate `[Fe]`, up `[Fe]` and down `[H]` (gpt-oss), f32.
+    pub biases: Option<Vec<[Weight; 3]>>,
     /// Per expert: gate and up `[Fe, H]`, down `[H, Fe]`.
     pub experts: Vec<GluMlp>,
     /// Experts per token.
@@ -34,13 +39,18 @@ pub struct MoeMlp {
 impl MoeMlp {
     /// Bytes of the router and every expert.
     pub fn nbytes(&self) -> u64 {
-        self.router.nbytes() + self.experts.iter().map(GluMlp::nbytes).sum::<u64>()
+        let biases = self.biases.iter().flatten().flatten().map(Weight::nbytes).sum::<u64>();
+        self.router.nbytes()
+            + weight_bytes([self.router_bias.as_ref()])
+            + self.experts.iter().map(GluMlp::nbytes).sum::<u64>()
+            + biases
     }
 
     /// Bytes one token reads: the router and `used` experts.
     pub fn bytes_per_token(&self) -> u64 {
-        let one = self.experts.first().map_or(0, GluMlp::nbytes);
-        weight_bytes([Some(&self.router)]) + one * self.used as u64
+        let one = self.experts.first().map_or(0, GluMlp::nbytes)
+            + self.biases.as_ref().and_then(|b| b.first()).map_or(0, |b| b.iter().map(Weight::nbytes).sum());
+        weight_bytes([Some(&self.router), self.router_bias.as_ref()]) + one * self.used as u64
     }
 }
 
@@ -78,7 +88,84 @@ pub fn load(ld: &Loader, cfg: &ModelConfig, moe: &MoeConfig, l: usize) -> Result
             (router, experts)
         }
     };
-    Ok(MoeMlp { router, experts, used: moe.used, norm_topk: moe.norm_topk })
+    Ok(MoeMlp { router, router_bias: None, biases: None, experts, used: moe.used, norm_topk: moe.norm_topk })
+}
+
+/// gpt-oss's sparse feed-forward of layer `l`, with its biases. GGUF (llama.cpp's names): router
+/// `blk.{l}.ffn_gate_inp` `[E, H]` + bias `[E]`, experts `blk.{l}.ffn_{gate,up}_exps` `[E, Fe, H]` + biases
+/// `[E, Fe]`, `blk.{l}.ffn_down_exps` `[E, H, Fe]` + bias `[E, H]`. transformers: router `mlp.router` `[E, H]` +
+/// bias `[E]`; `mlp.experts.gate_up_proj` `[E, H, 2·Fe]` (input-major: `x · W`, gate in the even columns, up in the
+/// odd) + `gate_up_proj_bias` `[E, 2·Fe]`, `mlp.experts.down_proj` `[E, Fe, H]` + `down_proj_bias` `[E, H]`: the
+/// experts are split and transposed to `[out, in]` at load time, as f32 (a float checkpoint's values exactly).
+pub fn load_biased(ld: &Loader, cfg: &ModelConfig, moe: &MoeConfig, l: usize) -> Result<MoeMlp, ModelError> {
+    let (h, f, e) = (cfg.hidden, moe.ffn, moe.experts);
+    let vec = |name: &str, n: usize| -> Result<Weight, ModelError> {
+        let v = ld.f32_values(name, &[n])?;
+        ld.upload_f32(name, &[n], v)
+    };
+    // Per-expert rows `[E, n]` of a bias tensor, each uploaded as `[n]`.
+    let rows = |name: &str, n: usize| -> Result<Vec<Weight>, ModelError> {
+        let v = ld.f32_values(name, &[e, n])?;
+        v.chunks_exact(n.max(1))
+            .enumerate()
+            .map(|(x, r)| ld.upload_f32(&format!("{name}[{x}]"), &[n], r.to_vec()))
+            .collect()
+    };
+    match cfg.format {
+        ConfigFormat::Gguf => {
+            let base = format!("blk.{l}");
+            let mut m = load(ld, cfg, moe, l)?;
+            m.router_bias = Some(vec(&format!("{base}.ffn_gate_inp.bias"), e)?);
+            let gate = rows(&format!("{base}.ffn_gate_exps.bias"), f)?; // E × [Fe]
+            let up = rows(&format!("{base}.ffn_up_exps.bias"), f)?; // E × [Fe]
+            let down = rows(&format!("{base}.ffn_down_exps.bias"), h)?; // E × [H]
+            m.biases = Some(gate.into_iter().zip(up).zip(down).map(|((g, u), d)| [g, u, d]).collect());
+            Ok(m)
+        }
+        ConfigFormat::HfConfig => {
+            let base = ld.hf_name(&format!("model.layers.{l}.mlp"));
+            let router = ld.matrix_named(&format!("{base}.router.weight"), [e, h])?; // [E, H]
+            let router_bias = vec(&format!("{base}.router.bias"), e)?; // [E]
+            let gu_name = format!("{base}.experts.gate_up_proj");
+            let gu = ld.f32_values(&gu_name, &[e, h, 2 * f])?; // [E, H, 2·Fe]
+            let gub = ld.f32_values(&format!("{gu_name}_bias"), &[e, 2 * f])?; // [E, 2·Fe]
+            let down_name = format!("{base}.experts.down_proj");
+            let dn = ld.f32_values(&down_name, &[e, f, h])?; // [E, Fe, H]
+            let dnb = ld.f32_values(&format!("{down_name}_bias"), &[e, h])?; // [E, H]
+            let mut experts = Vec::with_capacity(e);
+            let mut biases = Vec::with_capacity(e);
+            for x in 0..e {
+                let w = &gu[x * h * 2 * f..(x + 1) * h * 2 * f]; // [H, 2·Fe]
+                                                                 // Column 2j (gate) / 2j + 1 (up) of `w` is row j of the [Fe, H] matrix.
+                let split = |odd: usize| -> Vec<f32> {
+                    (0..f).flat_map(|j| (0..h).map(move |k| w[k * 2 * f + 2 * j + odd])).collect()
+                };
+                let d = &dn[x * f * h..(x + 1) * f * h]; // [Fe, H]
+                let down_t: Vec<f32> = (0..h).flat_map(|k| (0..f).map(move |j| d[j * h + k])).collect(); // [H, Fe]
+                let b = &gub[x * 2 * f..(x + 1) * 2 * f]; // [2·Fe]
+                let (gb, ub): (Vec<f32>, Vec<f32>) = b.chunks_exact(2).map(|p| (p[0], p[1])).unzip();
+                let up = |n: &str, shape: &[usize], v| ld.upload_f32(&format!("{n}[{x}]"), shape, v);
+                experts.push(GluMlp {
+                    gate: up(&format!("{gu_name}.gate"), &[f, h], split(0))?,
+                    up: up(&format!("{gu_name}.up"), &[f, h], split(1))?,
+                    down: up(&down_name, &[h, f], down_t)?,
+                });
+                biases.push([
+                    up(&format!("{gu_name}_bias.gate"), &[f], gb)?,
+                    up(&format!("{gu_name}_bias.up"), &[f], ub)?,
+                    up(&format!("{down_name}_bias"), &[h], dnb[x * h..(x + 1) * h].to_vec())?,
+                ]);
+            }
+            Ok(MoeMlp {
+                router,
+                router_bias: Some(router_bias),
+                biases: Some(biases),
+                experts,
+                used: moe.used,
+                norm_topk: moe.norm_topk,
+            })
+        }
+    }
 }
 
 /// The experts one row goes through and their weights, from its router logits `[E]`: the `k` highest
@@ -111,7 +198,7 @@ pub fn moe_mlp_residual(
 ) {
     let h = be.rms_norm(x, norm, x.cols, eps); // [R, H]
     trace("ffn_norm", layer, &h);
-    let logits = be.matmul(&h, &w.router, None); // [R, E]
+    let logits = be.matmul(&h, &w.router, w.router_bias.as_ref()); // [R, E]
     trace("ffn_moe_logits", layer, &logits);
     let n_exp = w.experts.len();
     let host = be.to_host(&logits);
@@ -129,8 +216,17 @@ pub fn moe_mlp_residual(
             continue;
         }
         let xs = be.select_rows(&h, &rows[e]); // [n_e, H]
-        let a = be.matmul_glu(&xs, &expert.gate, &expert.up, act); // [n_e, Fe]
-        let y = be.matmul(&a, &expert.down, None); // [n_e, H]
+        let y = match w.biases.as_ref().map(|b| &b[e]) {
+            None => {
+                let a = be.matmul_glu(&xs, &expert.gate, &expert.up, act); // [n_e, Fe]
+                be.matmul(&a, &expert.down, None) // [n_e, H]
+            }
+            Some([gb, ub, db]) => {
+                let gu = be.matmul_many(&xs, &[(&expert.gate, Some(gb)), (&expert.up, Some(ub))]);
+                let a = be.glu(&gu[0], &gu[1], act); // [n_e, Fe]
+                be.matmul(&a, &expert.down, Some(db)) // [n_e, H]
+            }
+        };
         be.add_rows_scaled(x, &y, &rows[e], &scales[e]);
     }
 }

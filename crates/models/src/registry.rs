@@ -2,7 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::model::{Model, ModelError};
-use crate::{gemma3, llama, nemotron_h};
+use crate::{gemma3, gptoss, llama, nemotron_h};
 use tf_core::{Backend, ConfigFormat, ConfigView, WeightSource};
 
 /// A model family: one shared decoder file (with config flags for its variants).
@@ -64,6 +64,15 @@ pub const FAMILIES: &[Family] = &[
         notes: "scaled embeddings, pre/post norms, q/k norms, sliding-window layers, GeGLU",
     },
     Family {
+        name: "gpt_oss",
+        gguf_aliases: &["gpt-oss"],
+        hf_architectures: &["GptOssForCausalLM"],
+        hf_model_types: &["gpt_oss"],
+        examples: "gpt-oss-20b, gpt-oss-120b",
+        notes: "attention sinks, q/k/v/o biases, alternating sliding/full layers, YaRN RoPE, mixture of experts \
+                with router and expert biases and the clamped SwiGLU",
+    },
+    Family {
         name: "nemotron_h",
         gguf_aliases: &[],
         hf_architectures: &["NemotronHForCausalLM"],
@@ -115,6 +124,7 @@ pub fn load_model(
     match family.name {
         "llama" | "qwen2" | "qwen3" | "qwen3moe" => llama::load(be, src, config),
         "gemma3" => gemma3::load(be, src, config),
+        "gpt_oss" => gptoss::load(be, src, config),
         other => Err(ModelError(format!("family '{other}' has no constructor"))),
     }
 }

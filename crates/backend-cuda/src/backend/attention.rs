@@ -47,17 +47,30 @@ impl CudaBackend {
                     b
                 }
             };
-            // The chunks each row visits (kernels/attention.cu), uploaded once per metadata and window.
-            match up.chunks.iter().find(|c| c.0 == p.window) {
-                Some((_, b, cmax)) => (bufs, b.clone(), *cmax),
-                None => {
-                    let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
-                    let b = Arc::new(self.upload_or_panic(bytemuck::cast_slice(&chunks)));
-                    up.chunks.push((p.window, b.clone(), cmax));
-                    (bufs, b, cmax)
+            // The chunks each row visits (kernels/attention.cu), uploaded once per metadata and window. With sinks the
+            // list is at least two wide, so the chunk kernel leaves partials and the merge adds the sinks.
+            if p.sinks.is_some() {
+                let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
+                let wide = cmax.max(2);
+                let mut padded = vec![-1i32; meta.rows.len() * wide];
+                for (r, c) in chunks.chunks_exact(cmax).enumerate() {
+                    padded[r * wide..r * wide + cmax].copy_from_slice(c);
+                }
+                (bufs, Arc::new(self.upload_or_panic(bytemuck::cast_slice(&padded))), wide)
+            } else {
+                match up.chunks.iter().find(|c| c.0 == p.window) {
+                    Some((_, b, cmax)) => (bufs, b.clone(), *cmax),
+                    None => {
+                        let (chunks, cmax) = attn_chunks(&meta.rows, p.window);
+                        let b = Arc::new(self.upload_or_panic(bytemuck::cast_slice(&chunks)));
+                        up.chunks.push((p.window, b.clone(), cmax));
+                        (bufs, b, cmax)
+                    }
                 }
             }
         };
+        // Sink logits [heads] (an address of 0 without them).
+        let sinks = p.sinks.as_ref().map(|s| self.upload_or_panic(bytemuck::cast_slice(s)));
         let qs = self.input(q);
         let qb = &qs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let off = (layer * store.layer_len() * 4) as u64;
@@ -103,6 +116,7 @@ impl CudaBackend {
                 .i32(cmax)
                 .i32(p.heads)
                 .i32(p.head_dim)
+                .addr(sinks.as_ref().map_or(0, |b| b.ptr))
                 .ptr(&out)
                 .go((p.heads as u32, q.rows as u32, 1), (ATTN_THREADS, 1, 1));
         }

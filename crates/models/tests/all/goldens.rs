@@ -4,7 +4,8 @@
 //!
 //! Per family: logits at every position within 1e-4 × max|logit| (`full` precision), the 8 greedy tokens exactly
 //! (decoded one row at a time), the transformers-4 spelling of the config giving the same bits, and the
-//! chunked == whole exactness (the tiny Gemma 3 has a sliding window of 8, so windows bite there).
+//! chunked == whole exactness (the tiny Gemma 3 has a sliding window of 8 and gpt-oss one of 4, so windows bite
+//! there).
 
 use crate::common::{alloc_kv, argmax, batch, first_bit_difference, hf_model, run_chunked, Row, Seq};
 use crate::naive::Naive;
@@ -148,4 +149,11 @@ fn mixtral() {
 #[test]
 fn gemma3() {
     check_family("gemma3");
+}
+
+/// gpt-oss: attention sinks, biases everywhere, sliding window 4 on layers 0 and 2, YaRN, biased experts with the
+/// clamped SwiGLU (the fixture scales the experts' gate/up weights so that the clamps take effect).
+#[test]
+fn gpt_oss() {
+    check_family("gpt_oss");
 }

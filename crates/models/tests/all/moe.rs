@@ -1,4 +1,4 @@
-//! Mixture-of-experts routing is row-exact, on the tiny Qwen3-MoE and Mixtral checkpoints (fixtures/tiny/): a
+//! Mixture-of-experts routing is row-exact, on the tiny Qwen3-MoE, Mixtral and gpt-oss checkpoints (fixtures/tiny/): a
 //! sequence's logits at every position are bitwise the same whether its prompt runs alone or in one call with 1 to
 //! 63 rows of other sequences, which choose other experts (random tokens) or the same ones (the same tokens at
 //! other places in the cache), in both precisions.
@@ -69,4 +69,10 @@ fn qwen3moe_routing_is_row_exact() {
 #[test]
 fn mixtral_routing_is_row_exact() {
     check("mixtral");
+}
+
+/// gpt-oss: a router with a bias, experts with biases and the clamped SwiGLU, attention sinks and windows of 4.
+#[test]
+fn gpt_oss_routing_is_row_exact() {
+    check("gpt_oss");
 }

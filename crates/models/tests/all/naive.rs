@@ -104,15 +104,36 @@ impl Backend for Naive {
                             (1.0 - s) * f / factor + s * f
                         }
                     }
+                    RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, truncate, .. } => {
+                        // The pair index at which a frequency turns `rot` times over the original context.
+                        let d = rope.rot_dims as f64;
+                        let at = |rot: f64| {
+                            d * (original_context / (2.0 * std::f64::consts::PI * rot)).ln() / (2.0 * rope.theta.ln())
+                        };
+                        let (mut lo, mut hi) = (at(beta_fast), at(beta_slow));
+                        if truncate {
+                            lo = lo.floor();
+                            hi = hi.ceil();
+                        }
+                        let lo = lo.max(0.0);
+                        let hi = if hi.min(d - 1.0) == lo { lo + 0.001 } else { hi.min(d - 1.0) };
+                        // 0: keep the frequency (extrapolate); 1: divide it by the factor (interpolate).
+                        let t = ((i as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
+                        f * (1.0 - t) + f / factor * t
+                    }
                 }
             })
             .collect();
+        let mscale = match rope.scaling {
+            RopeScaling::Yarn { mscale, .. } => mscale,
+            _ => 1.0,
+        };
         let cols = x.cols;
         for (row, &pos) in x.host.chunks_mut(cols).zip(positions) {
             let p = pos as f64;
             for head in row.chunks_mut(head_dim) {
                 for (i, &f) in inv.iter().enumerate() {
-                    let (c, s) = ((p * f).cos() as f32, (p * f).sin() as f32);
+                    let (c, s) = (((p * f).cos() * mscale) as f32, ((p * f).sin() * mscale) as f32);
                     let (a, b) = match rope.style {
                         RopeStyle::Normal => (2 * i, 2 * i + 1),
                         RopeStyle::Neox => (i, i + half),
@@ -127,7 +148,11 @@ impl Backend for Naive {
 
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
         let n = spec.layers * spec.blocks * spec.block_size * spec.kv_heads * spec.head_dim;
-        Ok(KvCache { spec, storage: Arc::new(Kv { k: Mutex::new(vec![0.0; n]), v: Mutex::new(vec![0.0; n]) }), states: None })
+        Ok(KvCache {
+            spec,
+            storage: Arc::new(Kv { k: Mutex::new(vec![0.0; n]), v: Mutex::new(vec![0.0; n]) }),
+            states: None,
+        })
     }
 
     fn kv_copy(&self, kv: &mut KvCache, src: &[u32], dst: &[u32]) {
@@ -192,9 +217,11 @@ impl Backend for Naive {
                         sc
                     })
                     .collect();
-                let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                // The sink: one more logit in the softmax, without a value.
+                let sink = p.sinks.as_ref().map(|s| s[h] as f64);
+                let mx = scores.iter().cloned().chain(sink).fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|&x| (x - mx).exp()).collect();
-                let sum: f64 = e.iter().sum();
+                let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - mx).exp());
                 let o = &mut out[(r * p.heads + h) * dh..][..dh];
                 for d in 0..dh {
                     let acc: f64 = keys
@@ -210,6 +237,19 @@ impl Backend for Naive {
     }
 
     fn glu(&self, gate: &Tensor, up: &Tensor, act: GluAct) -> Tensor {
+        if let GluAct::SwigluClamp { alpha, limit } = act {
+            // gpt-oss: gate clamped above, up on both sides; (up + 1) · gate · sigmoid(alpha · gate), in f64.
+            let f = |g: f32, u: f32| -> f32 {
+                let (g, u, a, l) = (g as f64, u as f64, alpha as f64, limit as f64);
+                let (g, u) = (g.min(l), u.clamp(-l, l));
+                ((u + 1.0) * g / (1.0 + (-a * g).exp())) as f32
+            };
+            return Tensor::host(
+                gate.rows,
+                gate.cols,
+                gate.host.iter().zip(&up.host).map(|(&g, &u)| f(g, u)).collect(),
+            );
+        }
         let f = |g: f32| -> f32 {
             let g = g as f64;
             (match act {
@@ -217,6 +257,7 @@ impl Backend for Naive {
                 GluAct::GeluTanh => {
                     0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
                 }
+                GluAct::SwigluClamp { .. } => unreachable!("handled above"),
             }) as f32
         };
         Tensor::host(gate.rows, gate.cols, gate.host.iter().zip(&up.host).map(|(&g, &u)| f(g) * u).collect())

@@ -44,7 +44,11 @@ pub fn rms_norm(x: &Tensor, w: &[f32], group: usize, eps: f32) -> Tensor {
 /// - `Linear { factor }`: `freq_i / factor`;
 /// - `Llama3 { factor, low_freq_factor: lo, high_freq_factor: hi, original_context: ctx }`: with
 ///   `wavelen = 2π / freq_i`: if `wavelen < ctx / hi` keep; else if `wavelen > ctx / lo` use `freq_i / factor`;
-///   else `smooth = (ctx / wavelen - lo) / (hi - lo)`, `freq_i = (1 - smooth) * freq_i / factor + smooth * freq_i`.
+///   else `smooth = (ctx / wavelen - lo) / (hi - lo)`, `freq_i = (1 - smooth) * freq_i / factor + smooth * freq_i`;
+/// - `Yarn { factor, original_context: ctx, beta_fast, beta_slow, truncate, .. }`: with
+///   `dim(b) = rot_dims · ln(ctx / (2π b)) / (2 ln theta)`, `lo = dim(beta_fast)`, `hi = dim(beta_slow)` (floor and
+///   ceil when `truncate`), then `lo = max(lo, 0)`, `hi = min(hi, rot_dims - 1)`, `hi += 0.001` if equal;
+///   `ramp = clamp((i - lo) / (hi - lo), 0, 1)`, `freq_i = (freq_i / factor) · ramp + freq_i · (1 - ramp)`.
 pub fn rope_freqs(rope: &Rope) -> Vec<f64> {
     assert!(
         rope.rot_dims.is_multiple_of(2) && rope.rot_dims > 0,
@@ -70,19 +74,52 @@ pub fn rope_freqs(rope: &Rope) -> Vec<f64> {
                         (1.0 - smooth) * freq / factor + smooth * freq
                     }
                 }
+                RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, truncate, .. } => {
+                    let (lo, hi) = yarn_ramp_range(rope.theta, rot, original_context, beta_fast, beta_slow, truncate);
+                    let ramp = ((i as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
+                    (freq / factor) * ramp + freq * (1.0 - ramp)
+                }
             }
         })
         .collect()
 }
 
+/// YaRN's ramp bounds `(lo, hi)` over the pair index (see [`rope_freqs`]), in f64.
+fn yarn_ramp_range(theta: f64, rot: f64, ctx: f64, beta_fast: f64, beta_slow: f64, truncate: bool) -> (f64, f64) {
+    let dim = |b: f64| rot * (ctx / (b * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+    let (mut lo, mut hi) = (dim(beta_fast), dim(beta_slow));
+    if truncate {
+        (lo, hi) = (lo.floor(), hi.ceil());
+    }
+    let (lo, mut hi) = (lo.max(0.0), hi.min(rot - 1.0));
+    if lo == hi {
+        hi += 0.001;
+    }
+    (lo, hi)
+}
+
+/// The factor cos and sin are multiplied by: YaRN's `mscale`, else 1.
+pub fn rope_mscale(rope: &Rope) -> f64 {
+    match rope.scaling {
+        RopeScaling::Yarn { mscale, .. } => mscale,
+        _ => 1.0,
+    }
+}
+
 /// The table row of position `pos`: `angle = pos as f64 * freqs[i]`, `cos[i] = angle.cos() as f32`,
 /// `sin[i] = angle.sin() as f32` (computed in f64, rounded to f32 once). `freqs`, `cos`, `sin`: `[rot_dims / 2]`.
 pub fn rope_cos_sin(freqs: &[f64], pos: u32, cos: &mut [f32], sin: &mut [f32]) {
+    rope_cos_sin_scaled(freqs, 1.0, pos, cos, sin)
+}
+
+/// [`rope_cos_sin`] with both multiplied by `mscale` ([`rope_mscale`]) in f64 before the one rounding:
+/// `cos[i] = (angle.cos() * mscale) as f32` (`mscale = 1` gives [`rope_cos_sin`]'s bits: the product is exact).
+pub fn rope_cos_sin_scaled(freqs: &[f64], mscale: f64, pos: u32, cos: &mut [f32], sin: &mut [f32]) {
     assert!(cos.len() == freqs.len() && sin.len() == freqs.len(), "rope: table row length");
     for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(freqs) {
         let angle = pos as f64 * f;
-        *c = angle.cos() as f32;
-        *s = angle.sin() as f32;
+        *c = (angle.cos() * mscale) as f32;
+        *s = (angle.sin() * mscale) as f32;
     }
 }
 
@@ -112,10 +149,10 @@ pub fn rope(x: &mut Tensor, positions: &[u32], head_dim: usize, rope: &Rope) {
         x.cols
     );
     assert!(rope.rot_dims <= head_dim, "rope: rot_dims {} > head_dim {head_dim}", rope.rot_dims);
-    let freqs = rope_freqs(rope);
+    let (freqs, mscale) = (rope_freqs(rope), rope_mscale(rope));
     let (mut cos, mut sin) = (vec![0f32; freqs.len()], vec![0f32; freqs.len()]);
     for (r, &pos) in positions.iter().enumerate() {
-        rope_cos_sin(&freqs, pos, &mut cos, &mut sin);
+        rope_cos_sin_scaled(&freqs, mscale, pos, &mut cos, &mut sin);
         for head in x.row_mut(r).chunks_exact_mut(head_dim) {
             rope_rotate_head(head, &cos, &sin, rope.style);
         }
@@ -215,9 +252,23 @@ pub fn attn_score(q: &[f32], k: &[f32], p: &AttnParams) -> f32 {
 /// `out [head_dim]`. Per chunk of 256 absolute positions, over its visited positions in order:
 /// `m_c = max s`, `e = exp(s - m_c)`, `l_c = Σ e` sequentially, `o_c[d] = fma(e, v[d], o_c[d])` from 0.0.
 /// Chunks merge in increasing order: `m' = max(m, m_c)`, `a = exp(m - m')`, `b = exp(m_c - m')`,
-/// `l = l * a + l_c * b`, `o[d] = o[d] * a + o_c[d] * b`, `m = m'`; output `o[d] / l`. A row that visits no
-/// position gets zeros.
+/// `l = l * a + l_c * b`, `o[d] = o[d] * a + o_c[d] * b`, `m = m'`. With a sink logit `sink` (this head's entry of
+/// [`AttnParams::sinks`]) it joins last, as a chunk without values: `m' = max(m, sink)`, `a = exp(m - m')`,
+/// `l = l * a + exp(sink - m')`, `o[d] = o[d] * a`. Output `o[d] / l`. A row that visits no position gets zeros.
 pub fn attention_head(q: &[f32], kv: &KvLayer, kvh: usize, visits: &[(u32, u32)], p: &AttnParams, out: &mut [f32]) {
+    attention_head_sink(q, kv, kvh, visits, p, None, out)
+}
+
+/// [`attention_head`] with this head's sink logit (`None`: none).
+pub fn attention_head_sink(
+    q: &[f32],
+    kv: &KvLayer,
+    kvh: usize,
+    visits: &[(u32, u32)],
+    p: &AttnParams,
+    sink: Option<f32>,
+    out: &mut [f32],
+) {
     let hd = kv.head_dim;
     assert!(q.len() == hd && out.len() == hd, "attention: head_dim");
     // Running merged state (None before the first chunk) and the current chunk's accumulators.
@@ -255,6 +306,15 @@ pub fn attention_head(q: &[f32], kv: &KvLayer, kvh: usize, visits: &[(u32, u32)]
         });
         start = end;
     }
+    if let (Some(s), Some((m, l, o))) = (sink, acc.as_mut()) {
+        let m2 = m.max(s);
+        let a = math::exp(*m - m2);
+        *l = *l * a + math::exp(s - m2);
+        for o in o.iter_mut() {
+            *o *= a;
+        }
+        *m = m2;
+    }
     match acc {
         Some((_, l, o)) => {
             for (y, &o) in out.iter_mut().zip(&o) {
@@ -285,7 +345,8 @@ pub fn attention(q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams) -> T
         let visits = visited_positions(row, &meta.block_tables[row.seq], kv.block_size, p.window);
         for h in 0..p.heads {
             let qh = &q.row(r)[h * hd..(h + 1) * hd];
-            attention_head(qh, kv, h / group, &visits, p, &mut out.row_mut(r)[h * hd..(h + 1) * hd]);
+            let sink = p.sinks.as_ref().map(|s| s[h]);
+            attention_head_sink(qh, kv, h / group, &visits, p, sink, &mut out.row_mut(r)[h * hd..(h + 1) * hd]);
         }
     }
     out
@@ -294,7 +355,8 @@ pub fn attention(q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams) -> T
 // ---------------------------------------------------------------------------------------------------------------
 // Elementwise
 
-/// `out[i] = act(gate[i]) * up[i]` (one rounded product after the activation).
+/// `out[i] = act(gate[i]) * up[i]` (one rounded product after the activation); [`GluAct::SwigluClamp`] as
+/// [`glu_one`] says.
 pub fn glu(gate: &[f32], up: &[f32], act: GluAct, out: &mut [f32]) {
     assert!(gate.len() == up.len() && out.len() == up.len(), "glu: lengths");
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
@@ -308,6 +370,18 @@ pub fn glu_one(g: f32, u: f32, act: GluAct) -> f32 {
     match act {
         GluAct::Silu => math::silu(g) * u,
         GluAct::GeluTanh => math::gelu_tanh(g) * u,
+        GluAct::SwigluClamp { alpha, limit } => {
+            // Comparisons, so that NaN passes through: g = min(g, limit), u = clamp(u, -limit, limit).
+            let g = if g > limit { limit } else { g };
+            let u = if u > limit {
+                limit
+            } else if u < -limit {
+                -limit
+            } else {
+                u
+            };
+            (u + 1.0) * (g / (1.0 + math::exp(-(alpha * g))))
+        }
     }
 }
 
