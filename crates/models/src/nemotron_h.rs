@@ -339,6 +339,7 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> 
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     };
     Ok(Box::new(NemotronH {
         output_norm: rd.vector("backbone.norm_f.weight", h)?,
