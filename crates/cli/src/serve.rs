@@ -109,12 +109,13 @@ pub struct ServeArgs {
     /// Do not keep KV blocks for later requests that start with the same tokens (the automatic prefix cache).
     #[arg(long)]
     pub no_prefix_cache: bool,
-    /// How tool calls are taken out of chat replies: auto (from the chat template), hermes, llama3, mistral, or
-    /// none (calls stay in the reply's text).
+    /// How tool calls are taken out of chat replies: auto (from the chat template), hermes, llama3, mistral,
+    /// harmony, or none (calls stay in the reply's text).
     #[arg(long, default_value = "auto", value_parser = ToolParserSetting::parse)]
     pub tool_parser: ToolParserSetting,
-    /// How thinking (`<think>…</think>`) is split out of chat replies into `reasoning_content` and reasoning
-    /// items: auto (from the chat template), qwen3, deepseek_r1, or none (thinking stays in the content).
+    /// How thinking (`<think>…</think>`, harmony's `analysis` channel) is split out of chat replies into
+    /// `reasoning_content` and reasoning items: auto (from the chat template), qwen3, deepseek_r1, harmony, or
+    /// none (thinking stays in the content).
     #[arg(long, default_value = "auto", value_parser = ReasoningSetting::parse)]
     pub reasoning_parser: ReasoningSetting,
 }
@@ -182,6 +183,15 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         kv_blocks = blocks;
     }
     let kv_bytes = facts.kv_bytes_per_token.map(|b| b * (kv_blocks * BLOCK_SIZE) as u64);
+    // A hybrid model's recurrent states take registers next to the KV pool.
+    let state_line = s.model.state_spec().map(|spec| {
+        let n = tf_engine::default_state_registers(kv_blocks, BLOCK_SIZE);
+        format!(
+            "\n  recurrent state: {n} registers of {} ({} in all), a snapshot every 256 tokens for the prefix cache",
+            human_bytes(spec.bytes_per_register() as u64),
+            human_bytes((n * spec.bytes_per_register()) as u64)
+        )
+    });
     let quant = facts
         .tensor_types
         .iter()
@@ -248,13 +258,14 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let state = AppState::new(served, engine, cfg);
     eprintln!(
         "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV pool {} ({} \
-         tokens; one request up to {context} tokens, {}), {precision} precision, {backend}{}",
+         tokens; one request up to {context} tokens, {}), {precision} precision, {backend}{}{}",
         crate::facts::human_count(facts.parameters),
         human_bytes(facts.weight_bytes),
         kv_bytes.map(human_bytes).unwrap_or_else(|| "?".into()),
         kv_blocks * BLOCK_SIZE,
         if context < model_ctx { format!("model: {model_ctx}") } else { "the model's full context".into() },
         if state.model.template.is_none() { "; no chat template: use /v1/completions" } else { "" },
+        state_line.unwrap_or_default(),
     );
     eprintln!("  {draft_line}");
     let opts = ServeOptions {

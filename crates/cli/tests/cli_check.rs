@@ -1,5 +1,6 @@
 //! `tensorfold check`, the exactness receipt, as CI runs it: on SmolLM2 with context copies and on a tiny
-//! synthetic target/draft pair (two random 2-layer checkpoints sharing a 256-token byte-level vocabulary).
+//! synthetic target/draft pair (two random 2-layer checkpoints sharing a 256-token byte-level vocabulary) and the
+//! tiny hybrid (recurrent-state) checkpoint with context copies.
 //! Every reply drafted must equal the serial reply by token ids, greedy and sampled, and every drafted round
 //! must verify at least one draft (`min_rows` ≥ 2) except in constrained replies, where the grammar cuts the drafts
 //! it rejects. On SmolLM2 the constrained kind (a JSON-schema grammar per request) runs too and its replies are
@@ -82,4 +83,16 @@ fn tiny_target_with_a_tiny_draft_model_equals_serial() {
     let report = check(&target, &["--drafter", draft.to_str().unwrap(), "--seeds", "2", "--max-tokens", "48"]);
     assert!(report["drafter"].as_str().unwrap().contains("draft model"), "{report}");
     assert_exact(&report, 90, 5);
+}
+
+/// The hybrid family (Mamba-2 layers whose recurrent state rolls back on every rejected draft): the suite's
+/// replies drafted by context copies equal their serial replies. Random weights make most drafts wrong, so windows
+/// end rejected at every depth.
+#[test]
+fn tiny_hybrid_with_context_copies_equals_serial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("hybrid");
+    tiny_model(&target, "nemotron_h");
+    let report = check(&target, &["--seeds", "1", "--max-tokens", "32"]);
+    assert_exact(&report, 50, 5);
 }

@@ -6,14 +6,18 @@
 //! `prefill_chunk` gives the same logits bits and therefore the same tokens.
 
 use crate::draft::{DraftConfig, DraftCounts};
-use crate::kv_pool::{BlockTable, KvPool, PoolError};
+use crate::kv_pool::{BlockRef, BlockTable, KvPool, PoolError};
 use crate::logits::{fetch, Logits};
 use crate::prefix_cache::PrefixCache;
 use crate::sampler::{SamplingError, SamplingParams};
+use crate::seq::Sequence;
+use crate::state::StateMap;
 use sha2::{Digest, Sha256};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use tf_core::{derive_seed, AttnMeta, Backend, BackendError, ConstraintSpec, KvCache, RowAttn, DEFAULT_SEED_SALT};
+use tf_core::{
+    derive_seed, AttnMeta, Backend, BackendError, ConstraintSpec, KvCache, RowAttn, Tensor, DEFAULT_SEED_SALT,
+};
 use tf_models::{Batch, Model};
 
 /// One generation request.
@@ -226,6 +230,30 @@ pub struct Generator<'a> {
     /// With a head wider than the tokenizer's vocabulary (padding rows): the mask of the ids a draw may take
     /// (`Generator::set_token_limit`).
     pub(crate) limit_mask: Option<Vec<u32>>,
+    /// A hybrid model's recurrent states: which register holds the state after which KV slot (`state.rs`).
+    pub(crate) states: Option<StateMap>,
+}
+
+/// Tokens between the recurrent-state snapshots a hybrid model keeps for the prefix cache, by default: 256
+/// rounded up to whole blocks.
+pub fn default_snapshot_every(block_size: usize) -> usize {
+    256usize.div_ceil(block_size) * block_size
+}
+
+/// Gives a KV cache the recurrent-state registers a hybrid model needs ([`Model::state_spec`]; nothing for
+/// other models): one per snapshot position of the pool, and room for the states of running sequences and their
+/// windows.
+pub fn alloc_states(be: &dyn Backend, model: &dyn Model, kv: &mut KvCache) -> Result<(), EngineError> {
+    let Some(spec) = model.state_spec() else { return Ok(()) };
+    let registers = default_state_registers(kv.spec.blocks, kv.spec.block_size);
+    kv.states = Some(be.alloc_states(spec.with_registers(registers))?);
+    Ok(())
+}
+
+/// The state registers [`alloc_states`] gives a pool of `blocks` blocks: one per default snapshot position, and
+/// room for running sequences' states and windows.
+pub fn default_state_registers(blocks: usize, block_size: usize) -> usize {
+    blocks * block_size / default_snapshot_every(block_size) + (4 * blocks).min(512) + 16
 }
 
 impl<'a> Generator<'a> {
@@ -236,14 +264,23 @@ impl<'a> Generator<'a> {
         blocks: usize,
         block_size: usize,
     ) -> Result<Generator<'a>, EngineError> {
-        let kv = be.alloc_kv(model.kv_spec(blocks, block_size))?;
+        let mut kv = be.alloc_kv(model.kv_spec(blocks, block_size))?;
+        alloc_states(be, model, &mut kv)?;
         Ok(Generator::with_kv(be, model, kv))
     }
 
-    /// Uses an allocated KV cache; the pool follows its spec.
+    /// Uses an allocated KV cache (with its state registers for a hybrid model: [`alloc_states`]); the pool
+    /// follows its spec.
     pub fn with_kv(be: &'a dyn Backend, model: &'a dyn Model, kv: KvCache) -> Generator<'a> {
         let pool = KvPool::new(kv.spec.blocks, kv.spec.block_size);
+        let bs = kv.spec.block_size;
+        let states = kv.states.as_ref().map(|st| StateMap::new(st.spec.registers, bs, default_snapshot_every(bs)));
+        assert!(
+            states.is_some() || model.state_spec().is_none(),
+            "a hybrid model's KV cache needs its state registers (alloc_states)"
+        );
         Generator {
+            states,
             be,
             model,
             kv,
@@ -304,6 +341,16 @@ impl<'a> Generator<'a> {
 
     pub fn prefix_cache(&self) -> Option<&PrefixCache> {
         self.cache.as_ref()
+    }
+
+    /// Keeps a hybrid model's recurrent state every `tokens` positions (a multiple of the block size) for the
+    /// prefix cache, which resumes only where a state is kept. No effect on other models.
+    pub fn set_state_snapshots(&mut self, tokens: usize) {
+        if let Some(m) = self.states.as_mut() {
+            let bs = self.pool.block_size();
+            assert!(tokens > 0 && tokens.is_multiple_of(bs), "snapshots every {tokens} tokens, blocks of {bs}");
+            *m = StateMap::new(m.free_registers(), bs, tokens);
+        }
     }
 
     /// Turns drafting on (requests with `draft: true` use it) or off.
@@ -378,7 +425,12 @@ impl<'a> Generator<'a> {
         let mut cached_tokens = 0;
         if let Some(cache) = self.cache.as_mut() {
             if use_cache {
-                let hit = cache.lookup(seq, seq.len() - 1);
+                let mut hit = cache.lookup(seq, seq.len() - 1);
+                // A hybrid model continues only from a position whose recurrent state is kept.
+                if let Some(m) = self.states.as_ref() {
+                    let ids: Vec<u32> = hit.iter().map(BlockRef::id).collect();
+                    hit.truncate(m.usable_blocks(&ids));
+                }
                 cached_tokens = hit.len() * self.pool.block_size();
                 table.adopt(hit);
             }
@@ -409,12 +461,49 @@ impl<'a> Generator<'a> {
     /// One forward of `batch`; returns the logits of its `logit_rows` as [`Generator::forward`] does.
     pub(crate) fn forward_batch(&mut self, batch: &Batch, argmax: bool) -> Result<Logits, EngineError> {
         let want = batch.logit_rows.len();
-        let out = self.model.forward(self.be, batch, &mut self.kv);
+        let out = self.run_model(&mut batch.clone())?;
         let vocab = self.model.vocab_size();
         if want == 0 {
             return Ok(Logits::Values { data: Vec::new(), vocab });
         }
         fetch(self.be, &out, want, vocab, argmax && self.device_argmax)
+    }
+}
+
+impl Generator<'_> {
+    /// The model's forward of `batch`, with its rows' recurrent states assigned and recorded for a hybrid model.
+    pub(crate) fn run_model(&mut self, batch: &mut Batch) -> Result<Tensor, EngineError> {
+        if let Some(m) = self.states.as_mut() {
+            m.assign(batch)?;
+        }
+        let out = self.model.forward(self.be, batch, &mut self.kv);
+        if let Some(m) = self.states.as_mut() {
+            m.commit(batch);
+        }
+        Ok(out)
+    }
+
+    /// A sequence's latest recurrent state after a round moved it to position `pos` (`None`: nothing fed, or it
+    /// ended): the new slot is pinned and the old one released unless it is a snapshot; `others` (the slots and
+    /// positions of the round's other rows of this sequence) are released unless snapshots.
+    pub(crate) fn settle_state(&mut self, s: &mut Sequence<'_>, pos: Option<usize>, others: &[(u32, usize)]) {
+        let Some(m) = self.states.as_mut() else { return };
+        let new = pos.map(|p| (s.table.slot(p), p));
+        if s.state_at != new {
+            if let Some((slot, p)) = s.state_at {
+                m.unpin(slot);
+                m.release_unless_snapshot(slot, p);
+            }
+            if let Some((slot, _)) = new {
+                m.pin(slot);
+            }
+            s.state_at = new;
+        }
+        for &(slot, p) in others {
+            if Some(slot) != new.map(|n| n.0) {
+                m.release_unless_snapshot(slot, p);
+            }
+        }
     }
 }
 

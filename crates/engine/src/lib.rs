@@ -20,12 +20,14 @@ pub mod sampler;
 pub mod sched;
 mod seq;
 pub mod spec;
+mod state;
 mod window;
 
 pub use draft::{default_proposer, ngram_proposer, DraftConfig, DraftCounts, DraftSetup, ProposerFactory, WindowCosts};
 pub use draft_model::{model_proposer_factory, DraftModel, ModelProposer};
 pub use generate::{
-    token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent, TokenLogprob,
+    default_state_registers, token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, Generator, TokenEvent,
+    TokenLogprob,
 };
 pub use handle::{
     EngineConfig, EngineEvent, EngineHandle, EngineInfo, EngineStats, EventSink, Priority, SubmitError, Ticket,
