@@ -4,7 +4,7 @@
 //!
 //! # API
 //!
-//! * [`ReasoningSetting`]: `serve --reasoning-parser auto|qwen3|deepseek_r1|none`;
+//! * [`ReasoningSetting`]: `serve --reasoning-parser auto|qwen3|deepseek_r1|harmony|none`;
 //!   [`ReasoningSetting::resolve`] gives the parser a chat template calls for.
 //! * [`ThinkingRequest`]: what a request asks of thinking: `enable_thinking` for the chat template and a budget
 //!   in tokens. [`read_thinking`] reads the OpenAI fields (`reasoning_effort` on chat, `reasoning.effort` on
@@ -43,7 +43,8 @@ use tf_text::{ReasoningEvent, ReasoningParser, ReasoningStream, ToolCall, ToolEv
 /// Which reasoning parser a server uses (`serve --reasoning-parser`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReasoningSetting {
-    /// From the chat template: templates that write `<think>` get Qwen3's or DeepSeek-R1's parser.
+    /// From the chat template: templates that write `<think>` get Qwen3's or DeepSeek-R1's parser, harmony
+    /// templates (gpt-oss) harmony's.
     #[default]
     Auto,
     /// Never split: thinking stays in the content.
@@ -53,14 +54,16 @@ pub enum ReasoningSetting {
 }
 
 impl ReasoningSetting {
-    /// `auto`, `none`, `qwen3`, `deepseek_r1`.
+    /// `auto`, `none`, `qwen3`, `deepseek_r1`, `harmony`.
     pub fn parse(s: &str) -> Result<ReasoningSetting, String> {
         match s {
             "auto" => Ok(ReasoningSetting::Auto),
             _ => match ReasoningParser::by_name(s) {
                 Ok(None) => Ok(ReasoningSetting::Off),
                 Ok(Some(p)) => Ok(ReasoningSetting::Parser(p)),
-                Err(_) => Err(format!("unknown reasoning parser `{s}` (expected auto, qwen3, deepseek_r1 or none)")),
+                Err(_) => {
+                    Err(format!("unknown reasoning parser `{s}` (expected auto, qwen3, deepseek_r1, harmony or none)"))
+                }
             },
         }
     }
@@ -182,7 +185,7 @@ pub struct ReplySetup {
     pub parser: Option<ReasoningParser>,
     /// The engine constraint: the answer grammar, wrapped in a thinking budget when one applies.
     pub constraint: Option<Arc<dyn ConstraintSpec>>,
-    /// The `</think>` token, when it is one token (counts [`reasoning_tokens`]).
+    /// The `</think>` token (harmony: `<|end|>`), when it is one token (counts [`reasoning_tokens`]).
     pub think_end: Option<u32>,
 }
 
@@ -202,8 +205,8 @@ impl ReplySetup {
         let setting = st.cfg.reasoning_parser;
         let parser = setting.resolve(template).map(|p| p.for_prompt(rendered));
         let tok = &st.model.tokenizer;
-        let think_end = tok.id_of(tf_text::THINK_END);
         let format = setting.format_of(template).map(|p| p.for_prompt(rendered));
+        let think_end = tok.id_of(format.map_or(tf_text::THINK_END, |p| p.end_marker()));
         // Thinking may happen unless the prompt closed the block (Qwen3 with enable_thinking=false).
         let may_think = format.is_some_and(|p| p.starts_inside() || !closes_thinking(rendered));
         let param = thinking.budget_param.clone().unwrap_or_else(|| "thinking_budget".into());
@@ -255,8 +258,8 @@ pub fn shown_markers(st: &AppState) -> Vec<(u32, String)> {
     let template = st.model.template.as_ref().map(|t| t.source());
     let Some(p) = st.cfg.reasoning_parser.resolve(template) else { return Vec::new() };
     let tok = &st.model.tokenizer;
-    [p.start_marker(), p.end_marker()]
-        .into_iter()
+    p.markers()
+        .iter()
         .filter_map(|m| {
             let id = tok.id_of(m)?;
             tok.token_kind(id).is_some_and(|k| k.is_special()).then(|| (id, m.to_string()))
@@ -551,6 +554,28 @@ mod tests {
         assert_eq!((cut.reasoning.as_deref(), cut.reasoning_closed), (Some("still thinking"), false));
         let inside = split(Some(ReasoningParser::new(ReasoningFormat::DeepSeekR1)), None, "hm\n</think>\n\nok");
         assert_eq!((inside.reasoning.as_deref(), inside.content.as_str()), (Some("hm"), "ok"));
+    }
+
+    #[test]
+    fn harmony_reasoning_then_a_call() {
+        let reasoning = Some(ReasoningParser::new(ReasoningFormat::Harmony));
+        let tools = || Some(ToolParser::new(ToolFormat::Harmony, "call_"));
+        let text = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary \
+                    to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}";
+        let whole = run(reasoning, tools(), &[text]);
+        assert_eq!((whole.0.as_str(), whole.1.as_str()), ("Need the weather.", ""));
+        assert_eq!(whole.2, vec![("get_weather".to_string(), "{\"city\": \"Oslo\"}".to_string())]);
+        assert!(whole.3.reasoning_closed && !whole.3.cut);
+        for i in 0..=text.len() {
+            let two = run(reasoning, tools(), &[&text[..i], &text[i..]]);
+            assert_eq!((&two.0, &two.1, &two.2), (&whole.0, &whole.1, &whole.2), "split at {i}");
+        }
+        let answer = split(
+            reasoning,
+            tools(),
+            "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4",
+        );
+        assert_eq!((answer.reasoning.as_deref(), answer.content.as_str()), (Some("Sum."), "4"));
     }
 
     #[test]

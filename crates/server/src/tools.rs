@@ -23,14 +23,14 @@ pub enum ToolParserSetting {
 }
 
 impl ToolParserSetting {
-    /// `auto`, `none`, `hermes`, `llama3`, `mistral`.
+    /// `auto`, `none`, `hermes`, `llama3`, `mistral`, `harmony`.
     pub fn parse(s: &str) -> Result<ToolParserSetting, String> {
         match s {
             "auto" => Ok(ToolParserSetting::Auto),
             "none" => Ok(ToolParserSetting::Off),
-            _ => ToolFormat::from_name(s)
-                .map(ToolParserSetting::Format)
-                .ok_or_else(|| format!("unknown tool parser `{s}` (expected auto, none, hermes, llama3 or mistral)")),
+            _ => ToolFormat::from_name(s).map(ToolParserSetting::Format).ok_or_else(|| {
+                format!("unknown tool parser `{s}` (expected auto, none, hermes, llama3, mistral or harmony)")
+            }),
         }
     }
 

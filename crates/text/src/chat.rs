@@ -100,11 +100,41 @@ impl ChatTemplate {
         for (k, v) in &opts.extra {
             ctx.insert(k.clone(), v.clone());
         }
-        ctx.insert("messages".into(), messages.clone());
+        ctx.insert("messages".into(), self.harmony_thinking(messages));
         ctx.insert("tools".into(), opts.tools.clone().unwrap_or(Json::Null));
         ctx.insert("documents".into(), opts.documents.clone().unwrap_or(Json::Null));
         ctx.insert("add_generation_prompt".into(), Json::Bool(opts.add_generation_prompt));
         self.render_context(&Json::Object(ctx))
+    }
+
+    /// Messages as gpt-oss's template takes them (other templates get them unchanged). It tests keys with `in`
+    /// (`"content" in message`, then a containment check on the value), so keys whose value is null are removed,
+    /// as `transformers`' `apply_chat_template` does. It reads an assistant turn's reasoning from `thinking`,
+    /// where OpenAI-style clients send `reasoning_content`: an assistant message with `reasoning_content` and no
+    /// `thinking` gets it as `thinking` too, unless it has both calls and content (the template refuses content
+    /// and thinking together on a call turn, and renders the content as that turn's reasoning).
+    fn harmony_thinking(&self, messages: &Json) -> Json {
+        let mut messages = messages.clone();
+        if !crate::harmony::is_harmony_template(&self.source) {
+            return messages;
+        }
+        for m in messages.as_array_mut().into_iter().flatten() {
+            let Some(m) = m.as_object_mut() else { continue };
+            m.retain(|_, v| !v.is_null());
+            let has_content = m.get("content").is_some_and(|c| !c.is_null() && c.as_str() != Some(""));
+            let calls = m.get("tool_calls").is_some_and(|c| !c.is_null());
+            if m.get("role").and_then(Json::as_str) != Some("assistant")
+                || m.contains_key("thinking")
+                || (calls && has_content)
+            {
+                continue;
+            }
+            if let Some(r @ Json::String(_)) = m.get("reasoning_content") {
+                let r = r.clone();
+                m.insert("thinking".into(), r);
+            }
+        }
+        messages
     }
 
     /// Renders with an explicit context object (every variable given by the caller).

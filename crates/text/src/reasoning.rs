@@ -193,14 +193,20 @@ impl ReasoningParser {
         }
     }
 
-    /// The text that opens a thinking block (`<think>`).
+    /// The text that opens a thinking block (`<think>`; harmony: `<|channel|>analysis<|message|>`).
     pub fn start_marker(&self) -> &'static str {
-        THINK_START
+        match self.format {
+            ReasoningFormat::Harmony => "<|channel|>analysis<|message|>",
+            _ => THINK_START,
+        }
     }
 
-    /// The text that ends a thinking block (`</think>`).
+    /// The text that ends a thinking block (`</think>`; harmony: `<|end|>`, which ends any message).
     pub fn end_marker(&self) -> &'static str {
-        THINK_END
+        match self.format {
+            ReasoningFormat::Harmony => crate::harmony::END,
+            _ => THINK_END,
+        }
     }
 
     /// Splits a whole reply.

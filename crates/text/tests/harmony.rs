@@ -345,3 +345,26 @@ fn harmony_stop_tokens() {
         assert!(tok.token_kind(id(m)).is_some_and(|k| k.is_special()), "{m}");
     }
 }
+
+/// `reasoning_content` (as OpenAI-style clients send an assistant turn's reasoning) renders as gpt-oss's
+/// `thinking`.
+#[test]
+fn reasoning_content_renders_as_thinking() {
+    let fx: Value = serde_json::from_str(include_str!("../../../fixtures/chat/gpt-oss.json")).unwrap();
+    let case = fx["cases"].as_array().unwrap().iter().find(|c| c["name"] == "call_with_reasoning_then_result").unwrap();
+    let tmpl = ChatTemplate::new(TEMPLATE).unwrap();
+    let opts =
+        ChatRenderOptions { add_generation_prompt: true, tools: Some(case["tools"].clone()), ..Default::default() };
+    let want = tmpl.render(&case["messages"], &opts).unwrap();
+    assert!(want.contains("<|channel|>analysis<|message|>The user wants the weather; call get_weather.<|end|>"));
+    let mut messages = case["messages"].clone();
+    let turn = messages[1].as_object_mut().unwrap();
+    let thinking = turn.remove("thinking").unwrap();
+    turn.insert("reasoning_content".into(), thinking);
+    turn.insert("content".into(), Value::Null);
+    assert_eq!(tmpl.render(&messages, &opts).unwrap(), want);
+    // With content as well the content stays the turn's reasoning, as the template has it.
+    messages[1]["content"] = Value::String("Checking.".into());
+    let got = tmpl.render(&messages, &opts).unwrap();
+    assert!(got.contains("<|channel|>analysis<|message|>Checking.<|end|>"), "{got}");
+}
