@@ -351,7 +351,9 @@ impl Reader<'_> {
     /// `beta_slow` (1), `truncate` (true), and the magnitude `attention_factor`, else transformers' default
     /// `0.1·ln(factor) + 1` (DeepSeek's `mscale` / `mscale_all_dim` ratio is not supported). GGUF:
     /// `{arch}.rope.scaling.original_context_length`, `yarn_beta_fast` / `yarn_beta_slow` and `attn_factor` under
-    /// `rope.scaling.` (the same defaults); llama.cpp always rounds the ramp bounds outwards (`truncate`).
+    /// `rope.scaling.` (the same defaults). GGUF has no `truncate`: llama.cpp always rounds the ramp bounds outwards,
+    /// which is taken for every architecture but gpt-oss, whose reference implementation (OpenAI's, and the
+    /// `truncate: false` of its `config.json`) does not round them.
     fn yarn(&self, factor: f64) -> Result<RopeScaling, ModelError> {
         let f = |hf: &str, gguf: &str| {
             if self.gguf() {
@@ -366,7 +368,11 @@ impl Reader<'_> {
         if !self.gguf() && self.cfg.get_f64("rope_scaling.mscale_all_dim").is_some() {
             return Err(self.err("YaRN with mscale_all_dim is not supported"));
         }
-        let truncate = if self.gguf() { true } else { self.cfg.get_bool("rope_scaling.truncate").unwrap_or(true) };
+        let truncate = if self.gguf() {
+            self.arch != "gpt-oss"
+        } else {
+            self.cfg.get_bool("rope_scaling.truncate").unwrap_or(true)
+        };
         let default_mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
         let yarn = RopeScaling::Yarn {
             factor,

@@ -3,7 +3,7 @@
 //! `[E, out, in]` tensor per projection, Gemma norms stored as `1 + w`, Llama 3
 //! RoPE scaling as a `rope_freqs` tensor, `{arch}.*` metadata) and loaded through `GgufFile`. Its logits must match
 //! transformers' like the HF load does; where the conversion changes no arithmetic (qwen2, qwen3, qwen3moe, gemma3) they must
-//! equal the HF load's bit for bit.
+//! equal the HF load's bit for bit (gpt_oss too: its experts are split and transposed, which moves no value).
 
 use crate::common::{argmax, first_bit_difference, hf_model, run_chunked};
 use tf_backend_cpu::CpuBackend;
@@ -21,12 +21,17 @@ fn gguf_name(arch: &str, hf: &str) -> String {
         "model.embed_tokens" => "token_embd".to_owned(),
         "model.norm" => "output_norm".to_owned(),
         "lm_head" => "output".to_owned(),
+        // gpt-oss's sinks have no `.weight`; llama.cpp's converter adds it.
+        _ if suffix == "sinks" => {
+            let n = stem.strip_prefix("model.layers.").unwrap().split('.').next().unwrap();
+            return format!("blk.{n}.attn_sinks.weight");
+        }
         _ => {
             let rest = stem.strip_prefix("model.layers.").unwrap();
             let (n, module) = rest.split_once('.').unwrap();
             let t = match module {
                 "input_layernorm" => "attn_norm",
-                "post_attention_layernorm" if arch == "gemma3" => "post_attention_norm",
+                "post_attention_layernorm" if matches!(arch, "gemma3" | "gpt-oss") => "post_attention_norm",
                 "post_attention_layernorm" | "pre_feedforward_layernorm" => "ffn_norm",
                 "post_feedforward_layernorm" => "post_ffw_norm",
                 "self_attn.q_proj" => "attn_q",
@@ -38,7 +43,7 @@ fn gguf_name(arch: &str, hf: &str) -> String {
                 "mlp.gate_proj" => "ffn_gate",
                 "mlp.up_proj" => "ffn_up",
                 "mlp.down_proj" => "ffn_down",
-                "mlp.gate" | "block_sparse_moe.gate" => "ffn_gate_inp",
+                "mlp.gate" | "block_sparse_moe.gate" | "mlp.router" => "ffn_gate_inp",
                 other => panic!("unmapped tensor {other}"),
             };
             format!("blk.{n}.{t}")
@@ -73,6 +78,7 @@ fn convert(family: &str) -> std::path::PathBuf {
     let st = SafetensorsModel::open_dir(&dir).unwrap();
     let arch = match family {
         "llama3" | "mixtral" => "llama",
+        "gpt_oss" => "gpt-oss",
         f => f,
     };
     let (heads, kv_heads, head_dim) =
@@ -102,6 +108,48 @@ fn convert(family: &str) -> std::path::PathBuf {
             .kv(&k("expert_used_count"), u(cfg.get_f64("num_experts_per_tok").unwrap() as u64));
         if let Some(f) = cfg.get_f64("moe_intermediate_size") {
             w = w.kv(&k("expert_feed_forward_length"), u(f as u64));
+        }
+    }
+    if arch == "gpt-oss" {
+        // convert_hf_to_gguf.py's GptOssModel: the expert width, the window, YaRN's factor and original context.
+        let Some(HfScaling::Yarn { factor, original_max_position_embeddings, .. }) = cfg.rope_scaling else {
+            panic!("gpt_oss fixture without YaRN")
+        };
+        w = w
+            .kv(&k("expert_feed_forward_length"), u(cfg.intermediate_size))
+            .kv(&k("attention.sliding_window"), u(cfg.sliding_window.unwrap()))
+            .kv(&k("rope.scaling.type"), GgufValue::String("yarn".into()))
+            .kv(&k("rope.scaling.factor"), GgufValue::F32(factor as f32))
+            .kv(&k("rope.scaling.original_context_length"), u(original_max_position_embeddings.unwrap()));
+        // The experts: gate_up_proj [E, H, 2F] (gate in the even columns, up in the odd) to [E, F, H] each,
+        // down_proj [E, F, H] to [E, H, F]; the biases split the same way.
+        let (e, h, f) = (
+            cfg.get_f64("num_local_experts").unwrap() as usize,
+            cfg.hidden_size as usize,
+            cfg.intermediate_size as usize,
+        );
+        for l in 0..cfg.num_hidden_layers {
+            let t = |n: &str| tf_loader::tensor_f32(&st, "tiny", &format!("model.layers.{l}.mlp.experts.{n}")).unwrap();
+            let (gu, gub, dn, dnb) = (t("gate_up_proj"), t("gate_up_proj_bias"), t("down_proj"), t("down_proj_bias"));
+            let split = |odd: usize| -> Vec<f32> {
+                (0..e)
+                    .flat_map(|x| (0..f).flat_map(move |j| (0..h).map(move |c| (x, j, c))))
+                    .map(|(x, j, c)| gu[(x * h + c) * 2 * f + 2 * j + odd])
+                    .collect()
+            };
+            let down: Vec<f32> = (0..e)
+                .flat_map(|x| (0..h).flat_map(move |c| (0..f).map(move |j| (x, c, j))))
+                .map(|(x, c, j)| dn[(x * f + j) * h + c])
+                .collect();
+            let bias = |odd: usize| -> Vec<f32> { gub.iter().skip(odd).step_by(2).copied().collect() };
+            let (ne_gu, ne_d) = ([h as u64, f as u64, e as u64], [f as u64, h as u64, e as u64]);
+            w = w
+                .tensor_f32(&format!("blk.{l}.ffn_gate_exps.weight"), &ne_gu, &split(0))
+                .tensor_f32(&format!("blk.{l}.ffn_up_exps.weight"), &ne_gu, &split(1))
+                .tensor_f32(&format!("blk.{l}.ffn_down_exps.weight"), &ne_d, &down)
+                .tensor_f32(&format!("blk.{l}.ffn_gate_exps.bias"), &[f as u64, e as u64], &bias(0))
+                .tensor_f32(&format!("blk.{l}.ffn_up_exps.bias"), &[f as u64, e as u64], &bias(1))
+                .tensor_f32(&format!("blk.{l}.ffn_down_exps.bias"), &[h as u64, e as u64], &dnb);
         }
     }
     if arch == "gemma3" {
@@ -145,7 +193,7 @@ fn convert(family: &str) -> std::path::PathBuf {
     // Experts: convert_hf_to_gguf.py stacks each projection of a layer's experts into one [E, out, in] tensor
     // (`blk.{l}.ffn_{gate,up,down}_exps`).
     let mut stacks: std::collections::BTreeMap<String, Vec<Expert>> = Default::default();
-    for info in st.tensors() {
+    for info in st.tensors().iter().filter(|_| arch != "gpt-oss") {
         let Some((head, rest)) = info.name.split_once(".experts.") else { continue };
         let (e, proj) = rest.split_once('.').unwrap();
         let l = head.strip_prefix("model.layers.").unwrap().split('.').next().unwrap();
@@ -251,4 +299,12 @@ fn mixtral_as_llama_with_experts() {
 #[test]
 fn gemma3_folded_norms_and_windows() {
     check("gemma3");
+}
+
+/// gpt-oss as llama.cpp names it: `attn_sinks`, `post_attention_norm`, the router as `ffn_gate_inp` with a bias,
+/// stacked experts with biases, the window pattern of the architecture (sliding on even layers) and YaRN metadata
+/// (ramp bounds not rounded, as the architecture's reference, although llama.cpp rounds them).
+#[test]
+fn gpt_oss_sinks_biased_experts_yarn() {
+    check("gpt_oss");
 }
