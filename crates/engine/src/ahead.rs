@@ -34,6 +34,7 @@ impl Generator<'_> {
     ) -> Result<Option<usize>, EngineError> {
         let order: Vec<usize> = grants.iter().map(|&(i, _)| i).collect();
         let qualifies = self.run_ahead
+            && self.states.is_none()
             && self.device_argmax
             && self.be.queues_ids()
             && !order.is_empty()

@@ -34,6 +34,12 @@ impl DraftModel {
         context: usize,
         block_size: usize,
     ) -> Result<DraftModel, EngineError> {
+        if model.state_spec().is_some() {
+            return Err(EngineError::Model(format!(
+                "a {} model with recurrent layers cannot be the draft model yet",
+                model.family()
+            )));
+        }
         let blocks = (context + 64).div_ceil(block_size);
         let kv = be.alloc_kv(model.kv_spec(blocks, block_size))?;
         let pool = KvPool::new(blocks, block_size);

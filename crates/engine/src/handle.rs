@@ -223,7 +223,8 @@ impl EngineHandle {
         model: Box<dyn Model>,
         cfg: EngineConfig,
     ) -> Result<EngineHandle, EngineError> {
-        let kv = backend.alloc_kv(model.kv_spec(cfg.kv_blocks, cfg.block_size))?;
+        let mut kv = backend.alloc_kv(model.kv_spec(cfg.kv_blocks, cfg.block_size))?;
+        crate::generate::alloc_states(backend.as_ref(), model.as_ref(), &mut kv)?;
         let (vocab_size, context_length) = (model.vocab_size(), model.context_length());
         let stats = Arc::new(EngineStats::default());
         stats.kv_blocks_total.store(cfg.kv_blocks, Ordering::Relaxed);

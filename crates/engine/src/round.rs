@@ -64,9 +64,10 @@ impl<'a> Generator<'a> {
             None => crate::draft::default_proposer(),
         });
         self.next_key += 1;
-        Ok(Sequence {
+        let mut s = Sequence {
             key: self.next_key,
             seed,
+            state_at: None,
             table,
             cached_tokens,
             filled: cached_tokens,
@@ -91,7 +92,11 @@ impl<'a> Generator<'a> {
             failed: None,
             on_token,
             req,
-        })
+        };
+        if cached_tokens > 0 {
+            self.settle_state(&mut s, Some(cached_tokens - 1), &[]);
+        }
+        Ok(s)
     }
 
     /// Releases a running sequence's KV: its written full blocks go to the prefix cache (if on), where a resume
@@ -105,6 +110,7 @@ impl<'a> Generator<'a> {
         if let Some(cache) = self.cache.as_mut() {
             cache.insert(&s.written(), &s.table);
         }
+        self.settle_state(s, None, &[]);
         s.table = BlockTable::new(&self.pool);
         s.filled = 0;
         s.preempted = true;
@@ -124,6 +130,9 @@ impl<'a> Generator<'a> {
         s.table = table;
         s.filled = cached;
         s.preempted = false;
+        if cached > 0 {
+            self.settle_state(s, Some(cached - 1), &[]);
+        }
         // Preempted before its first token it simply fills its prompt again.
         s.resuming = !s.tokens.is_empty();
         Ok(())
@@ -158,7 +167,7 @@ impl<'a> Generator<'a> {
         if parts.is_empty() {
             return Ok(0);
         }
-        let batch = round_batch(seqs, &parts);
+        let mut batch = round_batch(seqs, &parts);
         // Only the argmaxes cross to the host when every logits row of the round is a plain greedy draw: a fill's
         // last row follows the sequence's reply so far, a window's rows the reply and their drafts.
         let argmax = self.device_argmax
@@ -172,13 +181,20 @@ impl<'a> Generator<'a> {
             });
         let rows = batch.tokens.len();
         let vocab = self.model.vocab_size();
-        let out = self.model.forward(self.be, &batch, &mut self.kv);
+        let out = self.run_model(&mut batch)?;
         let logits = fetch(self.be, &out, batch.logit_rows.len(), vocab, argmax)?;
         // Hand each sequence its logits rows, in part order.
-        let mut at = 0;
+        let (mut at, mut row) = (0, 0);
         for (i, part) in parts {
             let s = &mut seqs[i];
             let n = part.logit_rows(s);
+            let part_rows = match &part {
+                Part::Fill { len, .. } => *len,
+                Part::Window { tree, .. } => tree.len() + 1,
+            };
+            let rows_here: Vec<(u32, usize)> =
+                (row..row + part_rows).map(|r| (batch.slots[r], batch.positions[r] as usize)).collect();
+            row += part_rows;
             match part {
                 Part::Fill { start, len } => {
                     s.filled = start + len;
@@ -194,6 +210,12 @@ impl<'a> Generator<'a> {
                 }
             }
             at += n;
+            // The sequence's latest recurrent state (hybrid models): the last position whose K/V is final.
+            let latest = match s.is_done() || s.preempted {
+                true => None,
+                false => (if s.is_filling() { s.filled } else { s.fill_target() - 1 }).checked_sub(1),
+            };
+            self.settle_state(s, latest, &rows_here);
             // A finished sequence's written blocks stay for later requests that start the same way.
             if s.is_done() && !s.resuming && (!s.tokens.is_empty() || s.req.max_tokens == 0) {
                 if let Some(cache) = self.cache.as_mut() {

@@ -23,6 +23,8 @@ pub struct Sequence<'c> {
     pub(crate) seed: u64,
     /// Its KV blocks: every block it can need, reserved at admission (empty while preempted).
     pub(crate) table: BlockTable,
+    /// A hybrid model's latest recurrent state: the slot (pinned in the state map) and position it was left at.
+    pub(crate) state_at: Option<(u32, usize)>,
     /// Prompt tokens whose K/V came from the prefix cache.
     pub(crate) cached_tokens: usize,
     /// Positions of the sequence whose K/V is written (while filling).

@@ -172,6 +172,9 @@ impl<'a> Generator<'a> {
             let src: Vec<u32> = verdict.accepted_nodes.iter().map(|&i| sc.slot(i)).collect();
             let dst: Vec<u32> = (1..=src.len()).map(|d| s.table.slot(p + d)).collect();
             self.be.kv_copy(&mut self.kv, &src, &dst);
+            if let Some(m) = self.states.as_mut() {
+                src.iter().zip(&dst).for_each(|(&a, &b)| m.relocate(a, b));
+            }
         }
         let remaining = s.req.max_tokens - s.tokens.len();
         let verdict = truncate_after(verdict, remaining, &|t| s.req.stop_ids.contains(&t));

@@ -168,8 +168,9 @@ struct Mamba {
     norm: Vec<f32>,
     /// `out_proj [H, I]`.
     out: Weight,
-    /// Its index among the recurrent layers (the state's layer).
+    /// Its index among the recurrent layers (the state's layer), and among all layers.
     state_layer: usize,
+    layer: usize,
 }
 
 enum Mixer {
@@ -303,6 +304,7 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> 
                     norm: rd.values(&p(l, "mixer.norm.weight"), &[i])?,
                     out: rd.matrix(&p(l, "mixer.out_proj.weight"), [h, i])?,
                     state_layer: state_layers,
+                    layer: l,
                 };
                 state_layers += 1;
                 Mixer::Mamba(m)
@@ -354,14 +356,14 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> 
 }
 
 impl NemotronH {
-    fn mamba(&self, be: &dyn Backend, x: &mut Tensor, h: &Tensor, m: &Mamba, batch: &Batch, kv: &KvCache, l: usize) {
+    fn mamba(&self, be: &dyn Backend, x: &mut Tensor, h: &Tensor, m: &Mamba, batch: &Batch, kv: &KvCache) {
         let st = kv.states.as_ref().expect("nemotron_h: the KV cache has no state registers (Backend::alloc_states)");
         let [z, xbc, dt]: [Tensor; 3] = be
             .matmul_many(h, &[(&m.in_z, None), (&m.in_xbc, None), (&m.in_dt, None)])
             .try_into()
             .expect("three projections"); // [R, I], [R, conv_dim], [R, heads]
         let conv = be.ssm_conv(&xbc, &m.conv, m.conv_bias.as_deref(), st, m.state_layer, &batch.states); // [R, conv_dim]
-        trace("ssm_conv", l, &conv);
+        trace("ssm_conv", m.layer, &conv);
         let params = SsmParams {
             a_log: &m.a_log,
             d: &m.d,
@@ -371,7 +373,7 @@ impl NemotronH {
             norm_group: self.cfg.inner() / self.cfg.groups,
         };
         let y = be.ssm_scan(&conv, &dt, &z, &m.norm, &params, st, m.state_layer, &batch.states); // [R, I]
-        trace("ssm_out", l, &y);
+        trace("ssm_out", m.layer, &y);
         be.matmul_add(&y, &m.out, None, x);
     }
 }
@@ -436,7 +438,7 @@ impl Model for NemotronH {
         for (l, layer) in self.layers.iter().enumerate() {
             let h = layers::rms_norm(be, &x, &layer.norm, eps); // [R, H]
             match &layer.mixer {
-                Mixer::Mamba(m) => self.mamba(be, &mut x, &h, m, batch, kv, l),
+                Mixer::Mamba(m) => self.mamba(be, &mut x, &h, m, batch, kv),
                 Mixer::Attention { q, k, v, o, kv_layer } => {
                     let [q, k, v]: [Tensor; 3] =
                         be.matmul_many(&h, &[(q, None), (k, None), (v, None)]).try_into().expect("q, k, v");
