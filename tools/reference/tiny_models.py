@@ -9,7 +9,9 @@ vocab 256) is built with transformers from a fixed torch seed, in fp32, and save
 (normal(0, initializer_range) for matrices/embeddings), every RMSNorm weight and every bias is then set to
 random values too (norm weights ~ 1 + 0.3*N(0,1); for Gemma3, whose norms compute x*(1+w), 0.3*N(0,1),
 except its post-attention / post-feedforward norms: 5 + 0.3*N(0,1));
-biases ~ 0.2*N(0,1)), so that a wrong norm formula or a dropped bias changes the logits.
+biases ~ 0.2*N(0,1)), so that a wrong norm formula or a dropped bias changes the logits. gpt-oss: its expert biases
+(`*_bias`) are biases too, its attention sinks ~ 1.5*N(0,1), and its experts' gate_up_proj is scaled by 3 so that
+the clamped SwiGLU's limits (gate above 7, up outside ±7) take effect.
 
 The saved checkpoint is reloaded with `from_pretrained(dir, attn_implementation="eager", dtype=float32)`
 and `reference.json` records, for the fixed `input_ids`:

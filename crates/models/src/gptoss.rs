@@ -98,6 +98,7 @@ impl Model for GptOss {
                 l.attn.nbytes()
                     + l.mlp.bytes_per_token()
                     + layers::weight_bytes([Some(&l.attn_norm), Some(&l.ffn_norm)])
+                    + 4 * self.cfg.heads as u64 // the sinks, f32
             })
             .sum();
         layers + self.output_norm.nbytes() + layers::embed_and_head_bytes(&self.embd, &self.output)

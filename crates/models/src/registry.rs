@@ -140,6 +140,9 @@ mod tests {
         assert!(family_for_architecture("bert").is_none());
         assert_eq!(family_for_hf_architecture("Qwen3ForCausalLM").unwrap().name, "qwen3");
         assert_eq!(family_for_hf_architecture("gemma3_text").unwrap().name, "gemma3");
+        assert_eq!(family_for_architecture("gpt-oss").unwrap().name, "gpt_oss");
+        assert_eq!(family_for_hf_architecture("gpt_oss").unwrap().name, "gpt_oss");
+        assert_eq!(family_for_hf_architecture("GptOssForCausalLM").unwrap().name, "gpt_oss");
         let mut names: Vec<_> = FAMILIES.iter().map(|f| f.name).collect();
         names.dedup();
         assert_eq!(names.len(), FAMILIES.len());

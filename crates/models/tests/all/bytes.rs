@@ -40,3 +40,28 @@ fn weight_bytes_per_token_counts_the_head_and_one_embedding_row() {
         }
     }
 }
+
+/// gpt-oss (every layer sparse): the dense tensors as above, plus `used` of the `E` experts of every layer, each
+/// expert's share of the stacked `mlp.experts.*` tensors (f32 here, so uploaded as stored) with its biases.
+#[test]
+fn gpt_oss_weight_bytes_per_token_counts_the_used_experts() {
+    let be = tf_backend_cpu::CpuBackend::new(2, Precision::Full);
+    let dir = tf_testkit::repo_root().join("fixtures/tiny/gpt_oss");
+    let st = SafetensorsModel::open_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    let (used, experts) = (cfg["num_experts_per_tok"].as_u64().unwrap(), cfg["num_local_experts"].as_u64().unwrap());
+    let (mut dense, mut stacked) = (0u64, 0u64);
+    for t in st.tensors() {
+        if t.name.contains(".mlp.experts.") {
+            stacked += t.nbytes();
+        } else if t.shape.len() == 1 || t.name.ends_with(".sinks") {
+            dense += 4 * t.numel();
+        } else if t.name == "model.embed_tokens.weight" {
+            dense += t.nbytes() / t.shape[0];
+        } else {
+            dense += t.nbytes();
+        }
+    }
+    let model: Box<dyn Model> = hf_model(&be, &dir);
+    assert_eq!(model.weight_bytes_per_token(), dense + stacked / experts * used);
+}
