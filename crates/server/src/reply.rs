@@ -252,11 +252,12 @@ fn closes_thinking(rendered: &str) -> bool {
     rendered.trim_end().ends_with(tf_text::THINK_END)
 }
 
-/// Thinking markers that decoding would hide (control tokens in this vocabulary), with their text: the splitter
-/// must see them.
+/// Thinking markers of the model's reasoning format that decoding would hide (control tokens in this vocabulary),
+/// with their text: the splitter must see them, and with `--reasoning-parser none` they stay in the content as
+/// text (harmony's framing would otherwise vanish from it).
 pub fn shown_markers(st: &AppState) -> Vec<(u32, String)> {
     let template = st.model.template.as_ref().map(|t| t.source());
-    let Some(p) = st.cfg.reasoning_parser.resolve(template) else { return Vec::new() };
+    let Some(p) = st.cfg.reasoning_parser.format_of(template) else { return Vec::new() };
     let tok = &st.model.tokenizer;
     p.markers()
         .iter()

@@ -368,3 +368,83 @@ fn reasoning_content_renders_as_thinking() {
     let got = tmpl.render(&messages, &opts).unwrap();
     assert!(got.contains("<|channel|>analysis<|message|>Checking.<|end|>"), "{got}");
 }
+
+/// A small deterministic generator (xorshift64*), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+    }
+}
+
+/// Pieces replies are made of: whole and partial markers, header words, JSON pieces, text, multi-byte characters.
+const ATOMS: &[&str] = &[
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "<|constrain|>",
+    "<|",
+    "<|chan",
+    "<|en",
+    "|>",
+    "assistant",
+    "analysis",
+    "final",
+    "commentary",
+    " to=functions.f",
+    "to=functions.g ",
+    " json",
+    "{",
+    "}",
+    "\"a}\"",
+    "[1, {",
+    " ",
+    "\n",
+    "x",
+    "é漢",
+    ".",
+];
+
+/// Random replies, and random replies that follow the format, streamed at every split into two pieces and char
+/// by char: always the whole parse, whichever parsers are on; markers never reach the content of a reply that
+/// follows the format and has no refused call.
+#[test]
+fn random_replies_stream_as_whole() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for case in 0..300 {
+        let text: String = if case % 2 == 0 {
+            (0..rng.below(14)).map(|_| ATOMS[rng.below(ATOMS.len())]).collect()
+        } else {
+            // Well-formed messages in random order.
+            let mut t = String::new();
+            for i in 0..1 + rng.below(3) {
+                if i > 0 || rng.below(2) == 0 {
+                    t.push_str("<|start|>assistant");
+                }
+                match rng.below(3) {
+                    0 => t.push_str("<|channel|>analysis<|message|>think {a} <x>\n<|end|>"),
+                    1 => t.push_str(&format!(
+                        "<|channel|>commentary to=functions.f{i} <|constrain|>json<|message|>{{\"k\": [{i}, \"}}\"]}}<|call|>"
+                    )),
+                    _ => t.push_str("<|channel|>final<|message|>Done é.<|return|>"),
+                }
+            }
+            t
+        };
+        let s = check(&text);
+        if case % 2 == 1 {
+            for m in ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"] {
+                assert!(!s.content.contains(m) && !s.reasoning.contains(m), "{m} leaked from {text:?}: {s:?}");
+            }
+            assert_eq!(s.calls.len(), text.matches("to=functions").count(), "{text:?}");
+            assert!(!s.cut, "{text:?}");
+        }
+    }
+}
