@@ -127,6 +127,10 @@ pub fn load_biased(ld: &Loader, cfg: &ModelConfig, moe: &MoeConfig, l: usize) ->
             let router = ld.matrix_named(&format!("{base}.router.weight"), [e, h])?; // [E, H]
             let router_bias = vec(&format!("{base}.router.bias"), e)?; // [E]
             let gu_name = format!("{base}.experts.gate_up_proj");
+            if ld.has_hf(&format!("model.layers.{l}.mlp.experts.gate_up_proj_blocks")) {
+                // openai/gpt-oss-* ship their experts as MXFP4 blocks and scales.
+                return Err(ModelError(format!("{gu_name}_blocks: MXFP4 experts in safetensors are not supported")));
+            }
             let gu = ld.f32_values(&gu_name, &[e, h, 2 * f])?; // [E, H, 2·Fe]
             let gub = ld.f32_values(&format!("{gu_name}_bias"), &[e, 2 * f])?; // [E, 2·Fe]
             let down_name = format!("{base}.experts.down_proj");

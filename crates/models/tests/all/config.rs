@@ -138,7 +138,12 @@ impl WeightSource for Tampered {
 }
 
 fn tampered(f: impl Fn(&mut Vec<TensorInfo>)) -> String {
-    let dir = tf_testkit::repo_root().join("fixtures/tiny/qwen3");
+    tampered_in("qwen3", f)
+}
+
+/// The load error of the tiny `family` checkpoint with its tensor list changed by `f`.
+fn tampered_in(family: &str, f: impl Fn(&mut Vec<TensorInfo>)) -> String {
+    let dir = tf_testkit::repo_root().join("fixtures/tiny").join(family);
     let inner = SafetensorsModel::open_dir(&dir).unwrap();
     let mut infos = inner.tensors().to_vec();
     f(&mut infos);
@@ -161,4 +166,17 @@ fn load_errors_name_the_tensor() {
     assert!(e.contains("'model.layers.0.mlp.up_proj.weight'") && e.contains("shape [64, 96]"), "{e}");
     let e = tampered(|t| t.retain(|i| i.name != "lm_head.weight"));
     assert!(e.contains("'lm_head.weight'") && e.contains("tie_word_embeddings is false"), "{e}");
+}
+
+/// gpt-oss's released safetensors hold MXFP4 experts (`gate_up_proj_blocks` / `_scales`): refused by name. Missing
+/// sinks are named like any missing tensor.
+#[test]
+fn gpt_oss_mxfp4_experts_and_missing_sinks_are_named() {
+    let e = tampered_in("gpt_oss", |t| {
+        let i = t.iter_mut().find(|i| i.name == "model.layers.0.mlp.experts.gate_up_proj").unwrap();
+        i.name = "model.layers.0.mlp.experts.gate_up_proj_blocks".into();
+    });
+    assert!(e.contains("gate_up_proj_blocks") && e.contains("MXFP4"), "{e}");
+    let e = tampered_in("gpt_oss", |t| t.retain(|i| i.name != "model.layers.2.self_attn.sinks"));
+    assert!(e.contains("model.layers.2.self_attn.sinks") && e.contains("missing"), "{e}");
 }
