@@ -123,7 +123,7 @@ pub(crate) struct Lexer {
 
 /// The outcome of scanning a header buffer.
 enum HeadScan {
-    /// `<|message|>` ends at this byte.
+    /// A complete header: the end of its text (where `<|message|>` starts) and the end of `<|message|>`.
     Complete(usize, usize),
     /// Still a possible header.
     Need,
