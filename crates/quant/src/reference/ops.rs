@@ -413,3 +413,105 @@ pub fn scale(x: &mut [f32], s: f32) {
         *x *= s;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yarn(truncate: bool) -> Rope {
+        let scaling = RopeScaling::Yarn {
+            factor: 32.0,
+            original_context: 4096.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate,
+            mscale: 0.1 * 32f64.ln() + 1.0,
+        };
+        Rope { theta: 150_000.0, rot_dims: 64, style: RopeStyle::Neox, scaling }
+    }
+
+    /// gpt-oss's shape: pairs below the ramp keep their frequency, pairs past it are divided by the factor, the
+    /// ones between lie in between; rounding the bounds outwards (`truncate`) widens the ramp.
+    #[test]
+    fn yarn_frequencies_keep_divide_and_blend() {
+        let base = rope_freqs(&Rope { scaling: RopeScaling::None, ..yarn(false) });
+        for truncate in [false, true] {
+            let f = rope_freqs(&yarn(truncate));
+            // dim(32) ≈ 8.09 and dim(1) ≈ 17.4 for these numbers (truncated: 8 and 18): either way pairs up to 8
+            // are kept and pairs from 18 divided.
+            let (keep, divide) = (8, 18);
+            for i in 0..=keep {
+                assert_eq!(f[i], base[i], "pair {i} kept (truncate {truncate})");
+            }
+            for i in divide..32 {
+                assert_eq!(f[i], base[i] / 32.0, "pair {i} divided (truncate {truncate})");
+            }
+            for i in keep + 1..divide {
+                assert!(f[i] < base[i] && f[i] > base[i] / 32.0, "pair {i} blended (truncate {truncate})");
+            }
+        }
+        let (a, b) = (rope_freqs(&yarn(false)), rope_freqs(&yarn(true)));
+        assert!(a[9..18].iter().zip(&b[9..18]).all(|(x, y)| x != y), "truncate moves the ramp");
+    }
+
+    #[test]
+    fn yarn_scales_cos_and_sin_and_the_others_do_not() {
+        let rope = yarn(false);
+        let m = rope_mscale(&rope);
+        let freqs = rope_freqs(&rope);
+        let (mut c, mut s, mut c1, mut s1) = (vec![0f32; 32], vec![0f32; 32], vec![0f32; 32], vec![0f32; 32]);
+        rope_cos_sin_scaled(&freqs, m, 1234, &mut c, &mut s);
+        for (i, &f) in freqs.iter().enumerate() {
+            assert_eq!(c[i], ((1234.0 * f).cos() * m) as f32);
+            assert_eq!(s[i], ((1234.0 * f).sin() * m) as f32);
+        }
+        assert_eq!(rope_mscale(&Rope { scaling: RopeScaling::Linear { factor: 4.0 }, ..rope }), 1.0);
+        rope_cos_sin(&freqs, 1234, &mut c, &mut s);
+        rope_cos_sin_scaled(&freqs, 1.0, 1234, &mut c1, &mut s1);
+        assert_eq!((c, s), (c1, s1));
+    }
+
+    /// A sink of −∞ is no sink, bit for bit; a sink far above every score leaves almost nothing of the values.
+    #[test]
+    fn attention_sinks() {
+        let (hd, slots) = (8, 6);
+        let k: Vec<f32> = (0..slots * hd).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.3).collect();
+        let v: Vec<f32> = (0..slots * hd).map(|i| ((i * 13 % 7) as f32 - 3.0) * 0.5).collect();
+        let kv = KvLayer { k: &k, v: &v, block_size: 4, kv_heads: 1, head_dim: hd };
+        let q: Vec<f32> = (0..hd).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let p =
+            AttnParams { heads: 1, kv_heads: 1, head_dim: hd, scale: 0.5, window: None, softcap: None, sinks: None };
+        let visits: Vec<(u32, u32)> = (0..slots as u32).map(|i| (i, i)).collect();
+        let run = |sink: Option<f32>| {
+            let mut out = vec![0f32; hd];
+            attention_head_sink(&q, &kv, 0, &visits, &p, sink, &mut out);
+            out
+        };
+        let plain = run(None);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&run(Some(f32::NEG_INFINITY))), bits(&plain));
+        let zero_sink = run(Some(0.0));
+        assert!(zero_sink.iter().zip(&plain).all(|(a, b)| a.abs() < b.abs() || *b == 0.0), "a sink shrinks the output");
+        assert!(run(Some(80.0)).iter().all(|x| x.abs() < 1e-20), "a dominant sink takes the whole softmax");
+        // No visits: zeros with or without a sink.
+        let mut out = vec![1f32; hd];
+        attention_head_sink(&q, &kv, 0, &[], &p, Some(3.0), &mut out);
+        assert!(out.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn swiglu_clamp_clamps_gate_above_and_up_both_ways() {
+        let act = GluAct::SwigluClamp { alpha: 1.702, limit: 7.0 };
+        assert_eq!(glu_one(9.0, 0.5, act).to_bits(), glu_one(7.0, 0.5, act).to_bits());
+        assert_eq!(glu_one(2.0, 30.0, act).to_bits(), glu_one(2.0, 7.0, act).to_bits());
+        assert_eq!(glu_one(2.0, -30.0, act).to_bits(), glu_one(2.0, -7.0, act).to_bits());
+        assert_ne!(glu_one(-9.0, 0.5, act), glu_one(-7.0, 0.5, act), "the gate is not clamped below");
+        // (u + 1) · g · sigmoid(1.702 g) against f64.
+        for &(g, u) in &[(1.5f32, -0.25f32), (-3.0, 2.0), (6.5, -6.5), (0.0, 3.0)] {
+            let (g64, u64) = (g as f64, u as f64);
+            let want = (u64 + 1.0) * g64 / (1.0 + (-1.702 * g64).exp());
+            assert!((glu_one(g, u, act) as f64 - want).abs() <= 1e-6 * want.abs().max(1.0), "{g} {u}");
+        }
+        assert!(glu_one(f32::NAN, 1.0, act).is_nan() && glu_one(1.0, f32::NAN, act).is_nan());
+    }
+}
