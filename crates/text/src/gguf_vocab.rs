@@ -513,10 +513,15 @@ pub(crate) mod tests {
     fn unknown_model_and_pre_are_named() {
         let mut v = tiny_bpe("no-such-pre");
         let err = Tokenizer::from_gguf_vocab(v.clone()).unwrap_err().to_string();
-        assert!(err.contains("'no-such-pre'"), "{err}");
+        assert!(err.contains("\"no-such-pre\""), "{err}");
         v.model = "bert".into();
         let err = Tokenizer::from_gguf_vocab(v).unwrap_err().to_string();
-        assert!(err.contains("'bert'"), "{err}");
+        assert!(err.contains("\"bert\""), "{err}");
+        // A name with a newline stays on one line, escaped.
+        let mut v = tiny_bpe("qwen2");
+        v.model = "g\nt2".into();
+        let err = Tokenizer::from_gguf_vocab(v).unwrap_err().to_string();
+        assert!(!err.contains('\n') && err.contains("\"g\\nt2\""), "{err}");
     }
 
     #[test]
