@@ -281,7 +281,7 @@ impl Backend for CpuBackend {
         layer: usize,
         io: &[tf_core::StateIo],
     ) -> Tensor {
-        ssm::ssm_scan(xbc, dt, z, norm, p, st, layer, io)
+        ssm::ssm_scan(&self.pool, self.isa, xbc, dt, z, norm, p, st, layer, io)
     }
 
     fn to_host(&self, x: &Tensor) -> Vec<f32> {

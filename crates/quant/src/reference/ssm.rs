@@ -3,6 +3,7 @@
 //! that state, so they are the same whatever else shares the call.
 
 use super::math::{exp, silu};
+use super::matmul::dot16;
 
 /// `softplus(x) = ln(1 + e^x)`, in f64 (std's `exp` and `ln_1p`) rounded once to f32; `x` itself above 20 (as
 /// PyTorch's threshold).
@@ -72,15 +73,63 @@ pub struct ScanParams<'a> {
     pub norm: &'a [f32],
 }
 
-/// One row of the selective scan, gated and normalized.
+/// One head of one row of the selective scan, before the gate: `x [head_dim]` the head's channels, `b`, `c`
+/// `[d_state]` its group's B and C, `dt` its raw step; `state [head_dim, d_state]` is advanced in place and
+/// `out [head_dim]` receives `y`.
+/// - `step = max(softplus(dt + dt_bias), dt_min)`, `decay = exp(step · -exp(a_log))`, `kb[n] = step · b[n]`;
+/// - per channel `p`: `s[p,n] = fma(s[p,n], decay, kb[n] · x[p])` for every `n`, then
+///   `y[p] = fma(x[p], d, dot16(s[p,·], c))` (the canonical dot product).
+#[allow(clippy::too_many_arguments)]
+pub fn scan_head(
+    x: &[f32],
+    b: &[f32],
+    c: &[f32],
+    dt: f32,
+    a_log: f32,
+    d: f32,
+    dt_bias: f32,
+    dt_min: f32,
+    state: &mut [f32],
+    out: &mut [f32],
+) {
+    let ds = b.len();
+    let (step, decay) = step_decay(dt, dt_bias, dt_min, a_log);
+    let kb: Vec<f32> = b.iter().map(|&bn| step * bn).collect();
+    for (p, (&xv, o)) in x.iter().zip(out.iter_mut()).enumerate() {
+        let s = &mut state[p * ds..(p + 1) * ds];
+        for (sn, &k) in s.iter_mut().zip(&kb) {
+            *sn = sn.mul_add(decay, k * xv);
+        }
+        *o = xv.mul_add(d, dot16(s, c));
+    }
+}
+
+/// A head's step and decay: `step = max(softplus(dt + dt_bias), dt_min)`, `decay = exp(step · -exp(a_log))`.
+pub fn step_decay(dt: f32, dt_bias: f32, dt_min: f32, a_log: f32) -> (f32, f32) {
+    let step = softplus(dt + dt_bias).max(dt_min);
+    (step, exp(step * -exp(a_log)))
+}
+
+/// The gate and group norm after the scan, in place on `y [heads · head_dim]`: `v = y · silu(z)`, then per group
+/// of `norm_group` values `v · (1 / sqrt(dot16(v, v) / norm_group + eps)) · norm`.
+pub fn gate_norm(y: &mut [f32], z: &[f32], norm: &[f32], norm_group: usize, eps: f32) {
+    assert!(norm_group > 0 && y.len().is_multiple_of(norm_group), "gate_norm: group {norm_group} vs {}", y.len());
+    for (o, &zv) in y.iter_mut().zip(z) {
+        *o *= silu(zv);
+    }
+    for (gi, grp) in y.chunks_exact_mut(norm_group).enumerate() {
+        let inv = 1.0 / (dot16(grp, grp) / norm_group as f32 + eps).sqrt();
+        for (j, v) in grp.iter_mut().enumerate() {
+            *v = (*v * inv) * norm[gi * norm_group + j];
+        }
+    }
+}
+
+/// One row of the selective scan, gated and normalized: every head by [`scan_head`] (head `h` reads B/C group
+/// `h / (heads / groups)`), then [`gate_norm`].
 /// - `xbc [heads·head_dim + 2·groups·d_state]`: the convolution's output, `x` then `B [groups, d_state]` then
 ///   `C [groups, d_state]`; `dt [heads]` raw; `z [heads·head_dim]` the gate;
-/// - `state [heads, head_dim, d_state]` is advanced in place: per head `h` (group `g = h / (heads/groups)`),
-///   `step = max(softplus(dt[h] + dt_bias[h]), dt_min)`, `decay = exp(step · -exp(a_log[h]))`, and per channel
-///   `p`, `s[h,p,n] = s[h,p,n]·decay + (step·B[g,n])·x[h,p]`;
-/// - `y[h,p] = Σ_n s[h,p,n]·C[g,n]` (increasing `n`, fused multiply-adds from 0) `+ x[h,p]·d[h]`;
-/// - then `y·silu(z)`, and per group of `norm_group` channels `v · (1 / sqrt(mean(v²) + eps)) · norm` with the
-///   sum of squares in increasing index.
+/// - `state [heads, head_dim, d_state]` is advanced in place; `out [heads·head_dim]`.
 pub fn scan_row(
     xbc: &[f32],
     dt: &[f32],
@@ -100,37 +149,22 @@ pub fn scan_row(
     let (b_all, c_all) = bc.split_at(groups * d_state);
     let per_group = heads / groups;
     for h in 0..heads {
-        let step = softplus(dt[h] + p.dt_bias[h]).max(p.dt_min);
-        let decay = exp(step * -exp(p.a_log[h]));
         let g = h / per_group;
-        let b = &b_all[g * d_state..(g + 1) * d_state];
-        let c = &c_all[g * d_state..(g + 1) * d_state];
-        for ch in 0..head_dim {
-            let xv = x[h * head_dim + ch];
-            let s = &mut state[(h * head_dim + ch) * d_state..(h * head_dim + ch + 1) * d_state];
-            let mut y = 0f32;
-            for n in 0..d_state {
-                s[n] = s[n].mul_add(decay, (step * b[n]) * xv);
-                y = s[n].mul_add(c[n], y);
-            }
-            out[h * head_dim + ch] = xv.mul_add(p.d[h], y);
-        }
+        let hs = h * head_dim..(h + 1) * head_dim;
+        scan_head(
+            &x[hs.clone()],
+            &b_all[g * d_state..(g + 1) * d_state],
+            &c_all[g * d_state..(g + 1) * d_state],
+            dt[h],
+            p.a_log[h],
+            p.d[h],
+            p.dt_bias[h],
+            p.dt_min,
+            &mut state[h * head_dim * d_state..(h + 1) * head_dim * d_state],
+            &mut out[hs],
+        );
     }
-    for (o, &zv) in out.iter_mut().zip(z) {
-        *o *= silu(zv);
-    }
-    let ng = p.norm_group;
-    assert!(ng > 0 && inner.is_multiple_of(ng), "scan_row: norm group {ng} vs {inner}");
-    for (gi, grp) in out.chunks_exact_mut(ng).enumerate() {
-        let mut ss = 0f32;
-        for v in grp.iter() {
-            ss = v.mul_add(*v, ss);
-        }
-        let inv = 1.0 / (ss / ng as f32 + p.eps).sqrt();
-        for (j, v) in grp.iter_mut().enumerate() {
-            *v = (*v * inv) * p.norm[gi * ng + j];
-        }
-    }
+    gate_norm(out, z, p.norm, p.norm_group, p.eps);
 }
 
 #[cfg(test)]
@@ -169,6 +203,10 @@ mod tests {
         scan_row(&xbc, &[0.0], &[100.0], shape, &p, &mut state, &mut out);
         let decay = exp(-1.0);
         assert_eq!(state, [2.0f32.mul_add(decay, 3.0), 4.0f32.mul_add(decay, 30.0)]);
+        // Before the gate and norm: y = x·D + s·C.
+        let (mut st, mut y) = ([2.0, 4.0], [0.0]);
+        scan_head(&[3.0], &[1.0, 10.0], &[0.5, 0.25], 0.0, 0.0, 0.5, -100.0, 1.0, &mut st, &mut y);
+        assert_eq!(y[0], 3.0f32.mul_add(0.5, dot16(&st, &[0.5, 0.25])));
         // A one-channel group normalizes to 1 times the weight (a positive value).
         assert!((out[0] - 1.0).abs() < 1e-6, "{out:?}");
     }
