@@ -6,42 +6,17 @@
 //! - drafted by context copies, alone and in shared rounds of eight sequences;
 //! - resumed from the prefix cache (a state snapshot every block) and after a preemption.
 
+mod tiny;
+
 use std::sync::Arc;
 use tf_backend_cpu::CpuBackend;
 use tf_core::Precision;
 use tf_engine::spec::{DraftTree, Proposer};
 use tf_engine::{CostTable, DraftConfig, Flow, GenOutput, GenRequest, Generator, OnToken, SamplingParams, Sequence};
-use tf_loader::hf_config::HfConfig;
-use tf_loader::safetensors::SafetensorsModel;
-use tf_models::{load_model, Model};
+use tf_models::Model;
+use tiny::requests;
 
 const BLOCK: usize = 16;
-
-fn load(be: &CpuBackend) -> Box<dyn Model> {
-    let dir = tf_testkit::repo_root().join("fixtures/tiny/nemotron_h");
-    let cfg = HfConfig::from_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let st = SafetensorsModel::open_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
-    load_model(be, &st, &cfg).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn requests(vocab: u32) -> Vec<GenRequest> {
-    (0..8u32)
-        .map(|i| {
-            let len = [5usize, 31, 12, 40][i as usize % 4] + i as usize;
-            let prompt: Vec<u32> = if i % 2 == 1 {
-                [9u32, 40, 77, 9, 40].iter().cycle().take(len).copied().collect()
-            } else {
-                (0..len as u32).map(|j| (j * 37 + i * 11 + 3) % vocab).collect()
-            };
-            let params = if i % 3 == 0 {
-                SamplingParams::greedy()
-            } else {
-                SamplingParams { temperature: 0.9, top_k: 20, seed: Some(i as u64), ..SamplingParams::default() }
-            };
-            GenRequest::new(prompt, params, 24)
-        })
-        .collect()
-}
 
 /// Serial solo replies, each on a fresh generator.
 fn serial(be: &CpuBackend, model: &dyn Model, reqs: &[GenRequest]) -> Vec<GenOutput> {
@@ -89,7 +64,7 @@ impl Proposer for Scripted {
 #[test]
 fn rejections_at_every_depth_roll_the_state_back() {
     let be = CpuBackend::new(2, Precision::Full);
-    let model = load(&be);
+    let model = tiny::load(&be, "nemotron_h");
     let vocab = model.vocab_size() as u32;
     let reqs = requests(vocab);
     let want = serial(&be, model.as_ref(), &reqs);
@@ -117,7 +92,7 @@ fn rejections_at_every_depth_roll_the_state_back() {
 #[test]
 fn context_copies_alone_and_shared_equal_serial_solo() {
     let be = CpuBackend::new(2, Precision::Checkpoint);
-    let model = load(&be);
+    let model = tiny::load(&be, "nemotron_h");
     let reqs = requests(model.vocab_size() as u32);
     let want = serial(&be, model.as_ref(), &reqs);
     let mut g = Generator::new(&be, model.as_ref(), 256, BLOCK).unwrap();
@@ -141,7 +116,7 @@ fn context_copies_alone_and_shared_equal_serial_solo() {
 #[test]
 fn prefix_cache_and_preemption_resume_from_kept_states() {
     let be = CpuBackend::new(2, Precision::Full);
-    let model = load(&be);
+    let model = tiny::load(&be, "nemotron_h");
     let vocab = model.vocab_size() as u32;
     let base: Vec<u32> = (0..50u32).map(|j| (j * 29 + 7) % vocab).collect();
     let reqs: Vec<GenRequest> = [0u32, 1, 2]

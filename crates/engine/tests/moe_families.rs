@@ -5,38 +5,12 @@
 //! run, whether drafted alone or drafted in shared rounds with the other seven (each round mixes rows that choose
 //! different experts).
 
+mod tiny;
+
 use tf_backend_cpu::CpuBackend;
 use tf_core::Precision;
-use tf_engine::{CostTable, DraftConfig, Flow, GenOutput, GenRequest, Generator, OnToken, SamplingParams};
-use tf_loader::hf_config::HfConfig;
-use tf_loader::safetensors::SafetensorsModel;
-use tf_models::{load_model, Model};
-
-fn load(be: &CpuBackend, family: &str) -> Box<dyn Model> {
-    let dir = tf_testkit::repo_root().join("fixtures/tiny").join(family);
-    let cfg = HfConfig::from_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let st = SafetensorsModel::open_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
-    load_model(be, &st, &cfg).unwrap_or_else(|e| panic!("{family}: {e}"))
-}
-
-fn requests(vocab: u32) -> Vec<GenRequest> {
-    (0..8u32)
-        .map(|i| {
-            let len = [5usize, 31, 12, 60][i as usize % 4] + i as usize;
-            let prompt: Vec<u32> = if i % 2 == 1 {
-                [9u32, 40, 77, 9, 40].iter().cycle().take(len).copied().collect()
-            } else {
-                (0..len as u32).map(|j| (j * 37 + i * 11 + 3) % vocab).collect()
-            };
-            let params = if i % 3 == 0 {
-                SamplingParams::greedy()
-            } else {
-                SamplingParams { temperature: 0.9, top_k: 20, seed: Some(i as u64), ..SamplingParams::default() }
-            };
-            GenRequest::new(prompt, params, 24)
-        })
-        .collect()
-}
+use tf_engine::{CostTable, DraftConfig, Flow, GenOutput, GenRequest, Generator, OnToken};
+use tiny::{load, requests};
 
 fn run(g: &mut Generator<'_>, reqs: &[GenRequest]) -> Vec<GenOutput> {
     let items: Vec<(GenRequest, OnToken<'_>)> =
