@@ -10,11 +10,16 @@
 //! from the block table (no per-position division), scores each K row against all the unit's heads with the
 //! AVX2 `dot16`, soft-caps and exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c`
 //! across `head_dim` with vector fmas, and merges into the running state.
+//!
+//! An f16 or q8_0 cache (docs/arithmetic.md "KV storage types") is read back to f32 per (row, chunk, kv head)
+//! into a unit's scratch rows, then the same loop runs on them: the rows of a prompt chunk share their chunk's
+//! leading slots, so a row reads back only the slots past those the previous row of the unit read.
 
 use crate::isa::Isa;
 use crate::{math, simd};
 use std::ops::Range;
 use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
+use tf_quant::reference::kv::KvView;
 use tf_quant::reference::math::exp;
 use tf_quant::reference::ops::{check_attention, in_window, KvLayer, ATTN_CHUNK};
 
@@ -24,7 +29,7 @@ const TILE_ROWS: usize = 8;
 const PAR_WORK: usize = 1 << 15;
 
 /// Checks every row's block table and tree list once (the reference panics on the same inputs).
-fn check_rows(kv: &KvLayer, meta: &AttnMeta) {
+fn check_rows(kv: &KvView, meta: &AttnMeta) {
     let bs = kv.block_size;
     let slots = kv.slots();
     for row in &meta.rows {
@@ -56,11 +61,14 @@ pub(crate) fn attention(
     pool: &crate::Pool,
     isa: Isa,
     q: &Tensor,
-    kv: &KvLayer,
+    kv: &KvView,
     meta: &AttnMeta,
     p: &AttnParams,
 ) -> Tensor {
-    check_attention(q, kv, meta, p);
+    // The shapes against `p` (the stored values are checked by `check_rows`).
+    let shape = KvLayer { k: &[], v: &[], block_size: kv.block_size, kv_heads: kv.kv_heads, head_dim: kv.head_dim };
+    check_attention(q, &shape, meta, p);
+    assert_eq!(kv.k.len(), kv.v.len(), "attention: K and V sizes");
     check_rows(kv, meta);
     let hd = p.head_dim;
     let group = p.heads / p.kv_heads;
@@ -313,7 +321,7 @@ impl<'a> Cursor<'a> {
 
 /// Computes one unit: hands each (row `i` of the unit, visited chunk) to `sink` in chunk order per row, as
 /// `m_c [heads]`, `l_c [heads]`, `o_c [heads, head_dim]`.
-fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: &Unit, sink: &mut ChunkSink) {
+fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &Unit, sink: &mut ChunkSink) {
     let hd = p.head_dim;
     let nh = u.heads.len();
     let group = p.heads / p.kv_heads;
@@ -337,6 +345,12 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
     let mut o_c = vec![0f32; nh * hd];
     let mut krows: Vec<&[f32]> = Vec::with_capacity(chunk);
     let mut vrows: Vec<&[f32]> = Vec::with_capacity(chunk);
+    // An f32 cache is read in place; another type is read back per kv head into `decoded`.
+    let f32_kv = kv.as_f32();
+    let mut decoded: Vec<Decoded> = Vec::new();
+    if f32_kv.is_none() {
+        decoded.resize_with(p.kv_heads, Decoded::default);
+    }
     // The chunk's `m_c` and `l_c` per head.
     let (mut m_c, mut l_c) = (vec![0f32; nh], vec![0f32; nh]);
     while let Some(c) = cursors.iter().filter_map(Cursor::next_chunk).min().filter(|&c| c < u.chunks.end) {
@@ -354,6 +368,16 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
                 let kvh = (u.heads.start + h0) / group;
                 let h1 = ((kvh + 1) * group - u.heads.start).min(nh);
                 assert!(h1 > h0, "attention unit: heads {:?} by kv head", u.heads);
+                let Some(kv) = &f32_kv else {
+                    let d = &mut decoded[kvh];
+                    d.load(kv, kvh, &slots);
+                    // K and V rows of the chunk read back, `[n]` slices of `[head_dim]`.
+                    let kr: Vec<&[f32]> = d.k.chunks_exact(hd).take(n).collect();
+                    let vr: Vec<&[f32]> = d.v.chunks_exact(hd).take(n).collect();
+                    heads_of_kv(isa, p, &kr, &vr, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                    h0 = h1;
+                    continue;
+                };
                 // K and V rows of the chunk, `[n]` slices of `[head_dim]`.
                 krows.clear();
                 krows.extend(slots.iter().map(|&slot| kv.k_at(slot, kvh)));
@@ -374,6 +398,34 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvLayer, meta: &AttnMeta, p: &AttnParams, u: 
             }
             sink(i, &m_c, &l_c, &o_c);
         }
+    }
+}
+
+/// One kv head's K and V read back to f32 for the slots of a chunk: rows `0..slots.len()` of `k`, `v`
+/// (`[256, head_dim]` each) hold the values of `slots`, in order.
+#[derive(Default)]
+struct Decoded {
+    slots: Vec<u32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Decoded {
+    /// Holds `slots [≤ 256]` of kv head `kvh` afterwards, reading back only the slots past the leading ones it
+    /// already holds (reading back is exact, so a held row equals a fresh read).
+    fn load(&mut self, kv: &KvView, kvh: usize, slots: &[u32]) {
+        let hd = kv.head_dim;
+        if self.k.is_empty() {
+            self.k = vec![0f32; ATTN_CHUNK as usize * hd];
+            self.v = vec![0f32; ATTN_CHUNK as usize * hd];
+        }
+        let keep = self.slots.iter().zip(slots).take_while(|(a, b)| a == b).count();
+        for (j, &slot) in slots.iter().enumerate().skip(keep) {
+            kv.k_row(slot, kvh, &mut self.k[j * hd..(j + 1) * hd]);
+            kv.v_row(slot, kvh, &mut self.v[j * hd..(j + 1) * hd]);
+        }
+        self.slots.truncate(keep);
+        self.slots.extend_from_slice(&slots[keep..]);
     }
 }
 

@@ -1,5 +1,8 @@
-//! The CPU paged KV store: per layer, f32 K and V of `[slots, kv_heads, head_dim]` with
-//! `slots = blocks · block_size` (slot `s`, kv head `h` at `(s · kv_heads + h) · head_dim`).
+//! The CPU paged KV store: per layer, K and V of `[slots, kv_heads, head_dim]` values with
+//! `slots = blocks · block_size` (slot `s`, kv head `h` at `(s · kv_heads + h) · head_dim`), stored as the
+//! backend's [`KvType`]: f32, f16 bits, or q8_0 (scales `[slots, kv_heads, head_dim / 32]` as f16 bits beside
+//! `i8` quants `[slots, kv_heads, head_dim]`). Each row is rounded when written, from its own values only
+//! (`tf_quant::reference::kv`), so the stored bits of a slot never depend on other rows.
 //!
 //! `Backend::kv_write` takes `&mut KvCache` but the storage sits behind a shared `Arc<dyn Any>`, so each layer is
 //! an `RwLock`: writes take it exclusively, attention reads share it. The lock is uncontended in practice (the
@@ -7,59 +10,120 @@
 
 use std::sync::{RwLock, RwLockReadGuard};
 use tf_core::{BackendError, KvCache, KvSpec, Tensor};
-use tf_quant::reference::ops::KvLayer;
+use tf_quant::reference::kv::{encode_f16, encode_q8_0, KvData, KvType, KvView, Q8_0_BLOCK};
 
-/// One layer's K and V, each `[slots, kv_heads, head_dim]`.
+/// K or V of one layer in its storage type.
+pub enum KvBuf {
+    /// `[slots, kv_heads, head_dim]`.
+    F32(Vec<f32>),
+    /// `[slots, kv_heads, head_dim]` f16 bits.
+    F16(Vec<u16>),
+    /// Scales `d [slots, kv_heads, head_dim / 32]` (f16 bits), quants `q [slots, kv_heads, head_dim]`.
+    Q8_0 { d: Vec<u16>, q: Vec<i8> },
+}
+
+impl KvBuf {
+    /// A zeroed buffer of `n` values.
+    fn zeroed(ty: KvType, n: usize) -> Result<KvBuf, BackendError> {
+        Ok(match ty {
+            KvType::F32 => KvBuf::F32(zeroed(n)?),
+            KvType::F16 => KvBuf::F16(zeroed(n)?),
+            KvType::Q8_0 => KvBuf::Q8_0 { d: zeroed(n / Q8_0_BLOCK)?, q: zeroed(n)? },
+        })
+    }
+
+    fn data(&self) -> KvData<'_> {
+        match self {
+            KvBuf::F32(x) => KvData::F32(x),
+            KvBuf::F16(x) => KvData::F16(x),
+            KvBuf::Q8_0 { d, q } => KvData::Q8_0 { d, q },
+        }
+    }
+
+    /// Rounds `x` (whole kv heads' rows) into values `start .. start + x.len()`.
+    fn encode(&mut self, start: usize, x: &[f32]) {
+        let end = start + x.len();
+        match self {
+            KvBuf::F32(b) => b[start..end].copy_from_slice(x),
+            KvBuf::F16(b) => encode_f16(x, &mut b[start..end]),
+            KvBuf::Q8_0 { d, q } => {
+                encode_q8_0(x, &mut d[start / Q8_0_BLOCK..end / Q8_0_BLOCK], &mut q[start..end]);
+            }
+        }
+    }
+
+    /// Copies the stored values `a .. a + n` to `b .. b + n` (whole rows), bit for bit.
+    fn copy_within(&mut self, a: usize, b: usize, n: usize) {
+        match self {
+            KvBuf::F32(x) => x.copy_within(a..a + n, b),
+            KvBuf::F16(x) => x.copy_within(a..a + n, b),
+            KvBuf::Q8_0 { d, q } => {
+                let (ab, bb, nb) = (a / Q8_0_BLOCK, b / Q8_0_BLOCK, n / Q8_0_BLOCK);
+                d.copy_within(ab..ab + nb, bb);
+                q.copy_within(a..a + n, b);
+            }
+        }
+    }
+}
+
+/// One layer's K and V, each `[slots, kv_heads, head_dim]` values.
 pub struct LayerKv {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvBuf,
+    pub v: KvBuf,
 }
 
 /// The storage behind a CPU [`KvCache`].
 pub struct CpuKv {
     pub spec: KvSpec,
+    pub ty: KvType,
     layers: Vec<RwLock<LayerKv>>,
 }
 
-/// A zeroed `Vec<f32>` of `n` elements from `alloc_zeroed`, every page touched at once (the OS hands out zero
-/// pages lazily; touching them now makes the pool resident from the start, so the process's RSS is the memory it
-/// holds and no decode step waits on first-touch page faults), or an error instead of an abort when memory runs
-/// out.
-fn zeroed_f32(n: usize) -> Result<Vec<f32>, BackendError> {
+/// Element types whose all-zero bit pattern is the value zero.
+trait ZeroBits: Copy {}
+impl ZeroBits for f32 {}
+impl ZeroBits for u16 {}
+impl ZeroBits for i8 {}
+
+/// A zeroed `Vec` of `n` elements from `alloc_zeroed`, every page touched at once (the OS hands out zero pages
+/// lazily; touching them now makes the pool resident from the start, so the process's RSS is the memory it holds
+/// and no decode step waits on first-touch page faults), or an error instead of an abort when memory runs out.
+fn zeroed<T: ZeroBits>(n: usize) -> Result<Vec<T>, BackendError> {
     if n == 0 {
         return Ok(Vec::new());
     }
-    let layout = std::alloc::Layout::array::<f32>(n)
-        .map_err(|_| BackendError(format!("KV cache of {n} floats per layer is too large")))?;
+    let layout = std::alloc::Layout::array::<T>(n)
+        .map_err(|_| BackendError(format!("KV cache of {n} values per layer is too large")))?;
     // SAFETY: `layout` has a non-zero size.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut f32;
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
     if ptr.is_null() {
         return Err(BackendError(format!("out of memory allocating {} bytes of KV cache", layout.size())));
     }
-    const PAGE_FLOATS: usize = 4096 / std::mem::size_of::<f32>();
-    for i in (0..n).step_by(PAGE_FLOATS) {
-        // SAFETY: `i < n`, inside the allocation; a volatile write so the touch is not folded into the
-        // allocation.
-        unsafe { std::ptr::write_volatile(ptr.add(i), 0.0) };
+    for i in (0..layout.size()).step_by(4096) {
+        // SAFETY: `i < layout.size()`, inside the allocation; a volatile write so the touch is not folded into
+        // the allocation.
+        unsafe { std::ptr::write_volatile(ptr.add(i), 0u8) };
     }
-    // SAFETY: `ptr` comes from the global allocator with `Layout::array::<f32>(n)`, the layout `Vec<f32>` uses
-    // for capacity `n`; all `n` elements are initialized (all-zero bits are `0.0f32`).
-    Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
+    // SAFETY: `ptr` comes from the global allocator with `Layout::array::<T>(n)`, the layout `Vec<T>` uses for
+    // capacity `n`; all `n` elements are initialized (all-zero bits are a zero `T`, by `ZeroBits`).
+    Ok(unsafe { Vec::from_raw_parts(ptr as *mut T, n, n) })
 }
 
 impl CpuKv {
-    /// Floats per layer for K (and for V).
+    /// Values per layer for K (and for V).
     fn layer_len(spec: &KvSpec) -> Option<usize> {
         spec.blocks.checked_mul(spec.block_size)?.checked_mul(spec.kv_heads)?.checked_mul(spec.head_dim)
     }
 
-    pub fn alloc(spec: KvSpec) -> Result<CpuKv, BackendError> {
+    /// A zeroed pool of `spec` stored as `ty` (an error when `ty` cannot store rows of `spec.head_dim`).
+    pub fn alloc(spec: KvSpec, ty: KvType) -> Result<CpuKv, BackendError> {
+        ty.check(spec.head_dim).map_err(BackendError)?;
         let n = Self::layer_len(&spec).ok_or_else(|| BackendError(format!("KV cache {spec:?} is too large")))?;
         let mut layers = Vec::with_capacity(spec.layers);
         for _ in 0..spec.layers {
-            layers.push(RwLock::new(LayerKv { k: zeroed_f32(n)?, v: zeroed_f32(n)? }));
+            layers.push(RwLock::new(LayerKv { k: KvBuf::zeroed(ty, n)?, v: KvBuf::zeroed(ty, n)? }));
         }
-        Ok(CpuKv { spec, layers })
+        Ok(CpuKv { spec, ty, layers })
     }
 
     /// Token slots in the pool.
@@ -74,10 +138,10 @@ impl CpuKv {
     }
 
     /// The reference's view of a read-locked layer.
-    pub fn view<'a>(&self, l: &'a LayerKv) -> KvLayer<'a> {
-        KvLayer {
-            k: &l.k,
-            v: &l.v,
+    pub fn view<'a>(&self, l: &'a LayerKv) -> KvView<'a> {
+        KvView {
+            k: l.k.data(),
+            v: l.v.data(),
             block_size: self.spec.block_size,
             kv_heads: self.spec.kv_heads,
             head_dim: self.spec.head_dim,
@@ -106,8 +170,8 @@ impl CpuKv {
         for (r, &slot) in slots.iter().enumerate() {
             let s = slot as usize;
             assert!(s < total, "kv_write: slot {s} outside the pool of {total}");
-            l.k[s * width..(s + 1) * width].copy_from_slice(k.row(r));
-            l.v[s * width..(s + 1) * width].copy_from_slice(v.row(r));
+            l.k.encode(s * width, k.row(r));
+            l.v.encode(s * width, v.row(r));
         }
     }
 }
@@ -123,8 +187,8 @@ impl CpuKv {
             for (&a, &b) in src.iter().zip(dst) {
                 let (a, b) = (a as usize, b as usize);
                 assert!(a < total && b < total, "kv_copy: slot {a} or {b} outside the pool of {total}");
-                l.k.copy_within(a * width..(a + 1) * width, b * width);
-                l.v.copy_within(a * width..(a + 1) * width, b * width);
+                l.k.copy_within(a * width, b * width, width);
+                l.v.copy_within(a * width, b * width, width);
             }
         }
     }
@@ -139,36 +203,66 @@ pub fn cpu_kv(kv: &KvCache) -> &CpuKv {
 mod tests {
     use super::*;
 
-    #[test]
-    fn copy_moves_every_layer_bit_for_bit_in_order() {
-        let spec = KvSpec { layers: 3, blocks: 4, block_size: 4, kv_heads: 2, head_dim: 3 };
-        let kv = CpuKv::alloc(spec).unwrap();
-        let width = 6;
-        let slots: Vec<u32> = (0..16).collect();
-        for layer in 0..3 {
-            let vals = |salt: f32| -> Tensor {
-                let v = (0..16 * width)
-                    .map(|i| f32::from_bits((i as u32).wrapping_mul(2654435761) ^ salt.to_bits()))
-                    .collect();
-                Tensor::host(16, width, v)
-            };
-            kv.write(layer, &vals(layer as f32 + 1.0), &vals(-(layer as f32) - 7.0), &slots);
-        }
-        let before: Vec<(Vec<f32>, Vec<f32>)> = (0..3).map(|l| (kv.read(l).k.clone(), kv.read(l).v.clone())).collect();
-        // 9 → 2 then 2 → 5: applied in order, so slot 5 gets slot 9's values.
-        kv.copy(&[9, 2, 14], &[2, 5, 0]);
-        for (l, (k0, v0)) in before.iter().enumerate() {
-            let g = kv.read(l);
-            let row =
-                |x: &[f32], s: usize| x[s * width..(s + 1) * width].iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(row(&g.k, 2), row(k0, 9));
-            assert_eq!(row(&g.k, 5), row(k0, 9));
-            assert_eq!(row(&g.v, 0), row(v0, 14));
-            assert_eq!(row(&g.v, 9), row(v0, 9));
-            for s in [1, 3, 4, 6, 7, 8, 10, 15] {
-                assert_eq!(row(&g.k, s), row(k0, s));
-                assert_eq!(row(&g.v, s), row(v0, s));
+    /// The stored bits of values `s·width .. (s + 1)·width` (q8_0: the row's scales, then its quants).
+    fn raw(b: &KvBuf, s: usize, width: usize) -> Vec<u32> {
+        let r = s * width..(s + 1) * width;
+        match b {
+            KvBuf::F32(x) => x[r].iter().map(|f| f.to_bits()).collect(),
+            KvBuf::F16(x) => x[r].iter().map(|&h| h as u32).collect(),
+            KvBuf::Q8_0 { d, q } => {
+                let rd = r.start / Q8_0_BLOCK..r.end / Q8_0_BLOCK;
+                d[rd].iter().map(|&h| h as u32).chain(q[r].iter().map(|&v| v as u8 as u32)).collect()
             }
         }
+    }
+
+    #[test]
+    fn copy_moves_every_layer_bit_for_bit_in_order() {
+        for ty in KvType::ALL {
+            // head_dim 32 (one q8_0 block per head), 2 kv heads: rows of 64 values.
+            let spec = KvSpec { layers: 3, blocks: 4, block_size: 4, kv_heads: 2, head_dim: 32 };
+            let kv = CpuKv::alloc(spec, ty).unwrap();
+            let width = 64;
+            let slots: Vec<u32> = (0..16).collect();
+            for layer in 0..3 {
+                // [16, 64]: finite values of every magnitude.
+                let vals = |salt: u32| -> Tensor {
+                    let v = (0..16 * width)
+                        .map(|i| {
+                            let b = (i as u32).wrapping_mul(2654435761) ^ salt;
+                            f32::from_bits((b & 0x807f_ffff) | ((b >> 24) % 200 + 20) << 23)
+                        })
+                        .collect();
+                    Tensor::host(16, width, v)
+                };
+                kv.write(layer, &vals(layer as u32 + 1), &vals(layer as u32 * 77 + 7), &slots);
+            }
+            let before: Vec<Vec<(Vec<u32>, Vec<u32>)>> = (0..3)
+                .map(|l| {
+                    let g = kv.read(l);
+                    (0..16).map(|s| (raw(&g.k, s, width), raw(&g.v, s, width))).collect()
+                })
+                .collect();
+            // 9 → 2 then 2 → 5: applied in order, so slot 5 gets slot 9's values.
+            kv.copy(&[9, 2, 14], &[2, 5, 0]);
+            for (l, rows) in before.iter().enumerate() {
+                let g = kv.read(l);
+                assert_eq!(raw(&g.k, 2, width), rows[9].0, "{ty:?}");
+                assert_eq!(raw(&g.k, 5, width), rows[9].0, "{ty:?}");
+                assert_eq!(raw(&g.v, 0, width), rows[14].1, "{ty:?}");
+                assert_eq!(raw(&g.v, 9, width), rows[9].1, "{ty:?}");
+                for s in [1, 3, 4, 6, 7, 8, 10, 15] {
+                    assert_eq!(raw(&g.k, s, width), rows[s].0, "{ty:?}");
+                    assert_eq!(raw(&g.v, s, width), rows[s].1, "{ty:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q8_0_refuses_partial_blocks() {
+        let spec = KvSpec { layers: 1, blocks: 1, block_size: 4, kv_heads: 1, head_dim: 48 };
+        assert!(CpuKv::alloc(spec, KvType::Q8_0).is_err());
+        assert!(CpuKv::alloc(spec, KvType::F16).is_ok());
     }
 }

@@ -30,6 +30,7 @@ pub use isa::Isa;
 pub use kv::CpuKv;
 pub use matmul::CpuWeight;
 pub use pool::Pool;
+pub use tf_quant::reference::kv::KvType;
 
 /// Below this many elements an op runs on the calling thread (waking the pool costs more than the work).
 const PAR_MIN: usize = 1 << 14;
@@ -93,12 +94,14 @@ impl VectorCache {
     }
 }
 
-/// The CPU backend: an ISA level, a precision mode and a pool of `threads` threads (the caller's included).
+/// The CPU backend: an ISA level, a precision mode, a KV storage type and a pool of `threads` threads (the
+/// caller's included).
 pub struct CpuBackend {
     pool: Pool,
     threads: usize,
     isa: Isa,
     precision: Precision,
+    kv_type: KvType,
     rope: rope::RopeCache,
     vectors: VectorCache,
 }
@@ -115,7 +118,19 @@ impl CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU cannot run {}", isa.name());
         let threads = if threads == 0 { pool::default_threads() } else { threads };
         let pool = Pool::new(threads);
-        CpuBackend { pool, threads, isa, precision, rope: Default::default(), vectors: Default::default() }
+        let (rope, vectors) = (Default::default(), Default::default());
+        CpuBackend { pool, threads, isa, precision, kv_type: KvType::F32, rope, vectors }
+    }
+
+    /// The backend storing its KV caches as `ty` (f32 unless set): each type is its own arithmetic
+    /// (docs/arithmetic.md "KV storage types").
+    pub fn with_kv_type(mut self, ty: KvType) -> CpuBackend {
+        self.kv_type = ty;
+        self
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     pub fn isa(&self) -> Isa {
@@ -129,7 +144,10 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     fn describe(&self) -> String {
-        format!("cpu ({}, {} threads)", self.isa.name(), self.threads)
+        match self.kv_type {
+            KvType::F32 => format!("cpu ({}, {} threads)", self.isa.name(), self.threads),
+            ty => format!("cpu ({}, {} threads, {} KV)", self.isa.name(), self.threads, ty.name()),
+        }
     }
 
     fn precision(&self) -> Precision {
@@ -182,7 +200,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv(&self, spec: KvSpec) -> Result<KvCache, BackendError> {
-        Ok(KvCache { spec, storage: Arc::new(CpuKv::alloc(spec)?), states: None })
+        Ok(KvCache { spec, storage: Arc::new(CpuKv::alloc(spec, self.kv_type)?), states: None })
     }
 
     fn kv_write(&self, kv: &mut KvCache, layer: usize, k: &Tensor, v: &Tensor, slots: &[u32]) {
