@@ -100,7 +100,7 @@ pub struct ModelArgs {
     pub arithmetic: Arithmetic,
     /// `auto` (the MODEL's files) or `dummy`: random weights with the shapes of MODEL's config.json (a directory
     /// or the file itself; no weight files are read), for timing real shapes such as Qwen2.5-7B without their
-    /// weights. Families llama, mistral, qwen2, qwen3. The output is noise; the speed is real.
+    /// weights. Families llama, mistral, qwen2, qwen3, qwen3_moe, nemotron_h. The output is noise; the speed is real.
     #[arg(long, default_value = "auto", value_parser = ["auto", "dummy"])]
     pub load_format: String,
     /// Seed of the dummy weights (the same seed gives the same bits).

@@ -7,7 +7,8 @@
 //! per layer input and post-attention norms, q/k/v/o projections (q/k/v biases for qwen2 or `attention_bias`,
 //! per-head q/k norms for qwen3 and qwen3_moe), gate/up/down projections, or in Qwen3-MoE's sparse layers a router
 //! and `num_experts` experts of `moe_intermediate_size`; the embedding table, the final norm and `lm_head` unless
-//! the embeddings are tied.
+//! the embeddings are tied. Nemotron-H (`nemotron_h`) has its own layout of Mamba-2, attention and MLP layers
+//! ([`nemotron_h_specs`]).
 //!
 //! Deterministic from a seed: the bytes are generated in fixed chunks, each from its own generator keyed by
 //! (seed, tensor index, chunk index), so any thread count gives the same bits.
@@ -65,10 +66,14 @@ impl DummyWeights {
             return Err(err(format!("no random generator for {dtype}")));
         }
         let mt = cfg.model_type.as_str();
-        if !matches!(mt, "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe") {
+        if !matches!(mt, "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe" | "nemotron_h") {
             return Err(err(format!(
-                "model_type {mt:?} has no dummy layout (llama, mistral, qwen2, qwen3, qwen3_moe)"
+                "model_type {mt:?} has no dummy layout (llama, mistral, qwen2, qwen3, qwen3_moe, nemotron_h)"
             )));
+        }
+        let small = if matches!(dtype, DType::BF16 | DType::F16 | DType::F32) { dtype } else { DType::F32 };
+        if mt == "nemotron_h" {
+            return Ok(Self::generate(nemotron_h_specs(cfg, dtype, small).map_err(err)?, seed, dtype));
         }
         // Qwen3-MoE: experts, their width, and which layers are sparse (`mlp_only_layers`, `decoder_sparse_step`).
         let count = |k: &str| cfg.get_f64(k).map(|x| x as usize);
@@ -89,7 +94,6 @@ impl DummyWeights {
         } else {
             None
         };
-        let small = if matches!(dtype, DType::BF16 | DType::F16 | DType::F32) { dtype } else { DType::F32 };
         let (h, f, v) = (cfg.hidden_size as usize, cfg.intermediate_size as usize, cfg.vocab_size as usize);
         let (nq, nkv, dh) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
         let bias = mt == "qwen2" || cfg.attention_bias == Some(true);
@@ -102,7 +106,7 @@ impl DummyWeights {
         // (name, dtype, shape outermost-first, role). Embeddings and lm_head [V, H]; norms [H]; q [Nq·Dh, H],
         // k and v [Nkv·Dh, H], their biases [out]; qwen3's q/k norms [Dh]; o [H, Nq·Dh]; gate and up [F, H];
         // down [H, F].
-        let mut specs: Vec<(String, DType, Vec<usize>, Role)> = vec![
+        let mut specs: Vec<Spec> = vec![
             ("model.embed_tokens.weight".into(), dtype, vec![v, h], Role::Matrix),
             ("model.norm.weight".into(), small, vec![h], Role::Norm),
         ];
@@ -143,6 +147,11 @@ impl DummyWeights {
                 }
             }
         }
+        Ok(Self::generate(specs, seed, dtype))
+    }
+
+    /// The bytes of every (name, type, shape, role), each (tensor, chunk) from its own generator.
+    fn generate(specs: Vec<Spec>, seed: u64, dtype: DType) -> DummyWeights {
         let mut infos = Vec::with_capacity(specs.len());
         let mut data = Vec::with_capacity(specs.len());
         let mut roles = Vec::with_capacity(specs.len());
@@ -171,7 +180,7 @@ impl DummyWeights {
                 });
             }
         });
-        Ok(DummyWeights { infos, data, seed, dtype })
+        DummyWeights { infos, data, seed, dtype }
     }
 
     /// Bytes of all tensors together.
@@ -202,6 +211,85 @@ impl WeightSource for DummyWeights {
         let i = self.infos.iter().position(|t| t.name == name);
         i.map(|i| &self.data[i][..]).ok_or_else(|| WeightsError::new("dummy", Some(name), "no such tensor"))
     }
+}
+
+/// One tensor to generate: name, type, shape (outermost first), role.
+type Spec = (String, DType, Vec<usize>, Role);
+
+/// Nemotron-H's layout (`layers_block_type` or `hybrid_override_pattern`): per layer a norm and one mixer under
+/// `backbone.layers.{l}.mixer.`: Mamba-2 (`in_proj [I + conv_dim + heads, H]`, `conv1d` `[conv_dim, 1, K]` and its
+/// bias, `A_log`, `D`, `dt_bias` `[heads]`, the gated norm `[I]`, `out_proj [H, I]`), attention (q `[Nq·Dh, H]`,
+/// k and v `[Nkv·Dh, H]`, o `[H, Nq·Dh]`) or a squared-ReLU MLP (up `[F, H]`, down `[H, F]`); the embeddings, the
+/// final norm and `lm_head`. The per-head SSM vectors are kept in `small` (a float type) as checkpoints keep them.
+fn nemotron_h_specs(cfg: &HfConfig, dtype: DType, small: DType) -> Result<Vec<Spec>, String> {
+    let count = |k: &str| cfg.get_f64(k).map(|x| x as usize).ok_or_else(|| format!("{k} missing"));
+    let kinds: Vec<char> = match tf_core::ConfigView::get_str_array(cfg, "layers_block_type") {
+        Some(list) => list
+            .iter()
+            .map(|t| match t.as_str() {
+                "mamba" | "linear_attention" => Ok('M'),
+                "attention" | "full_attention" => Ok('*'),
+                "mlp" => Ok('-'),
+                other => Err(format!("layer type {other:?} has no dummy layout")),
+            })
+            .collect::<Result<_, _>>()?,
+        None => tf_core::ConfigView::get_str(cfg, "hybrid_override_pattern")
+            .ok_or("layers_block_type missing")?
+            .chars()
+            .collect(),
+    };
+    let (h, f, v) = (cfg.hidden_size as usize, cfg.intermediate_size as usize, cfg.vocab_size as usize);
+    let (nq, nkv, dh) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
+    let (heads, hd, groups, ds, k) = (
+        count("mamba_num_heads")?,
+        count("mamba_head_dim")?,
+        count("n_groups")?,
+        count("ssm_state_size")?,
+        count("conv_kernel")?,
+    );
+    let (inner, block) = (heads * hd, dtype.block_size());
+    let cd = inner + 2 * groups * ds;
+    for (what, n) in
+        [("hidden_size", h), ("intermediate_size", f), ("mamba inner width", inner), ("heads × head_dim", nq * dh)]
+    {
+        if n % block != 0 {
+            return Err(format!("{what} {n} is not a whole number of {dtype} blocks of {block}"));
+        }
+    }
+    let mut specs: Vec<Spec> = vec![
+        ("backbone.embeddings.weight".into(), dtype, vec![v, h], Role::Matrix),
+        ("backbone.norm_f.weight".into(), small, vec![h], Role::Norm),
+        ("lm_head.weight".into(), dtype, vec![v, h], Role::Matrix),
+    ];
+    for (l, kind) in kinds.iter().enumerate() {
+        let p = format!("backbone.layers.{l}.");
+        specs.push((format!("{p}norm.weight"), small, vec![h], Role::Norm));
+        let m = format!("{p}mixer.");
+        match kind {
+            'M' => {
+                specs.push((format!("{m}in_proj.weight"), dtype, vec![inner + cd + heads, h], Role::Matrix));
+                specs.push((format!("{m}conv1d.weight"), small, vec![cd, 1, k], Role::Matrix));
+                specs.push((format!("{m}conv1d.bias"), small, vec![cd], Role::Bias));
+                specs.push((format!("{m}A_log"), small, vec![heads], Role::Norm));
+                specs.push((format!("{m}D"), small, vec![heads], Role::Norm));
+                specs.push((format!("{m}dt_bias"), small, vec![heads], Role::Bias));
+                specs.push((format!("{m}norm.weight"), small, vec![inner], Role::Norm));
+                specs.push((format!("{m}out_proj.weight"), dtype, vec![h, inner], Role::Matrix));
+            }
+            '*' => {
+                for (n, out) in [("q", nq * dh), ("k", nkv * dh), ("v", nkv * dh)] {
+                    specs.push((format!("{m}{n}_proj.weight"), dtype, vec![out, h], Role::Matrix));
+                }
+                specs.push((format!("{m}o_proj.weight"), dtype, vec![h, nq * dh], Role::Matrix));
+            }
+            '-' => {
+                specs.push((format!("{m}up_proj.weight"), dtype, vec![f, h], Role::Matrix));
+                specs.push((format!("{m}down_proj.weight"), dtype, vec![h, f], Role::Matrix));
+            }
+            other => return Err(format!("layer code {other:?} has no dummy layout")),
+        }
+    }
+    Ok(specs)
 }
 
 /// splitmix64's finalizer.
