@@ -255,7 +255,8 @@ fn forcing(st: &AppState, format: ToolFormat, tools: &[Tool], parallel: bool) ->
     // Only control tokens are referenced by id; other markers (Qwen's `<tool_call>` is an ordinary added token)
     // are matched as their text, which the tokenizer spells as that one token.
     let special = |m: &str| tok.id_of(m).filter(|&id| tok.token_kind(id).is_some_and(|k| k.is_special()));
-    let lark = tool_call_grammar(format, &specs, parallel, &special);
+    let named = st.model.template.as_ref().is_some_and(|t| format.writes_named_calls(t.source()));
+    let lark = tool_call_grammar(format, named, &specs, parallel, &special);
     OutputGrammar { grammar: Grammar::Lark(lark), param: "tools".into() }
 }
 

@@ -3,6 +3,10 @@
 //! `{"name": <const>, "arguments": <that tool's parameters schema>}`, one alternative per offered tool. The JSON
 //! is laid out as Python's `json.dumps` does (`", "` and `": "`), the layout chat templates render calls in.
 //!
+//! Mistral's named syntax (tokenizer v11 and later, [`ToolFormat::writes_named_calls`]) writes the name outside
+//! the JSON: `[TOOL_CALLS]NAME[ARGS]` then `%json` of that tool's parameters schema, one alternative per tool,
+//! repeated (each call behind its own `[TOOL_CALLS]`) when `parallel`.
+//!
 //! Harmony (gpt-oss) names the function in the message header, so its body is `%json` of that tool's parameters
 //! schema alone: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{ARGS}`, one alternative per
 //! tool, after an optional `analysis` message (`<|channel|>analysis<|message|>…<|end|><|start|>assistant`), so
@@ -21,10 +25,12 @@ pub struct ToolSpec<'a> {
 }
 
 /// The Lark grammar accepting one call of any of `tools` (one or more when `parallel`) in `format`, and
-/// nothing else. `token_id` gives the id of a marker that is a single special (control) token of the vocabulary
-/// (written `<[id]>`, so the grammar asks for that token); other markers are matched as text.
+/// nothing else. `named` picks Mistral's named syntax over its JSON list (other formats ignore it). `token_id`
+/// gives the id of a marker that is a single special (control) token of the vocabulary (written `<[id]>`, so
+/// the grammar asks for that token); other markers are matched as text.
 pub fn tool_call_grammar(
     format: ToolFormat,
+    named: bool,
     tools: &[ToolSpec<'_>],
     parallel: bool,
     token_id: &dyn Fn(&str) -> Option<u32>,
@@ -43,6 +49,7 @@ pub fn tool_call_grammar(
     let layout = json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false});
     match format {
         ToolFormat::Harmony => harmony_grammar(tools, &marker),
+        ToolFormat::Mistral if named => mistral_named_grammar(tools, parallel, &marker),
         ToolFormat::Hermes => {
             let mut schema = one;
             set_layout(&mut schema, &layout);
@@ -103,6 +110,22 @@ fn harmony_grammar(tools: &[ToolSpec<'_>], marker: &dyn Fn(&str) -> String) -> S
     g
 }
 
+/// Mistral's named syntax (see the module documentation).
+fn mistral_named_grammar(tools: &[ToolSpec<'_>], parallel: bool, marker: &dyn Fn(&str) -> String) -> String {
+    let repeat = if parallel { " call*" } else { "" };
+    let mut g = format!(
+        "start: call{repeat}\ncall: {} ({})\n",
+        marker("[TOOL_CALLS]"),
+        (0..tools.len()).map(|i| format!("call_{i}")).collect::<Vec<_>>().join(" | "),
+    );
+    for (i, t) in tools.iter().enumerate() {
+        let mut params = t.parameters.cloned().unwrap_or_else(|| json!({"type": "object"}));
+        set_layout(&mut params, &json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false}));
+        g.push_str(&format!("call_{i}: {} {} %json {params}\n", lark_string(t.name), marker("[ARGS]")));
+    }
+    g
+}
+
 /// `{"name": const, <key>: parameters}`, both required, nothing else.
 fn call_schema(t: &ToolSpec<'_>, key: &str) -> Json {
     let params = t.parameters.cloned().unwrap_or_else(|| json!({"type": "object"}));
@@ -137,7 +160,7 @@ mod tests {
             "</tool_call>" => Some(151658),
             _ => None,
         };
-        let g = tool_call_grammar(ToolFormat::Hermes, &tools, false, &ids);
+        let g = tool_call_grammar(ToolFormat::Hermes, false, &tools, false, &ids);
         let lines: Vec<&str> = g.lines().collect();
         assert_eq!(lines[0], "start: call");
         assert_eq!(lines[1], "call: <[151657]> \"\\n\" args \"\\n\" <[151658]>");
@@ -147,7 +170,7 @@ mod tests {
         assert_eq!(schema["anyOf"][1]["properties"]["arguments"], json!({"type": "object"}));
         assert_eq!(schema["anyOf"][1]["required"], json!(["name", "arguments"]));
         assert_eq!(schema["x-guidance"]["key_separator"], ": ");
-        let g = tool_call_grammar(ToolFormat::Hermes, &tools[..1], true, &|_| None);
+        let g = tool_call_grammar(ToolFormat::Hermes, false, &tools[..1], true, &|_| None);
         assert!(g.starts_with("start: call (\"\\n\" call)*\ncall: \"<tool_call>\" \"\\n\" args"), "{g}");
         let schema: Json =
             serde_json::from_str(g.lines().nth(2).unwrap().strip_prefix("args: %json ").unwrap()).unwrap();
@@ -157,13 +180,48 @@ mod tests {
     #[test]
     fn llama3_and_mistral_grammars() {
         let tools = [ToolSpec { name: "f", parameters: None }];
-        let g = tool_call_grammar(ToolFormat::Llama3, &tools, true, &|_| None);
+        let g = tool_call_grammar(ToolFormat::Llama3, false, &tools, true, &|_| None);
         assert!(g.starts_with("start: call (\"; \" call)*\ncall: %json {"), "{g}");
         assert!(g.contains("\"parameters\":{\"type\":\"object\"}"), "{g}");
-        let g = tool_call_grammar(ToolFormat::Mistral, &tools, false, &|t| (t == "[TOOL_CALLS]").then_some(5));
+        let g = tool_call_grammar(ToolFormat::Mistral, false, &tools, false, &|t| (t == "[TOOL_CALLS]").then_some(5));
         assert!(g.starts_with("start: <[5]> calls\ncalls: %json {\"type\":\"array\""), "{g}");
         let list: Json =
             serde_json::from_str(g.lines().nth(1).unwrap().strip_prefix("calls: %json ").unwrap()).unwrap();
         assert_eq!((list["minItems"].clone(), list["maxItems"].clone()), (json!(1), json!(1)));
+    }
+
+    #[test]
+    fn mistral_named_grammar_writes_name_then_args() {
+        let p = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let tools =
+            [ToolSpec { name: "get_weather", parameters: Some(&p) }, ToolSpec { name: "noop", parameters: None }];
+        let ids = |t: &str| match t {
+            "[TOOL_CALLS]" => Some(9),
+            "[ARGS]" => Some(32),
+            _ => None,
+        };
+        let g = tool_call_grammar(ToolFormat::Mistral, true, &tools, false, &ids);
+        let lines: Vec<&str> = g.lines().collect();
+        assert_eq!(lines[..2], ["start: call", "call: <[9]> (call_0 | call_1)"]);
+        let schema: Json =
+            serde_json::from_str(lines[2].strip_prefix("call_0: \"get_weather\" <[32]> %json ").unwrap()).unwrap();
+        assert_eq!(schema["properties"], p["properties"]);
+        assert_eq!(schema["x-guidance"]["item_separator"], ", ");
+        let schema: Json =
+            serde_json::from_str(lines[3].strip_prefix("call_1: \"noop\" <[32]> %json ").unwrap()).unwrap();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(lines.len(), 4);
+        // Several calls, each behind its own marker; markers that are not one token are text.
+        let g = tool_call_grammar(ToolFormat::Mistral, true, &tools[..1], true, &|_| None);
+        assert!(
+            g.starts_with(
+                "start: call call*\ncall: \"[TOOL_CALLS]\" (call_0)\ncall_0: \"get_weather\" \"[ARGS]\" %json {"
+            ),
+            "{g}"
+        );
+        // Other formats ignore `named`.
+        let other =
+            |f| tool_call_grammar(f, true, &tools, true, &ids) == tool_call_grammar(f, false, &tools, true, &ids);
+        assert!(other(ToolFormat::Hermes) && other(ToolFormat::Llama3) && other(ToolFormat::Harmony));
     }
 }

@@ -5,11 +5,16 @@
 //! |---|---|
 //! | [`ToolFormat::Hermes`] (Qwen 2.5/3, Hermes) | `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`, one or several, anywhere in the reply |
 //! | [`ToolFormat::Llama3`] | the reply is `{"name": "f", "parameters": {...}}` (optionally after `<|python_tag|>`), several joined by `;` |
-//! | [`ToolFormat::Mistral`] | `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` |
+//! | [`ToolFormat::Mistral`] | `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` (tokenizer v3), or `[TOOL_CALLS]f[ARGS]{...}` per call (v11 and later, `tools/mistral.rs`) |
 //! | [`ToolFormat::Harmony`] (gpt-oss) | `<|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>`, a message per call |
 //!
 //! Harmony frames calls as messages and follows its own rules, given in `tools/harmony.rs`; the rules below are
-//! those of the other formats.
+//! those of the other formats (Mistral's named syntax announces a call when its arguments start, see
+//! `tools/mistral.rs`).
+//!
+//! A parser made with [`ToolParser::end_at_first_call`] (`parallel_tool_calls: false`) keeps at most one call:
+//! once the first call is complete, [`ToolParser::ended`] is true and the rest of the text is dropped, so the
+//! reply is what came before that call and the call.
 //!
 //! Rules shared by every format (the same for a stream and for the whole text):
 //!
@@ -87,9 +92,16 @@ impl ToolFormat {
         match self {
             ToolFormat::Hermes => &[HERMES_OPEN, HERMES_CLOSE],
             ToolFormat::Llama3 => &[PYTHON_TAG],
-            ToolFormat::Mistral => &[MISTRAL_OPEN],
+            ToolFormat::Mistral => &[MISTRAL_OPEN, mistral::ARGS, mistral::CALL_ID],
             ToolFormat::Harmony => &crate::harmony::MARKERS,
         }
+    }
+
+    /// Whether calls of this format are forced in Mistral's named syntax (`[TOOL_CALLS]NAME[ARGS]{...}`, tokenizer
+    /// v11 and later) for a model with this chat template: Mistral, with a template that writes `[ARGS]`. The
+    /// parser reads both syntaxes whatever this says.
+    pub fn writes_named_calls(self, template: &str) -> bool {
+        self == ToolFormat::Mistral && template.contains(mistral::ARGS)
     }
 
     /// The key that holds a call's arguments in this format.
@@ -328,6 +340,8 @@ enum Mode {
     Call { scan: CallScan, in_array: bool },
     /// Right after a call object.
     After { in_array: bool },
+    /// Inside a call in Mistral's named syntax.
+    Named(mistral::NamedScan),
 }
 
 /// The incremental parser: [`ToolParser::push`] text pieces, then [`ToolParser::finish`].
@@ -346,6 +360,8 @@ pub struct ToolParser {
     at_start: bool,
     /// The parser of [`ToolFormat::Harmony`], which replaces the rest.
     harmony: Option<Box<harmony::HarmonyCalls>>,
+    /// Most calls kept; the text after the last of them is dropped.
+    max_calls: usize,
 }
 
 impl ToolParser {
@@ -362,6 +378,25 @@ impl ToolParser {
             after_call: false,
             at_start: true,
             harmony: (format == ToolFormat::Harmony).then(|| Box::new(harmony::HarmonyCalls::new(id_prefix))),
+            max_calls: usize::MAX,
+        }
+    }
+
+    /// This parser, keeping only the reply's first call: the reply ends when that call is complete, and the
+    /// text after it is dropped (`parallel_tool_calls: false`).
+    pub fn end_at_first_call(mut self) -> ToolParser {
+        self.max_calls = 1;
+        if let Some(h) = self.harmony.as_mut() {
+            h.max_calls = 1;
+        }
+        self
+    }
+
+    /// Whether the parser has all the calls it keeps ([`ToolParser::end_at_first_call`]): the reply is over.
+    pub fn ended(&self) -> bool {
+        match &self.harmony {
+            Some(h) => h.ended(),
+            None => self.calls.len() >= self.max_calls,
         }
     }
 
@@ -369,6 +404,9 @@ impl ToolParser {
     pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
         if let Some(h) = self.harmony.as_mut() {
             return h.push(text);
+        }
+        if self.ended() {
+            return Vec::new();
         }
         self.buf.push_str(text);
         self.run(false);
@@ -387,6 +425,7 @@ impl ToolParser {
                 // Only whitespace after a separator is no call at all.
                 cut = scan.by_marker || scan.st != ObjState::Open || !scan.raw.chars().all(is_ws);
             }
+            Mode::Named(_) => cut = true,
             Mode::After { .. } | Mode::Text => {}
         }
         self.buf.clear();
@@ -395,10 +434,16 @@ impl ToolParser {
 
     fn run(&mut self, eof: bool) {
         loop {
+            if self.ended() {
+                self.buf.clear();
+                self.mode = Mode::Text;
+                break;
+            }
             let progressed = match self.mode {
                 Mode::Text => self.text_step(eof),
                 Mode::Call { .. } => self.call_step(),
                 Mode::After { in_array } => self.after_step(in_array, eof),
+                Mode::Named(_) => self.named_step(),
             };
             if !progressed {
                 break;
@@ -537,18 +582,20 @@ impl ToolParser {
         let mut taken = 0;
         let mut outcome = None;
         let mut starts = Vec::new();
+        let mut named = false;
         for c in self.buf.chars() {
-            // Mistral: the list opens before the first object.
-            if self.format == ToolFormat::Mistral
-                && scan.by_marker
-                && scan.st == ObjState::Open
-                && !in_array
-                && c == '['
-            {
-                in_array = true;
-                scan.raw.push(c);
-                taken += c.len_utf8();
-                continue;
+            // Mistral: the list opens before the first object; a name is the named syntax.
+            if self.format == ToolFormat::Mistral && scan.by_marker && scan.st == ObjState::Open && !in_array {
+                if c == '[' {
+                    in_array = true;
+                    scan.raw.push(c);
+                    taken += c.len_utf8();
+                    continue;
+                }
+                if c != '{' && !is_ws(c) {
+                    named = true;
+                    break;
+                }
             }
             let r = feed_call(scan, c);
             if let (Some(name), None, false) = (&scan.name, scan.index, matches!(r, Step::Bad)) {
@@ -570,8 +617,14 @@ impl ToolParser {
                 }
             }
         }
-        if let Mode::Call { in_array: a, .. } = &mut self.mode {
+        if let Mode::Call { in_array: a, scan } = &mut self.mode {
             *a = in_array;
+            if named {
+                let raw = std::mem::take(&mut scan.raw);
+                self.buf.drain(..taken);
+                self.mode = Mode::Named(mistral::NamedScan::new(raw));
+                return true;
+            }
         }
         self.buf.drain(..taken);
         for (index, name) in starts {
@@ -593,6 +646,7 @@ impl ToolParser {
 
     /// Sends argument text not yet sent for the call being read.
     fn flush_args(&mut self) {
+        self.flush_named_args();
         let Mode::Call { scan, .. } = &mut self.mode else { return };
         let Some(index) = scan.index else { return };
         let streaming = scan.st == ObjState::InValue && is_args_key(&scan.cur_key) && !scan.val.is_string();
@@ -776,6 +830,7 @@ fn value_done(scan: &mut CallScan) -> bool {
 }
 
 mod harmony;
+mod mistral;
 
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,8 @@ pub(super) struct HarmonyCalls {
     calls: Vec<ToolCall>,
     started: usize,
     cut: bool,
+    /// Most calls kept; the text after the last of them is dropped.
+    pub max_calls: usize,
 }
 
 impl HarmonyCalls {
@@ -52,11 +54,23 @@ impl HarmonyCalls {
             calls: Vec::new(),
             started: 0,
             cut: false,
+            max_calls: usize::MAX,
         }
     }
 
+    /// Whether the calls kept are all there.
+    pub fn ended(&self) -> bool {
+        self.calls.len() >= self.max_calls
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
+        if self.ended() {
+            return Vec::new();
+        }
         for l in self.lexer.push(text) {
+            if self.ended() {
+                break;
+            }
             self.take(l);
         }
         self.flush_args();
@@ -64,8 +78,13 @@ impl HarmonyCalls {
     }
 
     pub fn finish(&mut self) -> ToolsEnd {
-        for l in self.lexer.finish() {
-            self.take(l);
+        if !self.ended() {
+            for l in self.lexer.finish() {
+                if self.ended() {
+                    break;
+                }
+                self.take(l);
+            }
         }
         self.flush_args();
         match std::mem::replace(&mut self.msg, Msg::Content) {
