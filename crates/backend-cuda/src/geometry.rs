@@ -16,7 +16,7 @@ pub const SOURCES: [(&str, &str); 7] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 88] = [
+pub const KERNELS: [&str; 89] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -64,6 +64,7 @@ pub const KERNELS: [&str; 88] = [
     "add_rms_norm",
     "rope",
     "glu",
+    "glu_clamp",
     "add",
     "scale",
     "embed",
