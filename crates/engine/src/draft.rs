@@ -165,7 +165,7 @@ impl<'a> Generator<'a> {
             for _ in 0..4 {
                 let batch = chain_batch(&table, &tokens[prefix..prefix + w], prefix, (0..w).collect());
                 let t = Instant::now();
-                let out = self.run_model(&mut batch.clone())?;
+                let out = self.run_model(&mut batch.clone(), &[])?;
                 if self.device_argmax {
                     fetch(self.be, &out, w, vocab, true)?;
                 }

@@ -461,7 +461,7 @@ impl<'a> Generator<'a> {
     /// One forward of `batch`; returns the logits of its `logit_rows` as [`Generator::forward`] does.
     pub(crate) fn forward_batch(&mut self, batch: &Batch, argmax: bool) -> Result<Logits, EngineError> {
         let want = batch.logit_rows.len();
-        let out = self.run_model(&mut batch.clone())?;
+        let out = self.run_model(&mut batch.clone(), &[])?;
         let vocab = self.model.vocab_size();
         if want == 0 {
             return Ok(Logits::Values { data: Vec::new(), vocab });
@@ -471,10 +471,11 @@ impl<'a> Generator<'a> {
 }
 
 impl Generator<'_> {
-    /// The model's forward of `batch`, with its rows' recurrent states assigned and recorded for a hybrid model.
-    pub(crate) fn run_model(&mut self, batch: &mut Batch) -> Result<Tensor, EngineError> {
+    /// The model's forward of `batch`, with its rows' recurrent states assigned and recorded for a hybrid model;
+    /// `window_rows[r]` (empty: none) marks the rows of verify windows, which keep their states.
+    pub(crate) fn run_model(&mut self, batch: &mut Batch, window_rows: &[bool]) -> Result<Tensor, EngineError> {
         if let Some(m) = self.states.as_mut() {
-            m.assign(batch)?;
+            m.assign(batch, window_rows)?;
         }
         let out = self.model.forward(self.be, batch, &mut self.kv);
         if let Some(m) = self.states.as_mut() {

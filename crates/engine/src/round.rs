@@ -181,7 +181,14 @@ impl<'a> Generator<'a> {
             });
         let rows = batch.tokens.len();
         let vocab = self.model.vocab_size();
-        let out = self.run_model(&mut batch)?;
+        let window_rows: Vec<bool> = parts
+            .iter()
+            .flat_map(|(_, part)| match part {
+                Part::Fill { len, .. } => vec![false; *len],
+                Part::Window { tree, .. } => vec![true; tree.len() + 1],
+            })
+            .collect();
+        let out = self.run_model(&mut batch, &window_rows)?;
         let logits = fetch(self.be, &out, batch.logit_rows.len(), vocab, argmax)?;
         // Hand each sequence its logits rows, in part order.
         let (mut at, mut row) = (0, 0);

@@ -5,9 +5,9 @@
 //! so the state follows the same paging as K/V: a row at position `p` continues from the state at its parent's
 //! slot (the previous position through its block table, or its tree parent), taken from an earlier row of the
 //! same forward when one wrote it, else from the register mapped to that slot. Every row that may be continued
-//! from later keeps its state in a fresh register: the last row of each sequence, every logits row (a verify
-//! window keeps one state per row, so any accepted length can be committed), and rows at snapshot positions (the
-//! prefix cache resumes from those). Writing a slot replaces its state, as it replaces its K/V.
+//! from later keeps its state in a fresh register: the last row of each sequence, every row of a verify window
+//! (one state per row, so any accepted length can be committed), and rows at snapshot positions (the prefix cache
+//! resumes from those). Prompt rows scored for their logprobs keep none. Writing a slot replaces its state, as it replaces its K/V.
 //!
 //! Each running sequence pins the slot of its latest state; when registers run short the least recently used
 //! unpinned mapping is dropped (a stale state, or a snapshot: a later cache hit then stops earlier).
@@ -99,8 +99,10 @@ impl StateMap {
         table[pos / self.block_size] * self.block_size as u32 + (pos % self.block_size) as u32
     }
 
-    /// Fills `batch.states`: each row's source and, for rows kept beyond the call, a fresh register.
-    pub fn assign(&mut self, batch: &mut Batch) -> Result<(), EngineError> {
+    /// Fills `batch.states`: each row's source and, for rows kept beyond the call, a fresh register. Kept are the
+    /// last row of each sequence (no later row reads it), the rows `window_rows` marks (every row of a verify
+    /// window: any of them may be the last accepted) and rows at snapshot positions.
+    pub fn assign(&mut self, batch: &mut Batch, window_rows: &[bool]) -> Result<(), EngineError> {
         let n = batch.tokens.len();
         self.clock += 1;
         let mut srcs = Vec::with_capacity(n);
@@ -145,14 +147,10 @@ impl StateMap {
             let io: Vec<StateIo> = srcs.iter().map(|&src| StateIo { src, dst: None }).collect();
             StateIo::read_later(&io)
         };
-        let logit_row = {
-            let mut v = vec![false; n];
-            batch.logit_rows.iter().for_each(|&i| v[i] = true);
-            v
-        };
         let mut states = Vec::with_capacity(n);
         for r in 0..n {
-            let keep = !read_later[r] || logit_row[r] || self.is_snapshot(batch.positions[r] as usize);
+            let window = window_rows.get(r).copied().unwrap_or(false);
+            let keep = !read_later[r] || window || self.is_snapshot(batch.positions[r] as usize);
             let dst = if keep { Some(self.take_register(&parents_read)?) } else { None };
             states.push(StateIo { src: srcs[r], dst });
         }

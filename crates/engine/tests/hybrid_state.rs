@@ -163,3 +163,30 @@ fn prefix_cache_and_preemption_resume_from_kept_states() {
         assert_eq!(s.output().unwrap().tokens, want[1].tokens, "preempted and resumed (prefix cache {cache})");
     }
 }
+
+/// Prompt logprobs on the hybrid: scored prompt rows keep no state, and the scores and the reply are the same
+/// whatever the prefill chunk, drafted or not.
+#[test]
+fn prompt_logprobs_are_chunk_independent() {
+    let be = CpuBackend::new(2, Precision::Full);
+    let model = tiny::load(&be, "nemotron_h");
+    let vocab = model.vocab_size() as u32;
+    let prompt: Vec<u32> = (0..45u32).map(|j| (j * 53 + 11) % vocab).collect();
+    let mut runs = Vec::new();
+    for (chunk, draft) in [(45, false), (1, false), (7, true), (16, true)] {
+        let mut req = GenRequest::new(prompt.clone(), SamplingParams::greedy(), 12);
+        req.prompt_logprobs = Some(3);
+        req.prefill_chunk = chunk;
+        req.draft = draft;
+        let mut g = Generator::new(&be, model.as_ref(), 64, BLOCK).unwrap();
+        g.set_drafting(Some(DraftConfig::new(4, CostTable::from_widths(&[1e-3; 4]))));
+        let out = g.generate(&req, &mut |_| Flow::Continue).unwrap();
+        assert_eq!(out.prompt_logprobs.len(), prompt.len());
+        let scores: Vec<(u32, u64)> =
+            out.prompt_logprobs.iter().flatten().map(|l| (l.token, l.logprob.to_bits())).collect();
+        runs.push((out.tokens, scores));
+    }
+    for r in &runs[1..] {
+        assert_eq!(r, &runs[0]);
+    }
+}

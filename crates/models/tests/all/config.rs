@@ -92,7 +92,7 @@ fn unknown_architecture_is_named() {
     )
     .unwrap();
     let e = family_for_config(&c).unwrap_err().to_string();
-    assert!(e.contains("'bert'") && e.contains("gemma3"), "{e}");
+    assert!(e.contains("\"bert\"") && e.contains("gemma3"), "{e}");
 }
 
 /// Found by fuzzing (`fuzz/`, target `gguf`): a tiny GGUF file declaring 11,010 layers (up to 2^28 passed) made
@@ -158,14 +158,14 @@ fn tampered_in(family: &str, f: impl Fn(&mut Vec<TensorInfo>)) -> String {
 #[test]
 fn load_errors_name_the_tensor() {
     let e = tampered(|t| t.retain(|i| i.name != "model.layers.1.self_attn.k_norm.weight"));
-    assert!(e.contains("'model.layers.1.self_attn.k_norm.weight'") && e.contains("missing"), "{e}");
+    assert!(e.contains("\"model.layers.1.self_attn.k_norm.weight\"") && e.contains("missing"), "{e}");
     let e = tampered(|t| {
         let i = t.iter_mut().find(|i| i.name == "model.layers.0.mlp.up_proj.weight").unwrap();
         i.shape.reverse();
     });
-    assert!(e.contains("'model.layers.0.mlp.up_proj.weight'") && e.contains("shape [64, 96]"), "{e}");
+    assert!(e.contains("\"model.layers.0.mlp.up_proj.weight\"") && e.contains("shape [64, 96]"), "{e}");
     let e = tampered(|t| t.retain(|i| i.name != "lm_head.weight"));
-    assert!(e.contains("'lm_head.weight'") && e.contains("tie_word_embeddings is false"), "{e}");
+    assert!(e.contains("\"lm_head.weight\"") && e.contains("tie_word_embeddings is false"), "{e}");
 }
 
 /// gpt-oss's released safetensors hold MXFP4 experts (`gate_up_proj_blocks` / `_scales`): refused by name. Missing
