@@ -182,6 +182,9 @@ impl StateMap {
     pub fn commit(&mut self, batch: &Batch) {
         for (r, io) in batch.states.iter().enumerate() {
             let slot = batch.slots[r];
+            // A pin on a rewritten slot is stale: its sequence ended without unpinning (a cancel between rounds)
+            // and the block went to another sequence. A running sequence never rewrites its pinned slot.
+            self.pins.remove(&slot);
             if let Some(old) = self.by_slot.remove(&slot) {
                 self.free.push(old.reg);
             }
@@ -207,5 +210,108 @@ impl StateMap {
             .rev()
             .find(|&k| self.has(blocks[k - 1] * self.block_size as u32 + self.block_size as u32 - 1))
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tf_core::{AttnMeta, RowAttn};
+
+    /// A causal chain of `len` rows of one sequence from position `start`, block table `table` (block size 4).
+    fn chain(table: &[u32], start: usize, len: usize, logits: bool) -> Batch {
+        let slot = |p: usize| table[p / 4] * 4 + (p % 4) as u32;
+        Batch {
+            tokens: vec![1; len],
+            positions: (start..start + len).map(|p| p as u32).collect(),
+            slots: (start..start + len).map(slot).collect(),
+            attn: AttnMeta {
+                block_tables: vec![table.to_vec()],
+                rows: (start..start + len)
+                    .map(|p| RowAttn { pos: p as u32, seq: 0, ctx: p as u32 + 1, tree: vec![] })
+                    .collect(),
+            },
+            logit_rows: if logits { (0..len).collect() } else { vec![len - 1] },
+            fed: None,
+            states: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_chain_reads_its_parent_and_keeps_its_last_row_and_snapshots() {
+        let mut m = StateMap::new(8, 4, 4);
+        let mut b = chain(&[2, 5], 0, 6, false);
+        m.assign(&mut b, &[]).unwrap();
+        let srcs: Vec<StateSrc> = b.states.iter().map(|s| s.src).collect();
+        assert_eq!(srcs[0], StateSrc::Zero);
+        assert!((1..6).all(|r| srcs[r] == StateSrc::Row(r - 1)));
+        // Position 3 ends a 4-token snapshot interval; position 5 is the last row.
+        let kept: Vec<usize> = (0..6).filter(|&r| b.states[r].dst.is_some()).collect();
+        assert_eq!(kept, vec![3, 5]);
+        m.commit(&b);
+        assert!(m.has(2 * 4 + 3) && m.has(5 * 4 + 1) && !m.has(2 * 4 + 2));
+        // The next chunk continues from position 5's register.
+        let mut c = chain(&[2, 5], 6, 2, false);
+        m.assign(&mut c, &[]).unwrap();
+        assert!(matches!(c.states[0].src, StateSrc::Reg(_)));
+        assert_eq!(m.usable_blocks(&[2, 5]), 1, "only the first block ends at a kept state");
+    }
+
+    #[test]
+    fn window_rows_all_keep_and_rewriting_a_slot_frees_its_register() {
+        let mut m = StateMap::new(8, 4, 64);
+        let mut b = chain(&[0], 0, 2, false);
+        m.assign(&mut b, &[]).unwrap();
+        m.commit(&b);
+        assert_eq!(m.free_registers(), 7);
+        let mut w = chain(&[0], 2, 2, true);
+        m.assign(&mut w, &[true, true]).unwrap();
+        assert!(w.states.iter().all(|s| s.dst.is_some()));
+        m.commit(&w);
+        assert_eq!(m.free_registers(), 5);
+        // Rewriting position 3 (a rejected row) replaces its state: one register freed, one taken.
+        let mut again = chain(&[0], 3, 1, false);
+        m.assign(&mut again, &[]).unwrap();
+        m.commit(&again);
+        assert_eq!(m.free_registers(), 5);
+    }
+
+    #[test]
+    fn eviction_spares_pinned_states_and_the_parents_being_read() {
+        let mut m = StateMap::new(2, 4, 64);
+        let mut a = chain(&[0], 0, 1, false);
+        m.assign(&mut a, &[]).unwrap();
+        m.commit(&a);
+        m.pin(0);
+        let mut b = chain(&[1], 0, 1, false);
+        m.assign(&mut b, &[]).unwrap();
+        m.commit(&b);
+        // Both registers hold states; the unpinned one (slot 4) is evicted for a third sequence.
+        let mut c = chain(&[2], 0, 1, false);
+        m.assign(&mut c, &[]).unwrap();
+        m.commit(&c);
+        assert!(m.has(0) && !m.has(4) && m.has(8));
+        // Continuing sequence 3 needs a register while reading slot 8 and slot 0 is pinned: none is left.
+        m.pin(8);
+        let mut d = chain(&[2], 1, 1, false);
+        let e = m.assign(&mut d, &[]).unwrap_err();
+        assert!(e.to_string().contains("exhausted"), "{e}");
+        // Unpinned, the parent being read is still spared, but the other state goes.
+        m.unpin(0);
+        m.assign(&mut d, &[]).unwrap();
+        assert!(!m.has(0) && m.has(8));
+    }
+
+    #[test]
+    fn relocate_moves_a_state_and_frees_what_it_replaces() {
+        let mut m = StateMap::new(4, 4, 64);
+        let (mut a, mut b) = (chain(&[0], 0, 1, false), chain(&[1], 0, 1, false));
+        m.assign(&mut a, &[]).unwrap();
+        m.commit(&a);
+        m.assign(&mut b, &[]).unwrap();
+        m.commit(&b);
+        m.relocate(0, 4);
+        assert!(!m.has(0) && m.has(4));
+        assert_eq!(m.free_registers(), 3);
     }
 }
