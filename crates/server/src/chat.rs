@@ -187,7 +187,8 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<ChatRequest, ApiError> {
     let priority = f.priority()?;
     let draft = f.bool("draft")?.unwrap_or(true);
     let (rendered, prompt) = render_prompt(st, messages, tool_req.map(|t| t.rendered), extra)?;
-    let setup = ReplySetup::new(st, &rendered, &thinking, answer)?;
+    let mut setup = ReplySetup::new(st, &rendered, &thinking, answer)?;
+    setup.first_call_only = plan.first_only;
     let mut shown = tools::shown_markers(st, plan.format);
     shown.extend(reply::shown_markers(st));
     let max_tokens = gen::resolve_max_tokens(st, &f, &["max_completion_tokens", "max_tokens"], prompt.len(), false)?;
@@ -203,6 +204,7 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<ChatRequest, ApiError> {
         draft,
         constraint: setup.constraint.clone(),
         shown,
+        call_end: setup.call_end(plan.format),
     };
     Ok(ChatRequest { job, stream, include_usage, return_ids, setup, tool_format: plan.format })
 }
@@ -229,7 +231,7 @@ async fn run(st: Shared, headers: HeaderMap, body: Body) -> Result<Response, Api
             json!({"content": content})
         });
         let mut finish = gen::finish_reason(&out, stop_hit);
-        let end = reply::split(setup.parser, tool_format.map(tools::parser), &text);
+        let end = setup.split(tool_format, &text);
         let has_calls = !end.calls.is_empty();
         let content =
             if end.content.is_empty() && has_calls { Value::Null } else { Value::String(end.content.clone()) };

@@ -150,6 +150,7 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<CompletionRequest, ApiError> 
         draft: f.bool("draft")?.unwrap_or(true),
         constraint: output.as_ref().map(|g| structured::compile(st, g)).transpose()?,
         shown: Vec::new(),
+        call_end: None,
     };
     let prompt_text = if echo {
         st.model.tokenizer.decode(&job.prompt, false).map_err(|e| ApiError::field("prompt", e))?

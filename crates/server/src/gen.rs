@@ -4,6 +4,7 @@
 
 use crate::error::ApiError;
 use crate::params::Fields;
+use crate::reply::CallEnd;
 use crate::AppState;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub struct Job {
     pub constraint: Option<Arc<dyn ConstraintSpec>>,
     /// Control tokens whose text the reply shows (tool-call markers the parser reads), with that text.
     pub shown: Vec<(u32, String)>,
+    /// Ends the reply at its first complete tool call (`parallel_tool_calls: false`).
+    pub call_end: Option<CallEnd>,
 }
 
 /// What the engine thread sends the handler.
@@ -44,7 +47,8 @@ pub enum Piece {
         ev: TokenEvent,
         text: String,
     },
-    /// The end: the engine's output, the last released text, and whether a stop string ended the reply.
+    /// The end: the engine's output, the last released text, and whether the sink ended the reply (a stop
+    /// string, or the first complete call under [`Job::call_end`]).
     Done {
         out: GenOutput,
         tail: String,
@@ -119,7 +123,7 @@ pub fn start(st: &AppState, job: &Job) -> Result<Running, ApiError> {
     req.draft = job.draft;
     req.constraint = job.constraint.clone();
     let (tx, rx) = mpsc::unbounded_channel();
-    let sink = make_sink(st.model.tokenizer.clone(), job.stops.clone(), job.shown.clone(), tx);
+    let sink = make_sink(st.model.tokenizer.clone(), job.stops.clone(), job.shown.clone(), job.call_end, tx);
     match st.engine.submit(req, job.priority, sink) {
         Ok(ticket) => Ok(Running { rx, guard: CancelGuard(ticket) }),
         Err(e @ SubmitError::QueueFull { .. }) => Err(ApiError::busy(e.to_string())),
@@ -131,11 +135,14 @@ fn make_sink(
     tok: Arc<Tokenizer>,
     stops: Vec<String>,
     shown: Vec<(u32, String)>,
+    call_end: Option<CallEnd>,
     tx: mpsc::UnboundedSender<Piece>,
 ) -> tf_engine::EventSink {
     let mut detok = IncrementalDetokenizer::new(true);
     let mut filter = StopFilter::new(stops);
     let mut broken: Option<String> = None;
+    let mut watcher = call_end.map(CallEnd::watcher);
+    let mut call_done = false;
     Box::new(move |ev| match ev {
         EngineEvent::Started { .. } => Flow::Continue,
         EngineEvent::Token(ev) => {
@@ -155,8 +162,12 @@ fn make_sink(
                     }
                 }
             };
+            if let Some(w) = watcher.as_mut() {
+                w.push(&text);
+                call_done = w.ended();
+            }
             let gone = tx.send(Piece::Token { ev, text }).is_err();
-            if gone || hit || broken.is_some() {
+            if gone || hit || call_done || broken.is_some() {
                 Flow::Stop
             } else {
                 Flow::Continue
@@ -168,7 +179,7 @@ fn make_sink(
                 return Flow::Stop;
             }
             let mut tail = String::new();
-            if !filter.is_hit() {
+            if !filter.is_hit() && !call_done {
                 if let Ok(t) = detok.finish(&tok) {
                     tail = filter.push(&t).0;
                 }
@@ -176,7 +187,7 @@ fn make_sink(
                     tail.push_str(&filter.finish());
                 }
             }
-            let _ = tx.send(Piece::Done { out, tail, stop_hit: filter.is_hit() });
+            let _ = tx.send(Piece::Done { out, tail, stop_hit: filter.is_hit() || call_done });
             Flow::Stop
         }
         EngineEvent::Error(e) => {

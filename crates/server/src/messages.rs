@@ -96,7 +96,7 @@ fn render(st: &AppState, f: &Fields<'_>) -> Result<Rendered, ApiError> {
 /// The splitter of one reply: thinking (per `setup`) and calls in `format`, with `toolu_` call ids.
 fn splitter(setup: &ReplySetup, format: Option<ToolFormat>) -> ReplySplitter {
     let prefix = format!("{}_", new_id("toolu_"));
-    ReplySplitter::new(setup.parser, format.map(|f| ToolParser::new(f, &prefix)))
+    ReplySplitter::new(setup.parser, format.map(|f| setup.tool_parser(ToolParser::new(f, &prefix))))
 }
 
 /// A Messages request read and checked: the engine job and how the reply is shaped.
@@ -125,7 +125,8 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<MessagesRequest, ApiError> {
         Some(g) => Some(structured::compile(st, g)?),
         None => None,
     };
-    let setup = ReplySetup::new(st, &r.text, &r.thinking, answer)?;
+    let mut setup = ReplySetup::new(st, &r.text, &r.thinking, answer)?;
+    setup.first_call_only = plan.first_only;
     let params = sampling(&f, &st.cfg.defaults, st.model.tokenizer.vocab_size())?;
     let stops = f.stops("stop_sequences")?;
     if f.get("max_tokens").is_none() {
@@ -150,6 +151,7 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<MessagesRequest, ApiError> {
         draft,
         constraint: setup.constraint.clone(),
         shown,
+        call_end: setup.call_end(plan.format),
     };
     Ok(MessagesRequest { job, stream, return_ids, setup, tool_format: plan.format })
 }

@@ -187,6 +187,10 @@ pub struct ReplySetup {
     pub constraint: Option<Arc<dyn ConstraintSpec>>,
     /// The `</think>` token (harmony: `<|end|>`), when it is one token (counts [`reasoning_tokens`]).
     pub think_end: Option<u32>,
+    /// The reply ends with its first complete call (`parallel_tool_calls: false`): its tool parser keeps that
+    /// call only ([`ToolParser::end_at_first_call`]) and generation stops there ([`ReplySetup::call_end`]).
+    /// Set by the route after [`ReplySetup::new`].
+    pub first_call_only: bool,
 }
 
 impl ReplySetup {
@@ -222,28 +226,66 @@ impl ReplySetup {
             }
             _ => None,
         };
-        let Some(n) = budget else { return Ok(ReplySetup { parser, constraint: answer, think_end }) };
+        let plain = |answer| ReplySetup { parser, constraint: answer, think_end, first_call_only: false };
+        let Some(n) = budget else { return Ok(plain(answer)) };
         let env = match st.grammar.as_ref() {
             Ok(env) => env,
             Err(why) if thinking.budget_explicit => return Err(unavailable(why.clone())),
-            Err(_) => return Ok(ReplySetup { parser, constraint: answer, think_end }),
+            Err(_) => return Ok(plain(answer)),
         };
         let b = match ThinkingBudget::for_env(env, n) {
             Ok(b) => b,
             Err(e) if thinking.budget_explicit => return Err(unavailable(e.message)),
-            Err(_) => return Ok(ReplySetup { parser, constraint: answer, think_end }),
+            Err(_) => return Ok(plain(answer)),
         };
         let starts_inside = format.is_some_and(|p| p.starts_inside());
         let mut b = b.starting_inside(starts_inside);
         if let Some(inner) = answer {
             b = b.then(inner);
         }
-        Ok(ReplySetup { parser, constraint: Some(Arc::new(b)), think_end })
+        Ok(plain(Some(Arc::new(b))))
+    }
+
+    /// `parser` as this reply takes calls: ending at the first one when [`ReplySetup::first_call_only`].
+    pub fn tool_parser(&self, parser: ToolParser) -> ToolParser {
+        if self.first_call_only {
+            parser.end_at_first_call()
+        } else {
+            parser
+        }
     }
 
     /// A splitter for this reply, with calls parsed in `tools` (when given).
     pub fn splitter(&self, tools: Option<ToolFormat>) -> ReplySplitter {
-        ReplySplitter::new(self.parser, tools.map(crate::tools::parser))
+        ReplySplitter::new(self.parser, tools.map(|f| self.tool_parser(crate::tools::parser(f))))
+    }
+
+    /// Splits a whole reply ([`ReplySetup::splitter`] fed the text at once).
+    pub fn split(&self, tools: Option<ToolFormat>, text: &str) -> ReplyEnd {
+        split(self.parser, tools.map(|f| self.tool_parser(crate::tools::parser(f))), text)
+    }
+
+    /// What ends the reply at its first complete call on the engine thread, when it ends there (calls parsed
+    /// in `tools` and [`ReplySetup::first_call_only`]).
+    pub fn call_end(&self, tools: Option<ToolFormat>) -> Option<CallEnd> {
+        tools.filter(|_| self.first_call_only).map(|format| CallEnd { reasoning: self.parser, format })
+    }
+}
+
+/// Ends a reply at its first complete call (`parallel_tool_calls: false`). The generation's sink runs a
+/// [`CallEnd::watcher`] on the engine thread over the same released text the route splits, and stops the
+/// request once it has the call, so where the reply ends does not depend on timing, and the route's own
+/// splitter (which keeps only that call) agrees with it streamed or not.
+#[derive(Clone, Copy, Debug)]
+pub struct CallEnd {
+    reasoning: Option<ReasoningParser>,
+    format: ToolFormat,
+}
+
+impl CallEnd {
+    /// A splitter that reports [`ReplySplitter::ended`] once the reply's first call is complete.
+    pub fn watcher(self) -> ReplySplitter {
+        ReplySplitter::new(self.reasoning, Some(ToolParser::new(self.format, "").end_at_first_call()))
     }
 }
 
@@ -353,9 +395,18 @@ impl ReplySplitter {
         self.reasoning.is_some()
     }
 
+    /// Whether the reply is over: its tool parser keeps only the first call, and that call is complete. Text
+    /// after it is dropped.
+    pub fn ended(&self) -> bool {
+        self.tools.as_ref().is_some_and(ToolParser::ended)
+    }
+
     /// Takes the next released piece of the reply; returns the events it completes.
     pub fn push(&mut self, piece: &str) -> Vec<ReplyEvent> {
         let mut out = Vec::new();
+        if self.ended() {
+            return out;
+        }
         match self.reasoning.as_mut() {
             Some(r) => {
                 let evs = r.push(piece);
@@ -404,6 +455,9 @@ impl ReplySplitter {
 
     fn route(&mut self, evs: Vec<ReasoningEvent>, out: &mut Vec<ReplyEvent>) {
         for e in evs {
+            if self.ended() {
+                return;
+            }
             match e {
                 ReasoningEvent::Reasoning(s) => {
                     self.reasoning_text.push_str(&s);
@@ -577,6 +631,80 @@ mod tests {
             "<|channel|>analysis<|message|>Sum.<|end|><|start|>assistant<|channel|>final<|message|>4",
         );
         assert_eq!((answer.reasoning.as_deref(), answer.content.as_str()), (Some("Sum."), "4"));
+    }
+
+    fn first_call_setup(first_call_only: bool) -> ReplySetup {
+        ReplySetup { parser: qwen3(), constraint: None, think_end: None, first_call_only }
+    }
+
+    const TWO_CALLS: &str = "<think>\nTwo <tool_call> calls.\n</think>\n\nBoth.\n<tool_call>\n{\"name\": \"a\", \"arguments\": \
+                             {\"x\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\nAfter.";
+
+    #[test]
+    fn first_call_only_keeps_the_first_call_streamed_or_not() {
+        let hermes_first = || Some(ToolParser::new(ToolFormat::Hermes, "call_").end_at_first_call());
+        let whole = run(qwen3(), hermes_first(), &[TWO_CALLS]);
+        assert_eq!((whole.0.as_str(), whole.1.as_str()), ("Two <tool_call> calls.", "Both."));
+        assert_eq!(whole.2, vec![("a".to_string(), "{\"x\": 1}".to_string())]);
+        assert_eq!((whole.3.calls.len(), whole.3.cut), (1, false));
+        // Without the limit the reply has both calls and the text after them.
+        let all = run(qwen3(), hermes(), &[TWO_CALLS]);
+        assert_eq!((all.2.len(), all.1.as_str()), (2, "Both.After."));
+        for i in (0..=TWO_CALLS.len()).filter(|&i| TWO_CALLS.is_char_boundary(i)) {
+            let two = run(qwen3(), hermes_first(), &[&TWO_CALLS[..i], &TWO_CALLS[i..]]);
+            assert_eq!((&two.0, &two.1, &two.2), (&whole.0, &whole.1, &whole.2), "split at {i}");
+            assert_eq!((&two.3.calls, two.3.cut), (&whole.3.calls, whole.3.cut), "split at {i}");
+        }
+        // The route's splitter and whole-text split follow the setup.
+        let setup = first_call_setup(true);
+        let end = setup.split(Some(ToolFormat::Hermes), TWO_CALLS);
+        assert_eq!((end.calls.len(), end.content.as_str()), (1, "Both."));
+        let mut s = setup.splitter(Some(ToolFormat::Hermes));
+        s.push(TWO_CALLS);
+        assert!(s.ended());
+        assert_eq!(first_call_setup(false).split(Some(ToolFormat::Hermes), TWO_CALLS).calls.len(), 2);
+    }
+
+    #[test]
+    fn call_end_watcher_ends_at_the_first_complete_call() {
+        assert!(first_call_setup(false).call_end(Some(ToolFormat::Hermes)).is_none());
+        assert!(first_call_setup(true).call_end(None).is_none());
+        let end = first_call_setup(true).call_end(Some(ToolFormat::Hermes)).unwrap();
+        // Fed the reply piece by piece (as the sink feeds released text), it ends with the piece that closes the
+        // first call's object, and not before: a `<tool_call>` inside the thinking is no call.
+        let close = TWO_CALLS.find("{\"x\": 1}}").unwrap() + "{\"x\": 1}}".len();
+        let mut w = end.watcher();
+        let mut ended_at = None;
+        for (i, c) in TWO_CALLS.char_indices() {
+            w.push(&c.to_string());
+            if w.ended() {
+                ended_at = Some(i + c.len_utf8());
+                break;
+            }
+        }
+        assert_eq!(ended_at, Some(close));
+        // Once ended, the rest of the text gives no events.
+        assert!(w.push("<tool_call>\n{\"name\": \"c\", \"arguments\": {}}\n</tool_call>").is_empty());
+        assert_eq!(w.finish().calls.len(), 1);
+        // Mistral's named syntax and harmony end the same way.
+        for (format, reasoning, text, after) in [
+            (ToolFormat::Mistral, None, "[TOOL_CALLS]a[ARGS]{\"x\": {}}", "[TOOL_CALLS]b[ARGS]{}"),
+            (
+                ToolFormat::Harmony,
+                Some(ReasoningParser::new(ReasoningFormat::Harmony)),
+                "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>commentary to=functions.a \
+                 <|constrain|>json<|message|>{\"x\": {}}",
+                "<|call|>",
+            ),
+        ] {
+            let setup = ReplySetup { parser: reasoning, constraint: None, think_end: None, first_call_only: true };
+            let mut w = setup.call_end(Some(format)).unwrap().watcher();
+            w.push(&text[..text.len() - 1]);
+            assert!(!w.ended(), "{format:?}");
+            w.push(&text[text.len() - 1..]);
+            assert!(w.ended(), "{format:?}");
+            assert!(w.push(after).is_empty());
+        }
     }
 
     #[test]

@@ -332,7 +332,8 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         _ => json!({"format": {"type": "text"}}),
     };
     let (text, prompt) = render_prompt(st, rendered, tool_req.map(|t| t.rendered), extra)?;
-    let setup = ReplySetup::new(st, &text, &thinking, answer)?;
+    let mut setup = ReplySetup::new(st, &text, &thinking, answer)?;
+    setup.first_call_only = plan.first_only;
     let mut shown = tools::shown_markers(st, plan.format);
     shown.extend(reply::shown_markers(st));
     let max_tokens = gen::resolve_max_tokens(st, &f, &["max_output_tokens"], prompt.len(), false)?;
@@ -365,6 +366,7 @@ pub fn parse(st: &AppState, body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         draft: f.bool("draft")?.unwrap_or(true),
         constraint: setup.constraint.clone(),
         shown,
+        call_end: setup.call_end(plan.format),
     };
     Ok(ResponsesRequest { job, stream, setup, tool_format: plan.format, messages, meta })
 }

@@ -9,7 +9,7 @@ use crate::structured::OutputGrammar;
 use crate::AppState;
 use serde_json::{json, Map, Value};
 use tf_grammar::Grammar;
-use tf_text::{tool_call_grammar, ToolFormat, ToolParser, ToolSpec};
+use tf_text::{ToolFormat, ToolParser, ToolSpec};
 
 /// Which tool-call parser a server uses (`serve --tool-parser`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,19 +212,22 @@ pub fn arguments_as_objects(messages: &mut [Value]) {
     }
 }
 
-/// How a request's reply is handled for tools: the parser (when calls are parsed) and the grammar that forces
-/// a call (`required` or named).
+/// How a request's reply is handled for tools: the parser (when calls are parsed), the grammar that forces
+/// a call (`required` or named), and whether the reply ends with its first call.
 pub struct ToolPlan {
     pub format: Option<ToolFormat>,
     pub forced: Option<OutputGrammar>,
+    /// `parallel_tool_calls: false` (Anthropic: `disable_parallel_tool_use`): at most one call, and the reply
+    /// ends as soon as it is complete (`ReplySetup::first_call_only`).
+    pub first_only: bool,
 }
 
 /// Decides parsing and forcing for a request. With `tool_choice: "none"` the tools are rendered but nothing is
 /// parsed or forced; forcing needs a known format (the template's, or `--tool-parser`).
 pub fn plan(st: &AppState, req: Option<&ToolRequest>) -> Result<ToolPlan, ApiError> {
-    let Some(req) = req else { return Ok(ToolPlan { format: None, forced: None }) };
+    let Some(req) = req else { return Ok(ToolPlan { format: None, forced: None, first_only: false }) };
     if req.choice == ToolChoice::None {
-        return Ok(ToolPlan { format: None, forced: None });
+        return Ok(ToolPlan { format: None, forced: None, first_only: false });
     }
     let format = st.tool_format;
     let forced = match (&req.choice, format) {
@@ -245,7 +248,7 @@ pub fn plan(st: &AppState, req: Option<&ToolRequest>) -> Result<ToolPlan, ApiErr
             Some(forcing(st, fmt, &one, false))
         }
     };
-    Ok(ToolPlan { format, forced })
+    Ok(ToolPlan { format, forced, first_only: !req.parallel })
 }
 
 fn forcing(st: &AppState, format: ToolFormat, tools: &[Tool], parallel: bool) -> OutputGrammar {
@@ -255,8 +258,8 @@ fn forcing(st: &AppState, format: ToolFormat, tools: &[Tool], parallel: bool) ->
     // Only control tokens are referenced by id; other markers (Qwen's `<tool_call>` is an ordinary added token)
     // are matched as their text, which the tokenizer spells as that one token.
     let special = |m: &str| tok.id_of(m).filter(|&id| tok.token_kind(id).is_some_and(|k| k.is_special()));
-    let named = st.model.template.as_ref().is_some_and(|t| format.writes_named_calls(t.source()));
-    let lark = tool_call_grammar(format, named, &specs, parallel, &special);
+    let template = st.model.template.as_ref().map(|t| t.source());
+    let lark = format.call_grammar(template, &specs, parallel, &special);
     OutputGrammar { grammar: Grammar::Lark(lark), param: "tools".into() }
 }
 

@@ -3,9 +3,10 @@
 //! `{"name": <const>, "arguments": <that tool's parameters schema>}`, one alternative per offered tool. The JSON
 //! is laid out as Python's `json.dumps` does (`", "` and `": "`), the layout chat templates render calls in.
 //!
-//! Mistral's named syntax (tokenizer v11 and later, [`ToolFormat::writes_named_calls`]) writes the name outside
-//! the JSON: `[TOOL_CALLS]NAME[ARGS]` then `%json` of that tool's parameters schema, one alternative per tool,
-//! repeated (each call behind its own `[TOOL_CALLS]`) when `parallel`.
+//! Mistral's named syntax (tokenizer v11 and later) writes the name outside the JSON: `[TOOL_CALLS]NAME[ARGS]`
+//! then `%json` of that tool's parameters schema, one alternative per tool, repeated (each call behind its own
+//! `[TOOL_CALLS]`) when `parallel`. [`tool_call_grammar`] writes each format's first syntax (Mistral's JSON
+//! list); [`ToolFormat::call_grammar`] the syntax a model's chat template writes.
 //!
 //! Harmony (gpt-oss) names the function in the message header, so its body is `%json` of that tool's parameters
 //! schema alone: `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{ARGS}`, one alternative per
@@ -25,10 +26,34 @@ pub struct ToolSpec<'a> {
 }
 
 /// The Lark grammar accepting one call of any of `tools` (one or more when `parallel`) in `format`, and
-/// nothing else. `named` picks Mistral's named syntax over its JSON list (other formats ignore it). `token_id`
-/// gives the id of a marker that is a single special (control) token of the vocabulary (written `<[id]>`, so
-/// the grammar asks for that token); other markers are matched as text.
+/// nothing else (Mistral: its JSON list). `token_id` gives the id of a marker that is a single special (control)
+/// token of the vocabulary (written `<[id]>`, so the grammar asks for that token); other markers are matched as
+/// text.
 pub fn tool_call_grammar(
+    format: ToolFormat,
+    tools: &[ToolSpec<'_>],
+    parallel: bool,
+    token_id: &dyn Fn(&str) -> Option<u32>,
+) -> String {
+    grammar(format, false, tools, parallel, token_id)
+}
+
+impl ToolFormat {
+    /// [`tool_call_grammar`] in the syntax the model's chat template (`template`, when there is one) writes:
+    /// Mistral's named syntax when the template writes `[ARGS]` ([`ToolFormat::writes_named_calls`]).
+    pub fn call_grammar(
+        self,
+        template: Option<&str>,
+        tools: &[ToolSpec<'_>],
+        parallel: bool,
+        token_id: &dyn Fn(&str) -> Option<u32>,
+    ) -> String {
+        let named = template.is_some_and(|t| self.writes_named_calls(t));
+        grammar(self, named, tools, parallel, token_id)
+    }
+}
+
+fn grammar(
     format: ToolFormat,
     named: bool,
     tools: &[ToolSpec<'_>],
@@ -160,7 +185,7 @@ mod tests {
             "</tool_call>" => Some(151658),
             _ => None,
         };
-        let g = tool_call_grammar(ToolFormat::Hermes, false, &tools, false, &ids);
+        let g = tool_call_grammar(ToolFormat::Hermes, &tools, false, &ids);
         let lines: Vec<&str> = g.lines().collect();
         assert_eq!(lines[0], "start: call");
         assert_eq!(lines[1], "call: <[151657]> \"\\n\" args \"\\n\" <[151658]>");
@@ -170,7 +195,7 @@ mod tests {
         assert_eq!(schema["anyOf"][1]["properties"]["arguments"], json!({"type": "object"}));
         assert_eq!(schema["anyOf"][1]["required"], json!(["name", "arguments"]));
         assert_eq!(schema["x-guidance"]["key_separator"], ": ");
-        let g = tool_call_grammar(ToolFormat::Hermes, false, &tools[..1], true, &|_| None);
+        let g = tool_call_grammar(ToolFormat::Hermes, &tools[..1], true, &|_| None);
         assert!(g.starts_with("start: call (\"\\n\" call)*\ncall: \"<tool_call>\" \"\\n\" args"), "{g}");
         let schema: Json =
             serde_json::from_str(g.lines().nth(2).unwrap().strip_prefix("args: %json ").unwrap()).unwrap();
@@ -180,10 +205,10 @@ mod tests {
     #[test]
     fn llama3_and_mistral_grammars() {
         let tools = [ToolSpec { name: "f", parameters: None }];
-        let g = tool_call_grammar(ToolFormat::Llama3, false, &tools, true, &|_| None);
+        let g = tool_call_grammar(ToolFormat::Llama3, &tools, true, &|_| None);
         assert!(g.starts_with("start: call (\"; \" call)*\ncall: %json {"), "{g}");
         assert!(g.contains("\"parameters\":{\"type\":\"object\"}"), "{g}");
-        let g = tool_call_grammar(ToolFormat::Mistral, false, &tools, false, &|t| (t == "[TOOL_CALLS]").then_some(5));
+        let g = tool_call_grammar(ToolFormat::Mistral, &tools, false, &|t| (t == "[TOOL_CALLS]").then_some(5));
         assert!(g.starts_with("start: <[5]> calls\ncalls: %json {\"type\":\"array\""), "{g}");
         let list: Json =
             serde_json::from_str(g.lines().nth(1).unwrap().strip_prefix("calls: %json ").unwrap()).unwrap();
@@ -200,7 +225,8 @@ mod tests {
             "[ARGS]" => Some(32),
             _ => None,
         };
-        let g = tool_call_grammar(ToolFormat::Mistral, true, &tools, false, &ids);
+        let v11 = Some("{{- '[TOOL_CALLS]' + name + '[ARGS]' + arguments }}");
+        let g = ToolFormat::Mistral.call_grammar(v11, &tools, false, &ids);
         let lines: Vec<&str> = g.lines().collect();
         assert_eq!(lines[..2], ["start: call", "call: <[9]> (call_0 | call_1)"]);
         let schema: Json =
@@ -212,16 +238,18 @@ mod tests {
         assert_eq!(schema["type"], "object");
         assert_eq!(lines.len(), 4);
         // Several calls, each behind its own marker; markers that are not one token are text.
-        let g = tool_call_grammar(ToolFormat::Mistral, true, &tools[..1], true, &|_| None);
+        let g = ToolFormat::Mistral.call_grammar(v11, &tools[..1], true, &|_| None);
         assert!(
             g.starts_with(
                 "start: call call*\ncall: \"[TOOL_CALLS]\" (call_0)\ncall_0: \"get_weather\" \"[ARGS]\" %json {"
             ),
             "{g}"
         );
-        // Other formats ignore `named`.
-        let other =
-            |f| tool_call_grammar(f, true, &tools, true, &ids) == tool_call_grammar(f, false, &tools, true, &ids);
-        assert!(other(ToolFormat::Hermes) && other(ToolFormat::Llama3) && other(ToolFormat::Harmony));
+        // Other formats have one syntax.
+        let same = |f: ToolFormat, t| f.call_grammar(t, &tools, true, &ids) == tool_call_grammar(f, &tools, true, &ids);
+        assert!(same(ToolFormat::Hermes, v11) && same(ToolFormat::Llama3, v11) && same(ToolFormat::Harmony, v11));
+        // A Mistral template without `[ARGS]`, or none, gets the JSON list.
+        let v3 = Some("{{- '[TOOL_CALLS][' }}{{- tool_calls|tojson }}");
+        assert!(same(ToolFormat::Mistral, v3) && same(ToolFormat::Mistral, None) && !same(ToolFormat::Mistral, v11));
     }
 }
