@@ -252,3 +252,56 @@ fn first_call_parser_reports_the_end() {
     h.push("1}");
     assert!(h.ended());
 }
+
+const MISTRAL_SMALL_32: &str = include_str!("../../../fixtures/chat/templates/mistral-small-3.2.jinja");
+
+/// Mistral Small 3.2's template (tokenizer v11): an earlier call renders as `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]`
+/// then its arguments, which the parser reads back; the template is detected as Mistral's and forces the named
+/// syntax.
+#[test]
+fn mistral_small_32_template_renders_named_calls() {
+    use tf_text::{ChatRenderOptions, ChatTemplate, ToolSpec};
+    let t = ChatTemplate::new(MISTRAL_SMALL_32).expect("template");
+    let messages = serde_json::json!([
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        ]},
+        {"role": "tool", "tool_call_id": "abcDEF123", "content": "22C"},
+    ]);
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    let opts = ChatRenderOptions {
+        tools: Some(tools),
+        bos_token: Some("<s>".into()),
+        eos_token: Some("</s>".into()),
+        add_generation_prompt: true,
+        ..Default::default()
+    };
+    let rendered = t.render(&messages, &opts).expect("render");
+    assert_eq!(
+        rendered,
+        "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \
+         \"get_weather\", \"parameters\": {\"type\": \"object\"}}}][/AVAILABLE_TOOLS][INST]Weather in Paris?[/INST]\
+         [TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{\"city\": \"Paris\"}</s>\
+         [TOOL_RESULTS]abcDEF123[TOOL_CONTENT]22C[/TOOL_RESULTS]"
+    );
+    let turn = &rendered[rendered.find("[/INST]").unwrap() + "[/INST]".len()..rendered.find("</s>").unwrap()];
+    let p = mistral(turn);
+    assert_eq!(
+        (p.content.as_str(), p.calls, p.cut),
+        ("", vec![call(0, "get_weather", "{\"city\": \"Paris\"}")], false)
+    );
+    // Ids must be 9 alphanumerics in this template.
+    let mut bad = messages.clone();
+    bad[2]["tool_calls"][0]["id"] = "call_1".into();
+    bad[3]["tool_call_id"] = "call_1".into();
+    assert!(t.render(&bad, &opts).is_err());
+
+    let vocab = |s: &str| ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"].contains(&s);
+    assert_eq!(ToolFormat::detect(MISTRAL_SMALL_32, &vocab), Some(ToolFormat::Mistral));
+    assert!(ToolFormat::Mistral.writes_named_calls(MISTRAL_SMALL_32));
+    let tools = [ToolSpec { name: "get_weather", parameters: None }];
+    let g = ToolFormat::Mistral.call_grammar(Some(MISTRAL_SMALL_32), &tools, false, &|_| None);
+    assert!(g.contains("call_0: \"get_weather\" \"[ARGS]\" %json"), "{g}");
+}
