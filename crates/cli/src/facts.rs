@@ -60,6 +60,12 @@ impl ModelFacts {
             .map(|f| f.name.to_owned());
     }
 
+    /// K and V bytes per token of context stored as `ty` (`kv_bytes_per_token` is f32's).
+    pub fn kv_bytes_per_token_as(&self, ty: tf_backend_cpu::KvType) -> Option<u64> {
+        let (l, kvh, hd) = (self.layers?, self.kv_heads?, self.head_dim?);
+        Some(2 * l * kvh * ty.row_bytes(hd as usize) as u64)
+    }
+
     fn count_tensors(&mut self, src: &dyn WeightSource) {
         for t in src.tensors() {
             *self.tensor_types.entry(t.dtype.name().to_owned()).or_default() += 1;

@@ -7,6 +7,7 @@ use crate::session::{BackendChoice, Session};
 use clap::Args;
 use std::io::Write;
 use std::sync::{mpsc, Arc};
+use tf_backend_cpu::KvType;
 use tf_backend_cuda::Arithmetic;
 use tf_core::{Backend, DType, Precision};
 use tf_engine::{
@@ -98,6 +99,13 @@ pub struct ModelArgs {
     /// (BF16/F16 weight matmuls on tensor cores: row-exact, but not the CPU's bits). The CPU has only `portable`.
     #[arg(long, default_value = "portable", value_parser = parse_arithmetic)]
     pub arithmetic: Arithmetic,
+    /// How the KV cache stores K and V: `f32`, `f16` (half the bytes) or `q8_0` (blocks of 32 values as 8-bit
+    /// integers with an f16 scale: 34 bytes per 32 values, about a quarter). f16 and q8_0 round each value when it
+    /// is written: each is its own arithmetic, so replies differ from f32 KV, while drafted == serial, concurrent
+    /// == solo and chunked == whole hold within one type. CPU backend only; q8_0 needs a head dim that is a
+    /// multiple of 32.
+    #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
     /// `auto` (the MODEL's files) or `dummy`: random weights with the shapes of MODEL's config.json (a directory
     /// or the file itself; no weight files are read), for timing real shapes such as Qwen2.5-7B without their
     /// weights. Families llama, mistral, qwen2, qwen3, qwen3_moe, nemotron_h. The output is noise; the speed is real.
@@ -126,6 +134,10 @@ fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
     Arithmetic::parse(s).ok_or_else(|| format!("'{s}' is not an arithmetic (portable, tensor)"))
 }
 
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).ok_or_else(|| format!("'{s}' is not a KV type (f32, f16, q8_0)"))
+}
+
 fn parse_precision(s: &str) -> Result<Precision, String> {
     Precision::parse(s).ok_or_else(|| format!("'{s}' is not a precision mode (checkpoint, full)"))
 }
@@ -145,10 +157,10 @@ impl ModelArgs {
             let (seed, dtype) = (self.dummy_seed, self.dummy_dtype);
             let p = std::path::Path::new(&self.model);
             let (be, threads) = (self.backend, self.threads());
-            return Session::load_dummy(p, dtype, seed, be, threads, self.precision, self.arithmetic);
+            return Session::load_dummy(p, dtype, seed, be, threads, self.precision, self.arithmetic, self.kv_type);
         }
         let m = model_ref::resolve(&self.model)?;
-        Session::load_on(&m, self.backend, self.threads(), self.precision, self.arithmetic)
+        Session::load_on_kv(&m, self.backend, self.threads(), self.precision, self.arithmetic, self.kv_type)
     }
 }
 

@@ -131,7 +131,8 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         ModelRef::HfDir(d) => ModelFacts::from_hf_dir(d)?,
     };
     let threads = args.model.threads();
-    let s = Session::load_on(&model_ref, args.model.backend, threads, args.model.precision, args.model.arithmetic)?;
+    let (precision, arithmetic, kv_type) = (args.model.precision, args.model.arithmetic, args.model.kv_type);
+    let s = Session::load_on_kv(&model_ref, args.model.backend, threads, precision, arithmetic, kv_type)?;
     let model_ctx = s.model.context_length();
     let context = match args.context {
         Some(0) => return Err("--context must be at least 1".into()),
@@ -165,10 +166,12 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let id = args.name.clone().unwrap_or_else(|| default_id(&model_ref));
     let path = model_ref.path().display().to_string();
     let family = s.model.family().to_string();
+    // Bytes of K and V per token as the backend stores them (`--kv-type`).
+    let kv_bytes_per_token = facts.kv_bytes_per_token_as(kv_type);
     let mut kv_blocks =
-        default_pool_tokens(context, args.parallel, facts.kv_bytes_per_token, mem_available()).div_ceil(BLOCK_SIZE);
+        default_pool_tokens(context, args.parallel, kv_bytes_per_token, mem_available()).div_ceil(BLOCK_SIZE);
     if let Some(gib) = args.kv_pool_gib {
-        let per_block = facts.kv_bytes_per_token.unwrap_or(0) * BLOCK_SIZE as u64;
+        let per_block = kv_bytes_per_token.unwrap_or(0) * BLOCK_SIZE as u64;
         if !(gib.is_finite() && gib > 0.0) || per_block == 0 {
             return Err(format!("--kv-pool-gib {gib}: expected a positive size (and a model whose KV size is known)"));
         }
@@ -182,7 +185,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
         }
         kv_blocks = blocks;
     }
-    let kv_bytes = facts.kv_bytes_per_token.map(|b| b * (kv_blocks * BLOCK_SIZE) as u64);
+    let kv_bytes = kv_bytes_per_token.map(|b| b * (kv_blocks * BLOCK_SIZE) as u64);
     // A hybrid model's recurrent states take registers next to the KV pool.
     let state_line = s.model.state_spec().map(|spec| {
         let n = tf_engine::default_state_registers(kv_blocks, BLOCK_SIZE);

@@ -3,7 +3,7 @@
 use crate::model_ref::ModelRef;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use tf_backend_cpu::CpuBackend;
+use tf_backend_cpu::{CpuBackend, KvType};
 use tf_backend_cuda::{Arithmetic, CudaTuning};
 use tf_core::DType;
 use tf_core::{Backend, Precision};
@@ -62,19 +62,30 @@ pub fn use_cuda_env_tuning() -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the backend `choice` names: the CPU with `threads` threads, or the first CUDA device in `arithmetic`
-/// (the CPU has only the portable one).
+/// Builds the backend `choice` names: the CPU with `threads` threads and its KV cache stored as `kv_type`, or the
+/// first CUDA device in `arithmetic` (the CPU has only the portable one; CUDA stores its KV cache in f32 only).
 pub fn build_backend(
     choice: BackendChoice,
     threads: usize,
     precision: Precision,
     arithmetic: Arithmetic,
+    kv_type: KvType,
 ) -> Result<Arc<dyn Backend>, String> {
     let cpu = || -> Result<Arc<dyn Backend>, String> {
         if arithmetic != Arithmetic::Portable {
             return Err(format!("--arithmetic {}: only the CUDA backend has it", arithmetic.name()));
         }
-        Ok(Arc::new(CpuBackend::new(threads, precision)))
+        Ok(Arc::new(CpuBackend::new(threads, precision).with_kv_type(kv_type)))
+    };
+    #[cfg(feature = "cuda")]
+    let cuda = |precision, arithmetic| {
+        if kv_type != KvType::F32 {
+            return Err(format!(
+                "--kv-type {}: the CUDA backend stores its KV cache in f32 only (use --backend cpu)",
+                kv_type.name()
+            ));
+        }
+        cuda(precision, arithmetic)
     };
     match choice {
         BackendChoice::Cpu => cpu(),
@@ -144,7 +155,7 @@ impl Session {
         Session::load_on(model, BackendChoice::Auto, threads, precision, Arithmetic::Portable)
     }
 
-    /// Loads `model` onto the backend `choice` names.
+    /// Loads `model` onto the backend `choice` names, its KV cache in f32.
     pub fn load_on(
         model: &ModelRef,
         choice: BackendChoice,
@@ -152,7 +163,19 @@ impl Session {
         precision: Precision,
         arithmetic: Arithmetic,
     ) -> Result<Session, String> {
-        let backend = build_backend(choice, threads, precision, arithmetic)?;
+        Session::load_on_kv(model, choice, threads, precision, arithmetic, KvType::F32)
+    }
+
+    /// Loads `model` onto the backend `choice` names, its KV cache stored as `kv_type`.
+    pub fn load_on_kv(
+        model: &ModelRef,
+        choice: BackendChoice,
+        threads: usize,
+        precision: Precision,
+        arithmetic: Arithmetic,
+        kv_type: KvType,
+    ) -> Result<Session, String> {
+        let backend = build_backend(choice, threads, precision, arithmetic, kv_type)?;
         let tokenizer = crate::load_tokenizer(model)?;
         let path = model.path().display().to_string();
         let (model, defaults) = match model {
@@ -179,6 +202,7 @@ impl Session {
     /// weight files are read), matrices of type `dtype` (default: the config's `torch_dtype`), generated from
     /// `seed`. The tokenizer is the directory's `tokenizer.json` when there is one, else a 256-token byte-level
     /// one. For timing real shapes only: the text is noise.
+    #[allow(clippy::too_many_arguments)]
     pub fn load_dummy(
         config: &Path,
         dtype: Option<DType>,
@@ -187,6 +211,7 @@ impl Session {
         threads: usize,
         precision: Precision,
         arithmetic: Arithmetic,
+        kv_type: KvType,
     ) -> Result<Session, String> {
         let (dir, file) = if config.is_dir() {
             (config, config.join("config.json"))
@@ -211,7 +236,7 @@ impl Session {
                 tokenizer.vocab_size()
             ));
         }
-        let backend = build_backend(choice, threads, precision, arithmetic)?;
+        let backend = build_backend(choice, threads, precision, arithmetic, kv_type)?;
         let src = DummyWeights::new(&cfg, dtype, seed).map_err(|e| e.to_string())?;
         let path = format!(
             "{} (dummy weights: random {dtype}, seed {seed}, {:.2} GB)",
