@@ -107,7 +107,8 @@ pub fn content_text(v: Option<&Value>, field: &str) -> Result<Option<String>, Ap
 }
 
 /// Renders messages with the model's chat template and tokenizes the result. Earlier tool calls' `arguments`
-/// reach the template as objects ([`tools::arguments_as_objects`]).
+/// reach the template as objects ([`tools::arguments_as_objects`]), and their ids as the template takes them
+/// ([`tools::call_ids_for_template`]).
 pub fn chat_prompt(
     st: &AppState,
     messages: Vec<Value>,
@@ -132,6 +133,7 @@ pub fn render_prompt(
         ));
     };
     tools::arguments_as_objects(&mut messages);
+    tools::call_ids_for_template(template.source(), &mut messages);
     let tok = &st.model.tokenizer;
     let opts = ChatRenderOptions {
         add_generation_prompt: true,

@@ -82,7 +82,9 @@ fn render(st: &AppState, f: &Fields<'_>) -> Result<Rendered, ApiError> {
         extra: thinking.template_vars(kwargs),
         ..Default::default()
     };
-    let mut text = template.render(&Value::Array(conv.messages), &opts).map_err(|e| {
+    let mut messages = conv.messages;
+    crate::tools::call_ids_for_template(template.source(), &mut messages);
+    let mut text = template.render(&Value::Array(messages), &opts).map_err(|e| {
         ApiError::invalid(Some("messages".into()), format!("the chat template refused the messages: {e}"))
     })?;
     if let Some(p) = conv.prefill {

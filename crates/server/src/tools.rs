@@ -212,6 +212,49 @@ pub fn arguments_as_objects(messages: &mut [Value]) {
     }
 }
 
+/// Mistral's templates take call ids of exactly 9 ASCII letters and digits and refuse others (OpenAI-style
+/// `call_…` ids, this server's included). For a template that writes `[TOOL_CALLS]`, every other id of an earlier
+/// call (`tool_calls[].id`) and of a tool result (`tool_call_id`) is rendered as 9 letters and digits derived
+/// from it (the same id always gives the same ones), so calls and results still pair up.
+pub fn call_ids_for_template(template: &str, messages: &mut [Value]) {
+    if !template.contains("[TOOL_CALLS]") {
+        return;
+    }
+    let fix = |v: &mut Value| {
+        if let Value::String(id) = v {
+            if id.len() != 9 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                *id = nine_alphanumerics(id);
+            }
+        }
+    };
+    for m in messages.iter_mut() {
+        if let Some(id) = m.get_mut("tool_call_id") {
+            fix(id);
+        }
+        for c in m.get_mut("tool_calls").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(id) = c.get_mut("id") {
+                fix(id);
+            }
+        }
+    }
+}
+
+/// 9 letters and digits from a 64-bit FNV-1a hash of `id` (62^9 > 2^64, so every hash has its own).
+fn nine_alphanumerics(id: &str) -> String {
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (0..9)
+        .map(|_| {
+            let d = DIGITS[(h % 62) as usize] as char;
+            h /= 62;
+            d
+        })
+        .collect()
+}
+
 /// How a request's reply is handled for tools: the parser (when calls are parsed), the grammar that forces
 /// a call (`required` or named), and whether the reply ends with its first call.
 pub struct ToolPlan {
@@ -379,6 +422,32 @@ mod tests {
         assert_eq!(calls[0]["function"]["arguments"], json!({"a": 1}));
         assert_eq!(calls[1]["function"]["arguments"], json!("not json"));
         assert_eq!(calls[2]["function"]["arguments"], json!({"b": 2}));
+    }
+
+    #[test]
+    fn mistral_templates_get_nine_character_call_ids() {
+        let conv = || {
+            vec![
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_0123456789abcdef01234567_0", "type": "function", "function": {"name": "f", "arguments": {}}},
+                    {"id": "abcDEF123", "type": "function", "function": {"name": "g", "arguments": {}}}]}),
+                json!({"role": "tool", "tool_call_id": "call_0123456789abcdef01234567_0", "content": "1"}),
+                json!({"role": "tool", "tool_call_id": "abcDEF123", "content": "2"}),
+                json!({"role": "tool", "tool_call_id": "call_0123456789abcdef01234567_1", "content": "3"}),
+            ]
+        };
+        let mut m = conv();
+        call_ids_for_template("{{ '[TOOL_CALLS]' }}", &mut m);
+        let id = m[0]["tool_calls"][0]["id"].as_str().unwrap().to_string();
+        assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(m[1]["tool_call_id"], json!(id), "a result keeps pairing with its call");
+        assert_eq!((&m[0]["tool_calls"][1]["id"], &m[2]["tool_call_id"]), (&json!("abcDEF123"), &json!("abcDEF123")));
+        let other = m[3]["tool_call_id"].as_str().unwrap();
+        assert!(other.len() == 9 && other != id, "{other}");
+        // Other templates get the ids as sent.
+        let mut m = conv();
+        call_ids_for_template("<tool_call>", &mut m);
+        assert_eq!(m, conv());
     }
 
     #[test]

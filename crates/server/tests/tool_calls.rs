@@ -255,3 +255,33 @@ async fn mistral_named_syntax_is_forced_and_parsed() {
         assert_eq!(calls, vec![("get_weather".to_string(), "{\"city\": \"Paris\"}".to_string())], "stream: {stream}");
     }
 }
+
+/// A client sends this server's call ids (`call_…`) back; Mistral Small 3.2's template takes only ids of 9
+/// letters and digits, and gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistral_template_takes_this_servers_call_ids_back() {
+    let template = include_str!("../../../fixtures/chat/templates/mistral-small-3.2.jinja");
+    let (st, _) = scripted("Sunny.", template, ToolFormat::Mistral);
+    let id = "call_0123456789abcdef01234567_0";
+    let body = |id: &str| {
+        json!({
+            "model": "scripted", "max_tokens": 4, "temperature": 0,
+            "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+            "messages": [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": id, "content": "22C"},
+            ],
+        })
+    };
+    let (code, text) = post(&st, "/v1/chat/completions", body(id)).await;
+    assert_eq!(code, StatusCode::OK, "{text}");
+    // The template itself still refuses a conversation whose calls and results do not pair up by id.
+    let mut unpaired = body(id);
+    unpaired["messages"][3]["tool_call_id"] = json!(42);
+    let (code, text) = post(&st, "/v1/chat/completions", unpaired).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("Tool call IDs should be alphanumeric strings with length 9"), "{text}");
+}
