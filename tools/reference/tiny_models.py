@@ -42,9 +42,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (  # noqa: E402
-    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig,
-    MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-    Qwen3MoeForCausalLM,
+    Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM,
+    MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+    Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM,
 )
 
 from common import FIXTURES_DIR  # noqa: E402
@@ -93,6 +93,12 @@ FAMILIES = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
     ), {"rope_theta": 5000.0}),
+    # Mistral: llama attention with a sliding window (8) shorter than the 24-token prompt, on every layer.
+    "mistral": (MistralForCausalLM, MistralConfig, dict(
+        COMMON, intermediate_size=112, num_hidden_layers=2, head_dim=16, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    ), {"rope_theta": 1000000.0}),
     # Mixture of experts: 8 experts, 2 per token. Qwen3-MoE with a dense layer between two sparse ones
     # (mlp_only_layers) and normalized top-k weights (as Qwen3-30B-A3B); Mixtral (llama attention, experts under
     # block_sparse_moe, top-k softmax).
@@ -215,6 +221,8 @@ def sensitivity(family, m, out, ids, logits):
         rec("sliding_window_ignored(positions>=4)", variant_logits(
             m, ids, {"layer_types": ["full_attention"] * m.config.num_hidden_layers}), from_pos=4)
         rec("swiglu_limit_ignored", variant_logits(m, ids, {"swiglu_limit": 1e30}))
+    if family == "mistral":
+        rec("sliding_window_ignored(positions>=8)", variant_logits(m, ids, {"sliding_window": None}), from_pos=8)
     if family == "gemma3":
         rec("norm_without_plus_one", variant_logits(m, ids, state_fn=scale_norms(-1.0)))
         rec("sliding_window_ignored(positions>=8)", variant_logits(

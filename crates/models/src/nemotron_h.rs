@@ -9,7 +9,10 @@
 //! the state); `out_proj` back to the residual. The state a row reads and where it goes are the batch's
 //! [`Batch::states`], so a verify window keeps one state per row and the engine commits the accepted one.
 //!
-//! Safetensors only: a Nemotron-H GGUF (llama.cpp's `nemotron_h`) is refused at load.
+//! Safetensors and GGUF (llama.cpp's `nemotron_h`: `blk.{l}.ssm_*` tensors, the layer kinds in the per-layer
+//! `head_count_kv` / `feed_forward_length` arrays, `ssm.*` keys). Two conversions of llama.cpp's converter are
+//! undone so both formats load the same bits: the Q/K rows of attention layers are permuted per head as for RoPE
+//! (though the architecture has none), and `A_log` is stored as `A = -exp(A_log)` (see `a_log_of`).
 
 use crate::layers::{self, logits, trace};
 use crate::model::{Batch, Model, ModelError};
@@ -58,9 +61,7 @@ fn bad(key: &str, what: impl std::fmt::Display) -> ModelError {
 impl HybridConfig {
     pub fn from_view(cfg: &dyn ConfigView) -> Result<HybridConfig, ModelError> {
         if cfg.format() == ConfigFormat::Gguf {
-            return Err(ModelError(
-                "nemotron_h: GGUF checkpoints of this family are not read yet; load its safetensors directory".into(),
-            ));
+            return Self::from_gguf(cfg);
         }
         let u = |k: &str| cfg.get_u64(k).map(|v| v as usize).ok_or_else(|| bad(k, "missing"));
         let kinds: Vec<LayerKind> = match cfg.get_str_array("layers_block_type") {
@@ -136,6 +137,111 @@ impl HybridConfig {
         };
         if c.conv_kernel == 0 || c.d_state == 0 || c.ssm_head_dim == 0 || c.hidden == 0 {
             return Err(bad("conv_kernel/ssm_state_size/mamba_head_dim", "must be positive"));
+        }
+        Ok(c)
+    }
+
+    /// The configuration from llama.cpp's `nemotron_h` metadata. A layer's kind is llama.cpp's rule: recurrent
+    /// where both `head_count_kv` and `feed_forward_length` are 0, else attention where `feed_forward_length` is 0,
+    /// else MLP. What GGUF does not carry: the step floor (`time_step_min`, transformers' default 0.001, which
+    /// llama.cpp does not apply) and whether the convolution has a bias (the loader takes it when the file has
+    /// one).
+    fn from_gguf(cfg: &dyn ConfigView) -> Result<HybridConfig, ModelError> {
+        let arch = cfg.architecture().unwrap_or_default();
+        let key = |k: &str| format!("{arch}.{k}");
+        let u = |k: &str| cfg.get_u64(&key(k)).map(|v| v as usize).ok_or_else(|| bad(&key(k), "missing"));
+        let layers = u("block_count")?;
+        if layers == 0 || layers > 1024 {
+            return Err(bad(&key("block_count"), format!("{layers} layers")));
+        }
+        // A per-layer value: an array of one entry per layer, or one number for all.
+        let per_layer = |k: &str| -> Result<Vec<usize>, ModelError> {
+            match cfg.get_f64_array(&key(k)) {
+                Some(v) if v.len() == layers => Ok(v.into_iter().map(|x| x as usize).collect()),
+                Some(v) => Err(bad(&key(k), format!("{} entries for {layers} layers", v.len()))),
+                None => Ok(vec![u(k)?; layers]),
+            }
+        };
+        let (kv, ff) = (per_layer("attention.head_count_kv")?, per_layer("feed_forward_length")?);
+        let kinds: Vec<LayerKind> = kv
+            .iter()
+            .zip(&ff)
+            .map(|(&kv, &ff)| match (kv, ff) {
+                (0, 0) => LayerKind::Mamba,
+                (_, 0) => LayerKind::Attention,
+                _ => LayerKind::Mlp,
+            })
+            .collect();
+        // One value for the layers that use it.
+        let uniform = |k: &str, v: &[usize]| -> Result<usize, ModelError> {
+            let mut used = v.iter().copied().filter(|&x| x > 0);
+            let first = used.next().unwrap_or(0);
+            match used.find(|&x| x != first) {
+                Some(other) => Err(bad(&key(k), format!("differs between layers ({first} and {other})"))),
+                None => Ok(first),
+            }
+        };
+        let kv_heads = uniform("attention.head_count_kv", &kv)?;
+        let ffn = uniform("feed_forward_length", &ff)?;
+        if cfg.get_u64(&key("expert_count")).is_some_and(|e| e > 0) {
+            return Err(bad(&key("expert_count"), "mixture-of-experts layers are not supported yet"));
+        }
+        if cfg.get_f64(&key("attention.scale")).is_some() {
+            return Err(bad(&key("attention.scale"), "an explicit attention scale is not supported"));
+        }
+        let hidden = u("embedding_length")?;
+        let heads = u("attention.head_count")?;
+        if heads == 0 || (kv_heads > 0 && !heads.is_multiple_of(kv_heads)) {
+            return Err(bad(&key("attention.head_count_kv"), format!("{kv_heads} vs {heads} heads")));
+        }
+        let head_dim = cfg.get_u64(&key("attention.key_length")).map_or(hidden / heads, |v| v as usize);
+        if let Some(v) = cfg.get_u64(&key("attention.value_length")).filter(|&v| v as usize != head_dim) {
+            return Err(bad(&key("attention.value_length"), format!("{v} differs from key length {head_dim}")));
+        }
+        if kinds.contains(&LayerKind::Attention) && !head_dim.is_multiple_of(2) {
+            // llama.cpp's converter permutes Q/K rows in pairs within each head.
+            return Err(bad(&key("attention.key_length"), format!("{head_dim} is odd")));
+        }
+        let ssm_heads = u("ssm.time_step_rank")?;
+        let inner = u("ssm.inner_size")?;
+        let groups = u("ssm.group_count")?;
+        if ssm_heads == 0 || !inner.is_multiple_of(ssm_heads) {
+            return Err(bad(&key("ssm.inner_size"), format!("{inner} is not a multiple of {ssm_heads} heads")));
+        }
+        if groups == 0 || !ssm_heads.is_multiple_of(groups) {
+            return Err(bad(&key("ssm.group_count"), format!("{groups} does not divide {ssm_heads} heads")));
+        }
+        let vocab = match cfg.get_u64(&key("vocab_size")) {
+            Some(v) => v as usize,
+            None => cfg
+                .get_str_array("tokenizer.ggml.tokens")
+                .map(|t| t.len())
+                .ok_or_else(|| bad("tokenizer.ggml.tokens", "missing (and no vocab_size to size the embedding by)"))?,
+        };
+        let c = HybridConfig {
+            hidden,
+            vocab,
+            context: cfg.get_u64(&key("context_length")).map_or(4096, |v| v as usize),
+            eps: cfg
+                .get_f64(&key("attention.layer_norm_rms_epsilon"))
+                .or_else(|| cfg.get_f64(&key("attention.layer_norm_epsilon")))
+                .unwrap_or(1e-5) as f32,
+            kinds,
+            heads,
+            kv_heads: kv_heads.max(1),
+            head_dim,
+            ffn,
+            ssm_heads,
+            ssm_head_dim: inner / ssm_heads,
+            groups,
+            d_state: u("ssm.state_size")?,
+            conv_kernel: u("ssm.conv_kernel")?,
+            conv_bias: true,
+            dt_min: 0.001,
+            tie_embeddings: true,
+        };
+        if c.conv_kernel == 0 || c.d_state == 0 || c.ssm_head_dim == 0 || c.hidden == 0 || c.head_dim == 0 {
+            return Err(bad(&key("ssm.conv_kernel/ssm.state_size/ssm.inner_size"), "must be positive"));
         }
         Ok(c)
     }
@@ -218,7 +324,11 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn err(&self, tensor: &str, what: impl std::fmt::Display) -> ModelError {
-        ModelError(format!("safetensors tensor {tensor:?}: {what}"))
+        ModelError(format!("{} tensor {tensor:?}: {what}", self.src.format()))
+    }
+
+    fn has(&self, tensor: &str) -> bool {
+        self.src.info(tensor).is_some()
     }
 
     fn info(&self, tensor: &str, shape: &[usize]) -> Result<&TensorInfo, ModelError> {
@@ -233,25 +343,39 @@ impl Reader<'_> {
         self.rows(tensor, shape, &[shape[0]]).map(|mut v| v.remove(0))
     }
 
-    /// A matrix `[out, in]` split by output rows into consecutive parts of `parts` rows each (rows are whole
-    /// blocks in every stored type, so each part is a contiguous byte range).
-    fn rows(&self, tensor: &str, shape: [usize; 2], parts: &[usize]) -> Result<Vec<Weight>, ModelError> {
+    /// The bytes of a matrix `[out, in]` and the bytes of one row (rows are whole blocks in every stored type).
+    fn row_bytes(&self, tensor: &str, shape: [usize; 2]) -> Result<(&TensorInfo, &[u8], usize), ModelError> {
         let info = self.info(tensor, &shape)?;
         let bytes = self.src.bytes(tensor).map_err(|e| ModelError(e.to_string()))?;
         let per_row = bytes.len() / shape[0].max(1);
+        let row = TensorInfo { name: tensor.to_owned(), dtype: info.dtype, shape: vec![1, shape[1] as u64] };
+        if row.nbytes() != per_row as u64 || per_row * shape[0] != bytes.len() {
+            return Err(self.err(tensor, format!("{} bytes do not split into {} rows", bytes.len(), shape[0])));
+        }
+        Ok((info, bytes, per_row))
+    }
+
+    /// A matrix `[out, in]` split by output rows into consecutive parts of `parts` rows each (each part a
+    /// contiguous byte range).
+    fn rows(&self, tensor: &str, shape: [usize; 2], parts: &[usize]) -> Result<Vec<Weight>, ModelError> {
+        let (info, bytes, per_row) = self.row_bytes(tensor, shape)?;
         let mut at = 0;
         let mut out = Vec::with_capacity(parts.len());
         for &n in parts {
             let part =
                 TensorInfo { name: tensor.to_owned(), dtype: info.dtype, shape: vec![n as u64, shape[1] as u64] };
-            if part.nbytes() != (n * per_row) as u64 {
-                return Err(self.err(tensor, format!("{} bytes do not split into rows of {per_row}", bytes.len())));
-            }
             let w = self.be.upload(&part, &bytes[at * per_row..(at + n) * per_row]).map_err(|e| self.err(tensor, e))?;
             out.push(w);
             at += n;
         }
         Ok(out)
+    }
+
+    /// A matrix `[out, in]` whose row `r` is the stored row `order[r]` (bytes moved, no value changed).
+    fn gathered(&self, tensor: &str, shape: [usize; 2], order: &[usize]) -> Result<Weight, ModelError> {
+        let (info, bytes, per_row) = self.row_bytes(tensor, shape)?;
+        let moved: Vec<u8> = order.iter().flat_map(|&r| &bytes[r * per_row..(r + 1) * per_row]).copied().collect();
+        self.be.upload(info, &moved).map_err(|e| self.err(tensor, e))
     }
 
     fn values(&self, tensor: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
@@ -274,35 +398,86 @@ impl Reader<'_> {
     }
 }
 
-/// Loads a `nemotron_h` checkpoint.
+/// The decay rate `A = -exp(A_log)` of a safetensors `A_log`: `exp` in f64, rounded once to f32 (the value
+/// llama.cpp's converter stores in a GGUF, up to its f32 `exp`'s last bit).
+fn a_of_a_log(a_log: f32) -> f32 {
+    -((a_log as f64).exp() as f32)
+}
+
+/// The `A_log` the scan takes for a decay rate `A < 0`: `ln(-A)` in f64, rounded once to f32. Both formats load
+/// through it (a safetensors `A_log` becomes [`a_of_a_log`] first), so a GGUF holding that `A` gives the scan the
+/// same bits as the safetensors checkpoint (docs/arithmetic.md, "Recurrent state").
+fn a_log_of(a: f32) -> f32 {
+    ((-a) as f64).ln() as f32
+}
+
+/// Llama.cpp's converter permutes the Q and K rows of each head as it does for RoPE (`LlamaModel.permute`: rows
+/// `(i, i + d/2)` become rows `(2i, 2i + 1)`); this architecture has no RoPE, so the transformers order is
+/// restored: row `h·d + t·d/2 + i` of the result is stored row `h·d + 2i + t`.
+fn unpermute_order(heads: usize, head_dim: usize) -> Vec<usize> {
+    let half = head_dim / 2;
+    (0..heads * head_dim)
+        .map(|r| {
+            let (h, j) = (r / head_dim, r % head_dim);
+            h * head_dim + 2 * (j % half) + j / half
+        })
+        .collect()
+}
+
+/// Loads a `nemotron_h` checkpoint (safetensors or GGUF).
 pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> Result<Box<dyn Model>, ModelError> {
     let cfg = HybridConfig::from_view(view)?;
+    let gguf = view.format() == ConfigFormat::Gguf;
     let rd = Reader { be, src };
-    let (h, i, cd) = (cfg.hidden, cfg.inner(), cfg.conv_dim());
-    let p = |l: usize, rest: &str| format!("backbone.layers.{l}.{rest}");
+    let (h, i, cd, heads) = (cfg.hidden, cfg.inner(), cfg.conv_dim(), cfg.ssm_heads);
+    // A layer tensor's name: transformers' (under `backbone.layers.{l}.`) or llama.cpp's (under `blk.{l}.`).
+    let p = |l: usize, hf: &str, gg: &str| match gguf {
+        true => format!("blk.{l}.{gg}"),
+        false => format!("backbone.layers.{l}.{hf}"),
+    };
+    let top = |hf: &str, gg: &str| if gguf { gg.to_owned() } else { hf.to_owned() };
     let (mut kv_layers, mut state_layers) = (0, 0);
     let mut layers = Vec::with_capacity(cfg.kinds.len());
     for (l, kind) in cfg.kinds.iter().enumerate() {
+        if gguf {
+            let biases = ["ssm_in", "ssm_out", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down"];
+            if let Some(b) = biases.iter().map(|t| p(l, "", &format!("{t}.bias"))).find(|t| rd.has(t)) {
+                return Err(rd.err(&b, "projection biases are not supported"));
+            }
+        }
         let mixer = match kind {
             LayerKind::Mamba => {
                 let proj =
-                    rd.rows(&p(l, "mixer.in_proj.weight"), [i + cd + cfg.ssm_heads, h], &[i, cd, cfg.ssm_heads])?;
+                    rd.rows(&p(l, "mixer.in_proj.weight", "ssm_in.weight"), [i + cd + heads, h], &[i, cd, heads])?;
                 let [in_z, in_xbc, in_dt]: [Weight; 3] = proj.try_into().expect("three parts");
-                let heads = cfg.ssm_heads;
+                // GGUF: conv [conv_dim, K] (squeezed), A and D [heads, 1], the norm [groups, I / groups].
+                let (k, g) = (cfg.conv_kernel, cfg.groups);
+                let (conv_shape, per_head, norm_shape) = match gguf {
+                    true => (vec![cd, k], vec![heads, 1], vec![g, i / g]),
+                    false => (vec![cd, 1, k], vec![heads], vec![i]),
+                };
+                let conv_bias = p(l, "mixer.conv1d.bias", "ssm_conv1d.bias");
+                let a: Vec<f32> = match gguf {
+                    true => rd.values(&p(l, "", "ssm_a"), &per_head)?,
+                    false => rd.values(&p(l, "mixer.A_log", ""), &[heads])?.into_iter().map(a_of_a_log).collect(),
+                };
+                if let Some(bad) = a.iter().find(|a| !(**a < 0.0 && a.is_finite())) {
+                    return Err(rd.err(&p(l, "mixer.A_log", "ssm_a"), format!("decay rate A = {bad} is not negative")));
+                }
                 let m = Mamba {
                     in_z,
                     in_xbc,
                     in_dt,
-                    conv: rd.values(&p(l, "mixer.conv1d.weight"), &[cd, 1, cfg.conv_kernel])?,
-                    conv_bias: match cfg.conv_bias {
-                        true => Some(rd.values(&p(l, "mixer.conv1d.bias"), &[cd])?),
+                    conv: rd.values(&p(l, "mixer.conv1d.weight", "ssm_conv1d.weight"), &conv_shape)?,
+                    conv_bias: match cfg.conv_bias && (!gguf || rd.has(&conv_bias)) {
+                        true => Some(rd.values(&conv_bias, &[cd])?),
                         false => None,
                     },
-                    a_log: rd.values(&p(l, "mixer.A_log"), &[heads])?,
-                    d: rd.values(&p(l, "mixer.D"), &[heads])?,
-                    dt_bias: rd.values(&p(l, "mixer.dt_bias"), &[heads])?,
-                    norm: rd.values(&p(l, "mixer.norm.weight"), &[i])?,
-                    out: rd.matrix(&p(l, "mixer.out_proj.weight"), [h, i])?,
+                    a_log: a.into_iter().map(a_log_of).collect(),
+                    d: rd.values(&p(l, "mixer.D", "ssm_d"), &per_head)?,
+                    dt_bias: rd.values(&p(l, "mixer.dt_bias", "ssm_dt.bias"), &[heads])?,
+                    norm: rd.values(&p(l, "mixer.norm.weight", "ssm_norm.weight"), &norm_shape)?,
+                    out: rd.matrix(&p(l, "mixer.out_proj.weight", "ssm_out.weight"), [h, i])?,
                     state_layer: state_layers,
                     layer: l,
                 };
@@ -311,28 +486,38 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> 
             }
             LayerKind::Attention => {
                 let (q, kv) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+                let (qn, kn) =
+                    (p(l, "mixer.q_proj.weight", "attn_q.weight"), p(l, "mixer.k_proj.weight", "attn_k.weight"));
+                let (wq, wk) = match gguf {
+                    true => (
+                        rd.gathered(&qn, [q, h], &unpermute_order(cfg.heads, cfg.head_dim))?,
+                        rd.gathered(&kn, [kv, h], &unpermute_order(cfg.kv_heads, cfg.head_dim))?,
+                    ),
+                    false => (rd.matrix(&qn, [q, h])?, rd.matrix(&kn, [kv, h])?),
+                };
                 let a = Mixer::Attention {
-                    q: rd.matrix(&p(l, "mixer.q_proj.weight"), [q, h])?,
-                    k: rd.matrix(&p(l, "mixer.k_proj.weight"), [kv, h])?,
-                    v: rd.matrix(&p(l, "mixer.v_proj.weight"), [kv, h])?,
-                    o: rd.matrix(&p(l, "mixer.o_proj.weight"), [h, q])?,
+                    q: wq,
+                    k: wk,
+                    v: rd.matrix(&p(l, "mixer.v_proj.weight", "attn_v.weight"), [kv, h])?,
+                    o: rd.matrix(&p(l, "mixer.o_proj.weight", "attn_output.weight"), [h, q])?,
                     kv_layer: kv_layers,
                 };
                 kv_layers += 1;
                 a
             }
             LayerKind::Mlp => Mixer::Mlp {
-                up: rd.matrix(&p(l, "mixer.up_proj.weight"), [cfg.ffn, h])?,
-                down: rd.matrix(&p(l, "mixer.down_proj.weight"), [h, cfg.ffn])?,
+                up: rd.matrix(&p(l, "mixer.up_proj.weight", "ffn_up.weight"), [cfg.ffn, h])?,
+                down: rd.matrix(&p(l, "mixer.down_proj.weight", "ffn_down.weight"), [h, cfg.ffn])?,
             },
         };
-        layers.push(Layer { norm: rd.vector(&p(l, "norm.weight"), h)?, mixer });
+        layers.push(Layer { norm: rd.vector(&p(l, "norm.weight", "attn_norm.weight"), h)?, mixer });
     }
-    let embd = rd.matrix("backbone.embeddings.weight", [cfg.vocab, h])?;
-    let output = match src.info("lm_head.weight") {
-        Some(_) => rd.matrix("lm_head.weight", [cfg.vocab, h])?,
+    let embd = rd.matrix(&top("backbone.embeddings.weight", "token_embd.weight"), [cfg.vocab, h])?;
+    let head = top("lm_head.weight", "output.weight");
+    let output = match src.info(&head) {
+        Some(_) => rd.matrix(&head, [cfg.vocab, h])?,
         None if cfg.tie_embeddings => embd.clone(),
-        None => return Err(rd.err("lm_head.weight", "missing (and tie_word_embeddings is false)")),
+        None => return Err(rd.err(&head, "missing (and tie_word_embeddings is false)")),
     };
     let attn = AttnParams {
         heads: cfg.heads,
@@ -344,7 +529,7 @@ pub fn load(be: &dyn Backend, src: &dyn WeightSource, view: &dyn ConfigView) -> 
         sinks: None,
     };
     Ok(Box::new(NemotronH {
-        output_norm: rd.vector("backbone.norm_f.weight", h)?,
+        output_norm: rd.vector(&top("backbone.norm_f.weight", "output_norm.weight"), h)?,
         output,
         embd,
         layers,

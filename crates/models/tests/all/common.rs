@@ -1,6 +1,6 @@
 //! Helpers: opening checkpoints, building batches over a paged KV cache, comparing logits.
 
-use tf_core::{AttnMeta, Backend, KvCache, RowAttn};
+use tf_core::{AttnMeta, Backend, KvCache, RowAttn, StateIo, StateSrc};
 use tf_loader::gguf::GgufFile;
 use tf_loader::hf_config::HfConfig;
 use tf_loader::safetensors::SafetensorsModel;
@@ -91,6 +91,50 @@ pub fn run_chunked(be: &dyn Backend, model: &dyn Model, tokens: &[u32], chunks: 
         i += 1;
     }
     out
+}
+
+/// A KV cache with `registers` state registers.
+pub fn state_cache(be: &dyn Backend, model: &dyn Model, blocks: usize, registers: usize) -> KvCache {
+    let mut kv = alloc_kv(be, model, blocks);
+    let spec = model.state_spec().expect("a hybrid model has recurrent state");
+    kv.states = Some(be.alloc_states(spec.with_registers(registers)).expect("state registers"));
+    kv
+}
+
+/// Logits of every position of `tokens` for a model with recurrent state, as one sequence filled in chunks
+/// (cycled sizes) and chained through its state: a chunk's first row reads the register the previous chunk's last
+/// row wrote (registers 0 and 1 alternate), every other row the row before it.
+pub fn run_with_states(be: &dyn Backend, model: &dyn Model, tokens: &[u32], chunks: &[usize]) -> Vec<Vec<f32>> {
+    let seq = Seq::new(tokens.len(), 3, 2);
+    let mut kv = state_cache(be, model, seq.max_block() as usize + 1, 2);
+    let vocab = model.vocab_size();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while start < tokens.len() {
+        let end = (start + chunks[i % chunks.len()]).min(tokens.len());
+        let rows: Vec<Row> = (start..end).map(|p| Row { seq: 0, pos: p, token: tokens[p] }).collect();
+        let mut b = batch(&[&seq], &rows);
+        b.states = state_chain(start, end - start, (i % 2) as u32);
+        out.extend(be.to_host(&model.forward(be, &b, &mut kv)).chunks(vocab).map(<[f32]>::to_vec));
+        start = end;
+        i += 1;
+    }
+    out
+}
+
+/// States of a chain of `len` rows starting at `start`: the first reads register `1 - w` (or zeros at position
+/// 0), the last writes register `w`.
+pub fn state_chain(start: usize, len: usize, w: u32) -> Vec<StateIo> {
+    (0..len)
+        .map(|j| StateIo {
+            src: match j {
+                0 if start == 0 => StateSrc::Zero,
+                0 => StateSrc::Reg(1 - w),
+                _ => StateSrc::Row(j - 1),
+            },
+            dst: (j + 1 == len).then_some(w),
+        })
+        .collect()
 }
 
 /// Logits at `positions` of `tokens` filled as one chunk.

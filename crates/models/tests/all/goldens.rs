@@ -84,7 +84,7 @@ fn check_family(family: &str) {
     let backends: [(&dyn Backend, &str); 2] = [(&full, "cpu full"), (&Naive, "naive")];
     for (be, name) in backends {
         let model = hf_model(be, &g.dir);
-        assert_eq!(model.family(), if matches!(family, "llama3" | "mixtral") { "llama" } else { family });
+        assert_eq!(model.family(), if matches!(family, "llama3" | "mixtral" | "mistral") { "llama" } else { family });
         let ours = run_chunked(be, model.as_ref(), &g.ids, &[g.ids.len()]);
         let err = worst_error(&ours, &g.logits);
         eprintln!("{family} ({name}): worst logit error {err:.2e} × max|logit|");
@@ -144,6 +144,12 @@ fn qwen3moe() {
 #[test]
 fn mixtral() {
     check_family("mixtral");
+}
+
+/// Mistral: the llama family with a sliding window (8) on every layer, shorter than the 24-token prompt.
+#[test]
+fn mistral_sliding_window() {
+    check_family("mistral");
 }
 
 #[test]

@@ -5,57 +5,16 @@
 //! - a sequence's bits do not depend on other sequences sharing the call (each has its own state);
 //! - a verify window that keeps one state per row, resumed from any row's register, equals the serial run.
 
-use crate::common::{alloc_kv, argmax, batch, first_bit_difference, hf_model, Row, Seq};
+use crate::common::{
+    argmax, batch, first_bit_difference, hf_model, run_with_states as run_chunked, state_cache as cache,
+    state_chain as chain, Row, Seq,
+};
 use serde_json::Value;
 use tf_backend_cpu::CpuBackend;
-use tf_core::{Backend, KvCache, Precision, StateIo, StateSrc};
-use tf_models::Model;
+use tf_core::{Backend, Precision, StateIo, StateSrc};
 
 fn dir() -> std::path::PathBuf {
     tf_testkit::repo_root().join("fixtures/tiny/nemotron_h")
-}
-
-/// A KV cache with `registers` state registers.
-fn cache(be: &dyn Backend, model: &dyn Model, blocks: usize, registers: usize) -> KvCache {
-    let mut kv = alloc_kv(be, model, blocks);
-    let spec = model.state_spec().expect("a hybrid model has recurrent state");
-    kv.states = Some(be.alloc_states(spec.with_registers(registers)).expect("state registers"));
-    kv
-}
-
-/// One sequence filled in chunks (cycled sizes) as a chain of rows: a chunk's first row reads the register the
-/// previous chunk's last row wrote (registers 0 and 1 alternate), every other row the row before it.
-fn run_chunked(be: &dyn Backend, model: &dyn Model, tokens: &[u32], chunks: &[usize]) -> Vec<Vec<f32>> {
-    let seq = Seq::new(tokens.len(), 3, 2);
-    let mut kv = cache(be, model, seq.max_block() as usize + 1, 2);
-    let vocab = model.vocab_size();
-    let mut out = Vec::new();
-    let (mut start, mut i) = (0, 0);
-    while start < tokens.len() {
-        let end = (start + chunks[i % chunks.len()]).min(tokens.len());
-        let rows: Vec<Row> = (start..end).map(|p| Row { seq: 0, pos: p, token: tokens[p] }).collect();
-        let mut b = batch(&[&seq], &rows);
-        b.states = chain(start, end - start, (i % 2) as u32);
-        out.extend(be.to_host(&model.forward(be, &b, &mut kv)).chunks(vocab).map(<[f32]>::to_vec));
-        start = end;
-        i += 1;
-    }
-    out
-}
-
-/// States of a chain of `len` rows starting at `start`: the first reads register `1 - w` (or zeros at position
-/// 0), the last writes register `w`.
-fn chain(start: usize, len: usize, w: u32) -> Vec<StateIo> {
-    (0..len)
-        .map(|j| StateIo {
-            src: match j {
-                0 if start == 0 => StateSrc::Zero,
-                0 => StateSrc::Reg(1 - w),
-                _ => StateSrc::Row(j - 1),
-            },
-            dst: (j + 1 == len).then_some(w),
-        })
-        .collect()
 }
 
 fn reference() -> (Vec<u32>, Vec<Vec<f32>>, Vec<u32>) {
