@@ -16,6 +16,7 @@
 //! leading slots, so a row reads back only the slots past those the previous row of the unit read.
 
 use crate::isa::Isa;
+use crate::kv::read_back;
 use crate::{math, simd};
 use std::ops::Range;
 use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
@@ -370,7 +371,7 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
                 assert!(h1 > h0, "attention unit: heads {:?} by kv head", u.heads);
                 let Some(kv) = &f32_kv else {
                     let d = &mut decoded[kvh];
-                    d.load(kv, kvh, &slots);
+                    d.load(isa, kv, kvh, &slots);
                     // K and V rows of the chunk read back, `[n]` slices of `[head_dim]`.
                     let kr: Vec<&[f32]> = d.k.chunks_exact(hd).take(n).collect();
                     let vr: Vec<&[f32]> = d.v.chunks_exact(hd).take(n).collect();
@@ -413,7 +414,7 @@ struct Decoded {
 impl Decoded {
     /// Holds `slots [≤ 256]` of kv head `kvh` afterwards, reading back only the slots past the leading ones it
     /// already holds (reading back is exact, so a held row equals a fresh read).
-    fn load(&mut self, kv: &KvView, kvh: usize, slots: &[u32]) {
+    fn load(&mut self, isa: Isa, kv: &KvView, kvh: usize, slots: &[u32]) {
         let hd = kv.head_dim;
         if self.k.is_empty() {
             self.k = vec![0f32; ATTN_CHUNK as usize * hd];
@@ -421,8 +422,9 @@ impl Decoded {
         }
         let keep = self.slots.iter().zip(slots).take_while(|(a, b)| a == b).count();
         for (j, &slot) in slots.iter().enumerate().skip(keep) {
-            kv.k_row(slot, kvh, &mut self.k[j * hd..(j + 1) * hd]);
-            kv.v_row(slot, kvh, &mut self.v[j * hd..(j + 1) * hd]);
+            let at = (slot as usize * kv.kv_heads + kvh) * hd;
+            read_back(isa, &kv.k, at, &mut self.k[j * hd..(j + 1) * hd]);
+            read_back(isa, &kv.v, at, &mut self.v[j * hd..(j + 1) * hd]);
         }
         self.slots.truncate(keep);
         self.slots.extend_from_slice(&slots[keep..]);

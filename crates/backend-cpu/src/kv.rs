@@ -8,6 +8,7 @@
 //! an `RwLock`: writes take it exclusively, attention reads share it. The lock is uncontended in practice (the
 //! engine calls the backend from one thread), so its cost is one atomic operation per call and layer.
 
+use crate::isa::Isa;
 use std::sync::{RwLock, RwLockReadGuard};
 use tf_core::{BackendError, KvCache, KvSpec, Tensor};
 use tf_quant::reference::kv::{encode_f16, encode_q8_0, KvData, KvType, KvView, Q8_0_BLOCK};
@@ -194,6 +195,69 @@ impl CpuKv {
     }
 }
 
+/// Values `start .. start + out.len()` of `data` read back as f32, bit-equal to [`KvData::decode`] (whole q8_0
+/// blocks). With AVX2 and F16C: f16 widened by `vcvtph2ps` (exact; it would quiet a signalling NaN, which the
+/// f16 rounding never stores), q8_0 as `f16(d) · q` by lanes of 8, the same one rounded product.
+pub(crate) fn read_back(isa: Isa, data: &KvData, start: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && std::is_x86_feature_detected!("f16c") {
+        let end = start + out.len();
+        match data {
+            // SAFETY: the CPU has AVX2 and F16C (checked above); the slices have `out.len()` values.
+            KvData::F16(h) => return unsafe { x86::f16_row(&h[start..end], out) },
+            KvData::Q8_0 { d, q } => {
+                assert!(start.is_multiple_of(Q8_0_BLOCK) && end.is_multiple_of(Q8_0_BLOCK), "q8_0: {start}..{end}");
+                let ds = &d[start / Q8_0_BLOCK..end / Q8_0_BLOCK];
+                // SAFETY: as above; `ds` has one scale per 32 values of `q[start..end]` and `out`.
+                return unsafe { x86::q8_0_row(ds, &q[start..end], out) };
+            }
+            KvData::F32(_) => {}
+        }
+    }
+    data.decode(start, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+    use tf_quant::reference::kv::{f16_widen, Q8_0_BLOCK};
+
+    /// `out[i] = f16 h[i]` (same lengths).
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn f16_row(h: &[u16], out: &mut [f32]) {
+        assert_eq!(h.len(), out.len());
+        let full = out.len() / 8 * 8;
+        for i in (0..full).step_by(8) {
+            // SAFETY: i + 8 <= len of both.
+            unsafe {
+                let v = _mm_loadu_si128(h.as_ptr().add(i) as *const __m128i);
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(v));
+            }
+        }
+        for (o, &v) in out[full..].iter_mut().zip(&h[full..]) {
+            *o = f16_widen(v);
+        }
+    }
+
+    /// `out[32b + j] = f16(d[b]) · q[32b + j]` (`q`, `out`: 32 values per scale).
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn q8_0_row(d: &[u16], q: &[i8], out: &mut [f32]) {
+        assert!(q.len() == out.len() && d.len() * Q8_0_BLOCK == q.len());
+        for (b, &db) in d.iter().enumerate() {
+            let s = _mm256_set1_ps(f16_widen(db));
+            for j in (0..Q8_0_BLOCK).step_by(8) {
+                let o = b * Q8_0_BLOCK + j;
+                // SAFETY: o + 8 <= (b + 1) * 32 <= len of both.
+                unsafe {
+                    let v = _mm_loadl_epi64(q.as_ptr().add(o) as *const __m128i);
+                    let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                    _mm256_storeu_ps(out.as_mut_ptr().add(o), _mm256_mul_ps(s, f));
+                }
+            }
+        }
+    }
+}
+
 /// The CPU storage of `kv` (panics on a cache from another backend).
 pub fn cpu_kv(kv: &KvCache) -> &CpuKv {
     kv.storage.downcast_ref::<CpuKv>().expect("KvCache was not allocated by the CPU backend")
@@ -254,6 +318,32 @@ mod tests {
                 for s in [1, 3, 4, 6, 7, 8, 10, 15] {
                     assert_eq!(raw(&g.k, s, width), rows[s].0, "{ty:?}");
                     assert_eq!(raw(&g.v, s, width), rows[s].1, "{ty:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn read_back_equals_the_reference_at_every_isa() {
+        // Every f16 bit pattern but the signalling NaNs (the f16 rounding never stores one): [65536 - 1022].
+        let h: Vec<u16> =
+            (0..=u16::MAX).filter(|&h| !(h & 0x7c00 == 0x7c00 && h & 0x3ff != 0 && h & 0x200 == 0)).collect();
+        // q8_0: 64 blocks of every scale pattern class and quants -127..=127.
+        let d: Vec<u16> = (0..64u16)
+            .map(|b| [0u16, 0x0001, 0x03ff, 0x3c00, 0x7bff, 0x1234][b as usize % 6] ^ (b << 10 & 0x8000))
+            .collect();
+        let q: Vec<i8> = (0..64 * 32).map(|i| ((i * 37) % 255) as i8).map(|v| v.max(-127)).collect();
+        let datas = [KvData::F16(&h[..h.len() / 8 * 8]), KvData::Q8_0 { d: &d, q: &q }];
+        for data in datas {
+            for (start, n) in [(0, data.len()), (32, 64), (96, 32)] {
+                let mut want = vec![0f32; n]; // [n]
+                data.decode(start, &mut want);
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; n]; // [n]
+                    read_back(isa, &data, start, &mut got);
+                    let (g, w): (Vec<u32>, Vec<u32>) =
+                        (got.iter().map(|x| x.to_bits()).collect(), want.iter().map(|x| x.to_bits()).collect());
+                    assert_eq!(g, w, "{:?} {start}+{n} at {}", data.kv_type(), isa.name());
                 }
             }
         }
