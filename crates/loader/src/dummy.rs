@@ -239,7 +239,9 @@ fn nemotron_h_specs(cfg: &HfConfig, dtype: DType, small: DType) -> Result<Vec<Sp
             .collect(),
     };
     let (h, f, v) = (cfg.hidden_size as usize, cfg.intermediate_size as usize, cfg.vocab_size as usize);
-    let (nq, nkv, dh) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize, cfg.head_dim as usize);
+    let (nq, nkv) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize);
+    // Nemotron-H's own configs name the attention head size `attention_head_dim`.
+    let dh = count("attention_head_dim").unwrap_or(cfg.head_dim as usize);
     let (heads, hd, groups, ds, k) = (
         count("mamba_num_heads")?,
         count("mamba_head_dim")?,

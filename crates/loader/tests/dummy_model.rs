@@ -63,13 +63,14 @@ fn dummy_weights_load_and_give_finite_reproducible_logits() {
 }
 
 /// The hybrid layout (Mamba-2, attention and MLP layers) loads through the real loader and runs with its
-/// recurrent state chained over the rows: finite, spread logits, reproducible from the seed, in bf16 and Q8_0.
+/// recurrent state chained over the rows: finite, spread logits, reproducible from the seed, in bf16 and Q8_0. Its
+/// attention head size is Nemotron-H's `attention_head_dim` (32), not hidden / heads (16).
 #[test]
 fn nemotron_h_dummy_weights_load_and_run() {
     let dir = tempfile::tempdir().unwrap();
     let json = r#"{"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 64,
         "intermediate_size": 96, "hybrid_override_pattern": "M*-M", "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2,
+        "num_key_value_heads": 2, "attention_head_dim": 32, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 2,
         "ssm_state_size": 8, "conv_kernel": 4, "vocab_size": 320, "max_position_embeddings": 512,
         "layer_norm_epsilon": 1e-5, "mlp_hidden_act": "relu2", "torch_dtype": "bfloat16"}"#;
     std::fs::write(dir.path().join("config.json"), json).unwrap();

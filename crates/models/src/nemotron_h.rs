@@ -94,7 +94,12 @@ impl HybridConfig {
         let hidden = u("hidden_size")?;
         let heads = u("num_attention_heads")?;
         let kv_heads = cfg.get_u64("num_key_value_heads").map_or(heads, |v| v as usize);
-        let head_dim = cfg.get_u64("head_dim").map_or(hidden / heads.max(1), |v| v as usize);
+        // Nemotron-H's own configs name it `attention_head_dim` (read first: the config reader derives a `head_dim`
+        // of hidden / heads when none is written).
+        let head_dim = cfg
+            .get_u64("attention_head_dim")
+            .or_else(|| cfg.get_u64("head_dim"))
+            .map_or(hidden / heads.max(1), |v| v as usize);
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(bad("num_key_value_heads", format!("{kv_heads} vs {heads} heads")));
         }

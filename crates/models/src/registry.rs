@@ -79,7 +79,7 @@ pub const FAMILIES: &[Family] = &[
         hf_model_types: &["nemotron_h"],
         examples: "Nemotron-H 4B/8B/47B, NVIDIA Nemotron Nano 2",
         notes: "hybrid: Mamba-2 layers with a recurrent state, attention without positional encoding, squared-ReLU \
-                MLP layers (safetensors)",
+                MLP layers",
     },
 ];
 
