@@ -1,7 +1,7 @@
 //! `--kv-type` on `serve` with SmolLM2-135M (30 layers, 3 kv heads of head dim 64): the KV pool it sizes and
 //! prints reflects the storage type (f32 4 bytes a value, f16 2, q8_0 34 bytes per 32 values), a q8_0 server
 //! passes its drafting self-check and answers, and a model whose head dim is not a multiple of 32 is refused
-//! with q8_0 in one line.
+//! with q8_0 in one line; with the `cuda` feature, `--backend cuda` refuses f16 and q8_0.
 
 mod support;
 
@@ -87,4 +87,21 @@ fn q8_0_refuses_a_head_dim_that_is_not_a_multiple_of_32() {
     assert!(err.contains("head_dim 16 is not a multiple of 32"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+}
+
+/// With the `cuda` feature, `--backend cuda` refuses a KV type other than f32 before touching a device.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_refuses_a_kv_type_other_than_f32() {
+    let model = tf_testkit::model_path("smollm2");
+    for ty in ["f16", "q8_0"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+            .args(["run", model.to_str().unwrap(), "--backend", "cuda", "--kv-type", ty, "-p", "hi"])
+            .args(["--max-tokens", "2"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{ty}: {err}");
+        assert!(err.contains(&format!("--kv-type {ty}: the CUDA backend stores its KV cache in f32 only")), "{err}");
+    }
 }
