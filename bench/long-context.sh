@@ -33,7 +33,9 @@ for m in "${models[@]}"; do
         python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tok_s"])' || echo "?")
       echo "tensorfold $m kv=$t prompt=$p decode_tok_s=$tf"
     done
-    # llama.cpp: K and V in the same type; a quantized V cache needs flash attention there.
+    # llama.cpp: K and V in the same type (llama-bench takes f16, its default, or a quantized type; not f32); a
+    # quantized V cache needs flash attention there.
+    [ "$t" = f32 ] && continue
     "$llama" -m "$f" -t "$threads" -p 0 -n "$gen" -d "$short,$depth" -ctk "$t" -ctv "$t" -fa 1 -r "$runs" -o json 2>/dev/null |
       python3 -c 'import json,sys
 for r in json.load(sys.stdin): print("llamacpp '"$m"' kv='"$t"' prompt=%d decode_tok_s=%.1f" % (r["n_depth"], r["avg_ts"]))' ||
