@@ -131,7 +131,8 @@ fn attention_never_reads_a_row_before_its_writer_is_done() {
     let p40 = [table[2] * 16 + 8];
     let meta =
         AttnMeta { block_tables: vec![table.clone()], rows: vec![RowAttn { pos: 40, seq: 0, ctx: 41, tree: vec![] }] };
-    let p = AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.125, window: None, softcap: None, sinks: None };
+    let p =
+        AttnParams { heads: hq, kv_heads: hk, head_dim: hd, scale: 0.125, window: None, softcap: None, sinks: None };
     g.tune(|t| t.attn_heads = 1);
     // q on the device already (an upload between the write and attention would order them), through one op.
     let qh = Tensor::host(1, hq * hd, (0..hq * hd).map(|i| val(i, 2)).collect());

@@ -18,6 +18,6 @@ pub use backend::{
 pub use config::{ConfigFormat, ConfigView};
 pub use constraint::{mask_allows, ConstraintError, ConstraintSpec, TokenConstraint};
 pub use dtype::DType;
-pub use state::{SsmParams, StateCache, StateIo, StateSpec, StateSrc};
 pub use rng::{derive_seed, mix, uniform, DEFAULT_SEED_SALT};
+pub use state::{SsmParams, StateCache, StateIo, StateSpec, StateSrc};
 pub use weights::{escape_controls, Release, SharedBytes, TensorInfo, WeightSource, WeightsError};

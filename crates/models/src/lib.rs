@@ -15,8 +15,8 @@ pub mod layers;
 mod llama;
 mod load;
 mod model;
-mod nemotron_h;
 pub mod moe;
+mod nemotron_h;
 mod registry;
 
 pub use config::{ModelConfig, MoeConfig};
