@@ -16,7 +16,7 @@
 //! leading slots, so a row reads back only the slots past those the previous row of the unit read.
 
 use crate::isa::Isa;
-use crate::kv::read_back;
+use crate::kv::read_back_rows;
 use crate::{math, simd};
 use std::ops::Range;
 use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
@@ -421,11 +421,10 @@ impl Decoded {
             self.v = vec![0f32; ATTN_CHUNK as usize * hd];
         }
         let keep = self.slots.iter().zip(slots).take_while(|(a, b)| a == b).count();
-        for (j, &slot) in slots.iter().enumerate().skip(keep) {
-            let at = (slot as usize * kv.kv_heads + kvh) * hd;
-            read_back(isa, &kv.k, at, &mut self.k[j * hd..(j + 1) * hd]);
-            read_back(isa, &kv.v, at, &mut self.v[j * hd..(j + 1) * hd]);
-        }
+        let starts: Vec<usize> = slots[keep..].iter().map(|&slot| (slot as usize * kv.kv_heads + kvh) * hd).collect();
+        let rows = keep * hd..slots.len() * hd;
+        read_back_rows(isa, &kv.k, &starts, hd, &mut self.k[rows.clone()]);
+        read_back_rows(isa, &kv.v, &starts, hd, &mut self.v[rows]);
         self.slots.truncate(keep);
         self.slots.extend_from_slice(&slots[keep..]);
     }

@@ -217,6 +217,35 @@ pub(crate) fn read_back(isa: Isa, data: &KvData, start: usize, out: &mut [f32]) 
     data.decode(start, out)
 }
 
+/// [`read_back`] of several rows of `width` values, row `i` from `starts[i]` into `out[i·width..(i + 1)·width]`,
+/// with the CPU check and the dispatch done once for all of them.
+pub(crate) fn read_back_rows(isa: Isa, data: &KvData, starts: &[usize], width: usize, out: &mut [f32]) {
+    assert_eq!(out.len(), starts.len() * width, "read_back_rows: output length");
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && std::is_x86_feature_detected!("f16c") {
+        match data {
+            KvData::F16(h) => {
+                assert!(starts.iter().all(|&s| s + width <= h.len()), "read_back_rows: rows outside the cache");
+                // SAFETY: the CPU has AVX2 and F16C (checked above); every row lies inside `h` (checked).
+                return unsafe { x86::f16_rows(h, starts, width, out) };
+            }
+            KvData::Q8_0 { d, q } => {
+                for (&start, o) in starts.iter().zip(out.chunks_exact_mut(width)) {
+                    let end = start + width;
+                    assert!(start.is_multiple_of(Q8_0_BLOCK) && end.is_multiple_of(Q8_0_BLOCK), "q8_0: {start}..{end}");
+                    // SAFETY: as above; one scale per 32 values of `q[start..end]` and `o`.
+                    unsafe { x86::q8_0_row(&d[start / Q8_0_BLOCK..end / Q8_0_BLOCK], &q[start..end], o) };
+                }
+                return;
+            }
+            KvData::F32(_) => {}
+        }
+    }
+    for (&start, o) in starts.iter().zip(out.chunks_exact_mut(width)) {
+        read_back(isa, data, start, o);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -236,6 +265,25 @@ mod x86 {
         }
         for (o, &v) in out[full..].iter_mut().zip(&h[full..]) {
             *o = f16_widen(v);
+        }
+    }
+
+    /// `out[i·width + j] = f16 h[starts[i] + j]` for every row `i`.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; every `starts[i] + width <= h.len()`; `out.len() == starts.len() · width`.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn f16_rows(h: &[u16], starts: &[usize], width: usize, out: &mut [f32]) {
+        let full = width / 8 * 8;
+        for (&start, o) in starts.iter().zip(out.chunks_exact_mut(width)) {
+            let src = h.as_ptr().add(start);
+            for i in (0..full).step_by(8) {
+                let v = _mm_loadu_si128(src.add(i) as *const __m128i);
+                _mm256_storeu_ps(o.as_mut_ptr().add(i), _mm256_cvtph_ps(v));
+            }
+            for (j, oj) in o.iter_mut().enumerate().skip(full) {
+                *oj = f16_widen(*src.add(j));
+            }
         }
     }
 
@@ -345,6 +393,34 @@ mod tests {
                         (got.iter().map(|x| x.to_bits()).collect(), want.iter().map(|x| x.to_bits()).collect());
                     assert_eq!(g, w, "{:?} {start}+{n} at {}", data.kv_type(), isa.name());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn read_back_rows_equals_row_by_row_reads() {
+        let h: Vec<u16> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 16) as u16 & 0x7bff).collect();
+        let d: Vec<u16> = (0..64u16).map(|b| 0x2000 + b * 37).collect();
+        let q: Vec<i8> = (0..64 * 32).map(|i| ((i * 53) % 255) as i8).map(|v| v.max(-127)).collect();
+        // f16 rows of 20 values (8-lane steps and a tail of 4) and q8_0 rows of 64, at scattered starts.
+        let cases = [
+            (KvData::F16(&h), 20, vec![0, 100, 20, 4000, 333]),
+            (KvData::Q8_0 { d: &d, q: &q }, 64, vec![0, 960, 64, 1984]),
+        ];
+        for (data, width, starts) in cases {
+            let mut want = vec![0f32; starts.len() * width]; // [rows, width]
+            for (&st, w) in starts.iter().zip(want.chunks_exact_mut(width)) {
+                data.decode(st, w);
+            }
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; starts.len() * width]; // [rows, width]
+                read_back_rows(isa, &data, &starts, width, &mut got);
+                assert!(
+                    got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{:?} at {}",
+                    data.kv_type(),
+                    isa.name()
+                );
             }
         }
     }
