@@ -20,15 +20,9 @@ fn config(dir: &std::path::Path) -> HfConfig {
     HfConfig::from_dir(dir).unwrap()
 }
 
-/// Logits of 9 causal rows (all at once) for dummy weights of `seed` in `dtype`.
-fn logits(cfg: &HfConfig, dtype: DType, seed: u64) -> Vec<f32> {
-    let be = CpuBackend::new(2, Precision::Checkpoint);
-    let src = DummyWeights::new(cfg, dtype, seed).unwrap();
-    let model = load_model(&be, &src, cfg).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(model.vocab_size(), 320);
-    let mut kv = be.alloc_kv(model.kv_spec(1, BLOCK)).unwrap();
-    let n = 9u32;
-    let batch = Batch {
+/// `n` causal rows of one sequence in block 0 (tokens `37·i mod 320`), every row's logits wanted.
+fn causal_batch(n: u32, states: Vec<tf_core::StateIo>) -> Batch {
+    Batch {
         tokens: (0..n).map(|i| i * 37 % 320).collect(),
         positions: (0..n).collect(),
         slots: (0..n).collect(),
@@ -38,8 +32,18 @@ fn logits(cfg: &HfConfig, dtype: DType, seed: u64) -> Vec<f32> {
         },
         logit_rows: (0..n as usize).collect(),
         fed: None,
-        states: Vec::new(),
-    };
+        states,
+    }
+}
+
+/// Logits of 9 causal rows (all at once) for dummy weights of `seed` in `dtype`.
+fn logits(cfg: &HfConfig, dtype: DType, seed: u64) -> Vec<f32> {
+    let be = CpuBackend::new(2, Precision::Checkpoint);
+    let src = DummyWeights::new(cfg, dtype, seed).unwrap();
+    let model = load_model(&be, &src, cfg).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(model.vocab_size(), 320);
+    let mut kv = be.alloc_kv(model.kv_spec(1, BLOCK)).unwrap();
+    let batch = causal_batch(9, Vec::new());
     be.to_host(&model.forward(&be, &batch, &mut kv))
 }
 
@@ -81,24 +85,14 @@ fn nemotron_h_dummy_weights_load_and_run() {
         let model = load_model(&be, &src, &cfg).unwrap_or_else(|e| panic!("{e}"));
         let mut kv = be.alloc_kv(model.kv_spec(1, BLOCK)).unwrap();
         kv.states = Some(be.alloc_states(model.state_spec().unwrap().with_registers(1)).unwrap());
-        let n = 9u32;
-        let batch = Batch {
-            tokens: (0..n).map(|i| i * 37 % 320).collect(),
-            positions: (0..n).collect(),
-            slots: (0..n).collect(),
-            attn: AttnMeta {
-                block_tables: vec![vec![0]],
-                rows: (0..n).map(|p| RowAttn { pos: p, seq: 0, ctx: p + 1, tree: vec![] }).collect(),
-            },
-            logit_rows: (0..n as usize).collect(),
-            fed: None,
-            states: (0..n as usize)
-                .map(|r| tf_core::StateIo {
-                    src: if r == 0 { tf_core::StateSrc::Zero } else { tf_core::StateSrc::Row(r - 1) },
-                    dst: None,
-                })
-                .collect(),
-        };
+        // The recurrent state chained over the rows: row 0 from zeros, each later row from the one before it.
+        let states = (0..9)
+            .map(|r| tf_core::StateIo {
+                src: if r == 0 { tf_core::StateSrc::Zero } else { tf_core::StateSrc::Row(r - 1) },
+                dst: None,
+            })
+            .collect();
+        let batch = causal_batch(9, states);
         be.to_host(&model.forward(&be, &batch, &mut kv))
     };
     for dtype in [DType::BF16, DType::Q8_0] {

@@ -17,16 +17,16 @@ use tf_loader::hf_config::HfConfig;
 use tf_loader::safetensors::SafetensorsModel;
 use tf_models::{load_model, Model};
 
-struct Golden {
-    dir: PathBuf,
-    ids: Vec<u32>,
+pub(crate) struct Golden {
+    pub(crate) dir: PathBuf,
+    pub(crate) ids: Vec<u32>,
     /// `[positions][vocab]`.
-    logits: Vec<Vec<f32>>,
-    greedy: Vec<u32>,
-    v4_config: Value,
+    pub(crate) logits: Vec<Vec<f32>>,
+    pub(crate) greedy: Vec<u32>,
+    pub(crate) v4_config: Value,
 }
 
-fn golden(family: &str) -> Golden {
+pub(crate) fn golden(family: &str) -> Golden {
     let dir = tf_testkit::repo_root().join("fixtures/tiny").join(family);
     let r = tf_testkit::fixture(&format!("tiny/{family}/reference.json"));
     let ids_of = |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };

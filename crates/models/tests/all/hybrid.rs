@@ -9,7 +9,6 @@ use crate::common::{
     argmax, batch, first_bit_difference, hf_model, run_with_states as run_chunked, state_cache as cache,
     state_chain as chain, Row, Seq,
 };
-use serde_json::Value;
 use tf_backend_cpu::CpuBackend;
 use tf_core::{Backend, Precision, StateIo, StateSrc};
 
@@ -17,21 +16,10 @@ fn dir() -> std::path::PathBuf {
     tf_testkit::repo_root().join("fixtures/tiny/nemotron_h")
 }
 
+/// The fixture's input ids, transformers' logits at every position and its greedy tokens.
 fn reference() -> (Vec<u32>, Vec<Vec<f32>>, Vec<u32>) {
-    let r: Value = tf_testkit::fixture("tiny/nemotron_h/reference.json");
-    let ids = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    let logits = r["logits_f32_hex"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| {
-            let hex = row.as_str().unwrap();
-            (0..hex.len() / 8)
-                .map(|i| f32::from_bits(u32::from_str_radix(&hex[8 * i..8 * i + 8], 16).unwrap()))
-                .collect()
-        })
-        .collect();
-    (ids(&r["input_ids"]), logits, ids(&r["greedy"]))
+    let g = crate::goldens::golden("nemotron_h");
+    (g.ids, g.logits, g.greedy)
 }
 
 #[test]
