@@ -36,7 +36,14 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
     // `[out * inn / block * bb]` raw GGUF bytes.
     let mut w: Vec<u8> = (0..out * inn / dtype.block_size() * bb).map(|_| rng.next() as u8).collect();
     let f16_fields: &[usize] = match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ3S | DType::IQ3XXS => &[0],
+        DType::Q4_0
+        | DType::Q5_0
+        | DType::Q8_0
+        | DType::IQ4NL
+        | DType::IQ4XS
+        | DType::IQ3S
+        | DType::IQ3XXS
+        | DType::IQ2XXS => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
         DType::Q2K => &[80, 82],
         DType::Q3K => &[108],

@@ -34,11 +34,12 @@ pub enum DType {
     IQ3S,
     IQ3XXS,
     MXFP4,
+    IQ2XXS,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 27] = [
+    pub const ALL: [DType; 28] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -66,6 +67,7 @@ impl DType {
         DType::IQ3S,
         DType::IQ3XXS,
         DType::MXFP4,
+        DType::IQ2XXS,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -85,6 +87,7 @@ impl DType {
             DType::Q5K => 13,
             DType::Q6K => 14,
             DType::Q8K => 15,
+            DType::IQ2XXS => 16,
             DType::IQ3XXS => 18,
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
@@ -109,7 +112,6 @@ impl DType {
     pub fn ggml_id_name(id: u32) -> &'static str {
         match id {
             4 | 5 => "Q4_2/Q4_3 (removed from GGML)",
-            16 => "IQ2_XXS",
             17 => "IQ2_XS",
             19 => "IQ1_S",
             22 => "IQ2_S",
@@ -141,7 +143,7 @@ impl DType {
     }
 
     /// Elements per block: 1 for plain types, 32 for the legacy quants, IQ4_NL and MXFP4, 256 for the K-quants,
-    /// IQ4_XS, IQ3_S and IQ3_XXS.
+    /// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0
@@ -160,7 +162,8 @@ impl DType {
             | DType::Q8K
             | DType::IQ4XS
             | DType::IQ3S
-            | DType::IQ3XXS => 256,
+            | DType::IQ3XXS
+            | DType::IQ2XXS => 256,
             _ => 1,
         }
     }
@@ -188,6 +191,7 @@ impl DType {
             DType::IQ4XS => 136,
             DType::IQ3S => 110,
             DType::IQ3XXS => 98,
+            DType::IQ2XXS => 66,
             DType::MXFP4 => 17,
         }
     }
@@ -235,6 +239,7 @@ impl DType {
             DType::IQ3S => "IQ3_S",
             DType::IQ3XXS => "IQ3_XXS",
             DType::MXFP4 => "MXFP4",
+            DType::IQ2XXS => "IQ2_XXS",
         }
     }
 }
@@ -261,6 +266,7 @@ mod tests {
         assert_eq!(DType::from_ggml_id(23), Some(DType::IQ4XS));
         assert_eq!(DType::from_ggml_id(21), Some(DType::IQ3S));
         assert_eq!(DType::from_ggml_id(39), Some(DType::MXFP4));
+        assert_eq!(DType::from_ggml_id(16), Some(DType::IQ2XXS));
         assert_eq!(DType::from_ggml_id(22), None);
         assert_eq!(DType::ggml_id_name(22), "IQ2_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);

@@ -15,9 +15,9 @@
 use tf_core::{DType, Precision};
 
 use crate::{
-    cast_blocks, dequantize, e8m0_to_f32_half, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ3S,
-    BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QuantBlock, KVALUES_IQ4NL, KVALUES_MXFP4,
+    cast_blocks, dequantize, e8m0_to_f32_half, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ2XXS,
+    BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QuantBlock, KVALUES_IQ4NL, KVALUES_MXFP4,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -158,7 +158,8 @@ pub fn checkpoint_block(dtype: DType) -> Option<usize> {
         | DType::Q8K
         | DType::IQ4XS
         | DType::IQ3S
-        | DType::IQ3XXS => Some(256),
+        | DType::IQ3XXS
+        | DType::IQ2XXS => Some(256),
         _ => None,
     }
 }
@@ -310,6 +311,23 @@ impl CheckpointBlock for BlockIQ3XXS {
     }
 }
 
+impl CheckpointBlock for BlockIQ2XXS {
+    const ACT_BLOCK: usize = 256;
+    /// `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma((dw * dx) * 0.125, S, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let q: [i32; 256] = std::array::from_fn(|e| {
+            let v = self.grid_value(e) as i32;
+            if self.negative(e) {
+                -v
+            } else {
+                v
+            }
+        });
+        let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
+        ((f16_to_f32(self.d) * a.d) * 0.125).mul_add(s as f32, acc)
+    }
+}
+
 /// Σ_j scale_j · Σ_{i in sub-block j} q_i·qx_i over sub-blocks of `sub` elements.
 fn scaled_isum(q: &[i32; 256], x: &[i8], sub: usize, scale: impl Fn(usize) -> i32) -> i32 {
     (0..256 / sub).map(|j| scale(j) * isum(q[sub * j..sub * (j + 1)].iter().copied(), &x[sub * j..])).sum()
@@ -431,6 +449,7 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::IQ3S => row_dot::<BlockIQ3S>(w, x),
         DType::IQ3XXS => row_dot::<BlockIQ3XXS>(w, x),
         DType::MXFP4 => row_dot::<BlockMXFP4>(w, x),
+        DType::IQ2XXS => row_dot::<BlockIQ2XXS>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -544,7 +563,14 @@ mod tests {
         rng.fill(&mut w[..]);
         // Finite, modest f16 scales: exponent field forced to 8..14 (2^-7..2^-1).
         let f16_fields: &[usize] = match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ3S | DType::IQ3XXS => &[0],
+            DType::Q4_0
+            | DType::Q5_0
+            | DType::Q8_0
+            | DType::IQ4NL
+            | DType::IQ4XS
+            | DType::IQ3S
+            | DType::IQ3XXS
+            | DType::IQ2XXS => &[0],
             DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
             DType::Q2K => &[80, 82],
             DType::Q3K => &[108],
@@ -592,6 +618,7 @@ mod tests {
             DType::IQ3S,
             DType::IQ3XXS,
             DType::MXFP4,
+            DType::IQ2XXS,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);
