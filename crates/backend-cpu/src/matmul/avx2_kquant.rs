@@ -1,5 +1,5 @@
-//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S
-//! and IQ3_XXS (the last two also on AVX-512 CPUs).
+//! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S,
+//! IQ3_XXS and IQ2_XXS (the last three also on AVX-512 CPUs).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -12,12 +12,13 @@
 //! no saturation), then `madd` with the sub-block's scale `ls - 32` (|S| ≤ 256·127·127·32). IQ3_S's grid
 //! values (odd, 1..=15, four per entry of the grid) are the unsigned operand, its sign bits moved
 //! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31); IQ3_XXS likewise
-//! (grid values 4..=62, signs through `KSIGNS_IQ2XS`, pairs ≤ 2·62·127).
+//! (grid values 4..=62, signs through `KSIGNS_IQ2XS`, pairs ≤ 2·62·127) and IQ2_XXS (grid values 8, 25, 43,
+//! eight per entry, signs through `KSIGNS_IQ2XS`, |S| ≤ 256·43·127·31).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{iq4xs_scales, q3k_scales, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use tf_quant::{iq4xs_scales, q3k_scales, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
@@ -36,6 +37,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::IQ4XS => entry::<IQ4XS>,
         DType::IQ3S => entry::<IQ3S>,
         DType::IQ3XXS => entry::<IQ3XXS>,
+        DType::IQ2XXS => entry::<IQ2XXS>,
         _ => return None,
     })
 }
@@ -50,8 +52,8 @@ trait KQuant {
     const HAS_MIN: bool;
     /// `d` is an f32 (Q8_K) rather than an f16.
     const D_F32: bool = false;
-    /// The scale product is `(dw * dx) * 0.25` (IQ3_XXS).
-    const QUARTER: bool = false;
+    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS: 0.125).
+    const DDX_MUL: f32 = 1.0;
     /// Adds this block's `S` partials against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its
     /// 16 bsums) into `s[r]`, and returns the `M` partials in `m[r]` (left alone without mins).
     ///
@@ -121,6 +123,7 @@ struct Q8K;
 struct IQ4XS;
 struct IQ3S;
 struct IQ3XXS;
+struct IQ2XXS;
 
 impl KQuant for Q2K {
     const BYTES: usize = 84;
@@ -416,7 +419,7 @@ impl KQuant for IQ3XXS {
     const D_AT: usize = 0;
     const D_HIGH: bool = false;
     const HAS_MIN: bool = false;
-    const QUARTER: bool = true;
+    const DDX_MUL: f32 = 0.25;
     /// Sub-block `j`: groups `8 j..8 j + 8` with grid index `qs[g]`, and `aux` (the u32 at `qs[64 + 4 j]`): scale
     /// `1 + 2 (aux >> 28)`, signs of its 8-element group `k` from `KSIGNS_IQ2XS[(aux >> 7 k) & 127]`.
     #[inline]
@@ -433,6 +436,40 @@ impl KQuant for IQ3XXS {
             let e = |k: usize| IQ3XXS_GRID[*qs.add(8 * j + k) as usize] as i32;
             let g = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
             let aux = (qs.add(64 + 4 * j) as *const u32).read_unaligned();
+            let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[((aux >> (7 * k)) & 127) as usize]);
+            let sg = signs32(sign_bytes.as_ptr());
+            let scale = _mm256_set1_epi16(1 + 2 * (aux >> 28) as i16);
+            for r in 0..RT {
+                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
+            }
+        }
+    }
+}
+
+impl KQuant for IQ2XXS {
+    const BYTES: usize = 66;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    const DDX_MUL: f32 = 0.125;
+    /// Sub-block `j`: the u32 at `qs[8 j]` holds the grid index of its 8-element group `k` in byte `k`; `aux`
+    /// (the u32 at `qs[8 j + 4]`) the scale `1 + 2 (aux >> 28)` and group `k`'s signs
+    /// `KSIGNS_IQ2XS[(aux >> 7 k) & 127]`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let qs = blk.add(2);
+        for j in 0..8 {
+            let e = |k: usize| IQ2XXS_GRID[*qs.add(8 * j + k) as usize] as i64;
+            let g = _mm256_setr_epi64x(e(0), e(1), e(2), e(3));
+            let aux = (qs.add(8 * j + 4) as *const u32).read_unaligned();
             let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[((aux >> (7 * k)) & 127) as usize]);
             let sg = signs32(sign_bytes.as_ptr());
             let scale = _mm256_set1_epi16(1 + 2 * (aux >> 28) as i16);
@@ -528,7 +565,7 @@ unsafe fn tile<T: KQuant, P: Fetch, const C: usize, const RT: usize>(
         };
         let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(b * rows + r0));
         let ddx = _mm256_mul_ps(dw, dx);
-        let ddx = if T::QUARTER { _mm256_mul_ps(ddx, _mm256_set1_ps(0.25)) } else { ddx };
+        let ddx = if T::DDX_MUL != 1.0 { _mm256_mul_ps(ddx, _mm256_set1_ps(T::DDX_MUL)) } else { ddx };
         acc = _mm256_fmadd_ps(ddx, _mm256_cvtepi32_ps(reduce8(&s)), acc);
         if T::HAS_MIN {
             let dmin = _mm256_xor_ps(_mm256_mul_ps(f16_hi(g), dx), neg);
