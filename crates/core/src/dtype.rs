@@ -35,11 +35,12 @@ pub enum DType {
     IQ3XXS,
     MXFP4,
     IQ2XXS,
+    IQ2XS,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 28] = [
+    pub const ALL: [DType; 29] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -68,6 +69,7 @@ impl DType {
         DType::IQ3XXS,
         DType::MXFP4,
         DType::IQ2XXS,
+        DType::IQ2XS,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -88,6 +90,7 @@ impl DType {
             DType::Q6K => 14,
             DType::Q8K => 15,
             DType::IQ2XXS => 16,
+            DType::IQ2XS => 17,
             DType::IQ3XXS => 18,
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
@@ -112,7 +115,6 @@ impl DType {
     pub fn ggml_id_name(id: u32) -> &'static str {
         match id {
             4 | 5 => "Q4_2/Q4_3 (removed from GGML)",
-            17 => "IQ2_XS",
             19 => "IQ1_S",
             22 => "IQ2_S",
             29 => "IQ1_M",
@@ -143,7 +145,7 @@ impl DType {
     }
 
     /// Elements per block: 1 for plain types, 32 for the legacy quants, IQ4_NL and MXFP4, 256 for the K-quants,
-    /// IQ4_XS, IQ3_S, IQ3_XXS and IQ2_XXS.
+    /// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and IQ2_XS.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0
@@ -163,7 +165,8 @@ impl DType {
             | DType::IQ4XS
             | DType::IQ3S
             | DType::IQ3XXS
-            | DType::IQ2XXS => 256,
+            | DType::IQ2XXS
+            | DType::IQ2XS => 256,
             _ => 1,
         }
     }
@@ -192,6 +195,7 @@ impl DType {
             DType::IQ3S => 110,
             DType::IQ3XXS => 98,
             DType::IQ2XXS => 66,
+            DType::IQ2XS => 74,
             DType::MXFP4 => 17,
         }
     }
@@ -240,6 +244,7 @@ impl DType {
             DType::IQ3XXS => "IQ3_XXS",
             DType::MXFP4 => "MXFP4",
             DType::IQ2XXS => "IQ2_XXS",
+            DType::IQ2XS => "IQ2_XS",
         }
     }
 }
@@ -267,6 +272,7 @@ mod tests {
         assert_eq!(DType::from_ggml_id(21), Some(DType::IQ3S));
         assert_eq!(DType::from_ggml_id(39), Some(DType::MXFP4));
         assert_eq!(DType::from_ggml_id(16), Some(DType::IQ2XXS));
+        assert_eq!(DType::from_ggml_id(17), Some(DType::IQ2XS));
         assert_eq!(DType::from_ggml_id(22), None);
         assert_eq!(DType::ggml_id_name(22), "IQ2_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
