@@ -1,5 +1,5 @@
 //! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S,
-//! IQ3_XXS and IQ2_XXS (the last three also on AVX-512 CPUs).
+//! IQ3_XXS, IQ2_XXS and IQ2_XS (the last four also on AVX-512 CPUs).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -13,12 +13,13 @@
 //! values (odd, 1..=15, four per entry of the grid) are the unsigned operand, its sign bits moved
 //! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31); IQ3_XXS likewise
 //! (grid values 4..=62, signs through `KSIGNS_IQ2XS`, pairs ≤ 2·62·127) and IQ2_XXS (grid values 8, 25, 43,
-//! eight per entry, signs through `KSIGNS_IQ2XS`, |S| ≤ 256·43·127·31).
+//! eight per entry, signs through `KSIGNS_IQ2XS`, |S| ≤ 256·43·127·31); IQ2_XS as IQ2_XXS with a 9-bit grid
+//! index and one scale per 16 elements (i16 lanes 0..8 and 8..16 of the `madd`).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{iq4xs_scales, q3k_scales, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use tf_quant::{iq4xs_scales, q3k_scales, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
@@ -38,6 +39,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::IQ3S => entry::<IQ3S>,
         DType::IQ3XXS => entry::<IQ3XXS>,
         DType::IQ2XXS => entry::<IQ2XXS>,
+        DType::IQ2XS => entry::<IQ2XS>,
         _ => return None,
     })
 }
@@ -52,7 +54,7 @@ trait KQuant {
     const HAS_MIN: bool;
     /// `d` is an f32 (Q8_K) rather than an f16.
     const D_F32: bool = false;
-    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS: 0.125).
+    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS and IQ2_XS: 0.125).
     const DDX_MUL: f32 = 1.0;
     /// Adds this block's `S` partials against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its
     /// 16 bsums) into `s[r]`, and returns the `M` partials in `m[r]` (left alone without mins).
@@ -124,6 +126,7 @@ struct IQ4XS;
 struct IQ3S;
 struct IQ3XXS;
 struct IQ2XXS;
+struct IQ2XS;
 
 impl KQuant for Q2K {
     const BYTES: usize = 84;
@@ -473,6 +476,46 @@ impl KQuant for IQ2XXS {
             let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[((aux >> (7 * k)) & 127) as usize]);
             let sg = signs32(sign_bytes.as_ptr());
             let scale = _mm256_set1_epi16(1 + 2 * (aux >> 28) as i16);
+            for r in 0..RT {
+                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
+            }
+        }
+    }
+}
+
+impl KQuant for IQ2XS {
+    const BYTES: usize = 74;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    const DDX_MUL: f32 = 0.125;
+    /// Elements `32 j..32 j + 32`: groups `4 j..4 j + 4`, each the u16 `qs[g]` (grid index `& 511`, signs
+    /// `KSIGNS_IQ2XS[>> 9]`); scales `1 + 2 (scales[j] & 15)` for the first 16 elements, `1 + 2 (scales[j] >> 4)`
+    /// for the second.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let (qs, scales) = (blk.add(2) as *const u16, blk.add(66));
+        for j in 0..8 {
+            let q: [u16; 4] = std::array::from_fn(|k| qs.add(4 * j + k).read_unaligned());
+            let g = _mm256_setr_epi64x(
+                IQ2XS_GRID[(q[0] & 511) as usize] as i64,
+                IQ2XS_GRID[(q[1] & 511) as usize] as i64,
+                IQ2XS_GRID[(q[2] & 511) as usize] as i64,
+                IQ2XS_GRID[(q[3] & 511) as usize] as i64,
+            );
+            let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[(q[k] >> 9) as usize]);
+            let sg = signs32(sign_bytes.as_ptr());
+            let sc = *scales.add(j);
+            let scale =
+                _mm256_set_m128i(_mm_set1_epi16(1 + 2 * (sc >> 4) as i16), _mm_set1_epi16(1 + 2 * (sc & 15) as i16));
             for r in 0..RT {
                 let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
                 s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
