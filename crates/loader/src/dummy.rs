@@ -41,8 +41,19 @@ pub struct DummyWeights {
 }
 
 /// The weight types dummy matrices can have: the float types of HF checkpoints and the common GGUF blocks.
-pub const DUMMY_DTYPES: [DType; 9] =
-    [DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4K, DType::Q6K, DType::IQ4NL, DType::IQ4XS];
+pub const DUMMY_DTYPES: [DType; 11] = [
+    DType::BF16,
+    DType::F16,
+    DType::F32,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4K,
+    DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
+    DType::IQ2XXS,
+    DType::IQ2XS,
+];
 
 /// The matrix type a config asks for: `torch_dtype` (or `dtype`), bf16 when it says nothing.
 pub fn config_dtype(cfg: &HfConfig) -> Result<DType, WeightsError> {
@@ -374,7 +385,7 @@ fn fill(dtype: DType, role: Role, r: &mut Rng, out: &mut [u8]) {
                 c.copy_from_slice(&v[..c.len()]);
             }
             let fields: &[usize] = match dtype {
-                DType::Q4_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
+                DType::Q4_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ2XXS | DType::IQ2XS => &[0],
                 DType::Q4K => &[0, 2],
                 DType::Q6K => &[208],
                 _ => unreachable!("checked against DUMMY_DTYPES"),
@@ -437,6 +448,27 @@ mod tests {
             let q = a.bytes("model.layers.0.self_attn.q_proj.weight").unwrap();
             let q1 = a.bytes("model.layers.1.self_attn.q_proj.weight").unwrap();
             assert_ne!(q, q1);
+        }
+    }
+
+    /// The 2-bit i-quants on a shape of whole 256-blocks: every matrix has its type's bytes and dequantizes to
+    /// finite values (the f16 scales are small and finite).
+    #[test]
+    fn iq2_matrices_dequantize_to_finite_values() {
+        let json = r#"{"architectures": ["X"], "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+            "tie_word_embeddings": false, "max_position_embeddings": 256, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}"#;
+        let c = HfConfig::from_json_str(json, "config.json").unwrap();
+        for dt in [DType::IQ2XXS, DType::IQ2XS] {
+            let w = DummyWeights::new(&c, dt, 5).unwrap();
+            let q = w.info("model.layers.0.mlp.down_proj.weight").unwrap();
+            assert_eq!(q.dtype, dt);
+            let bytes = w.bytes(&q.name).unwrap();
+            assert_eq!(bytes.len() as u64, dt.bytes_for(256 * 512).unwrap());
+            let vals = tf_quant::dequantize_to_vec(dt, bytes, 256 * 512).unwrap();
+            assert!(vals.iter().all(|v| v.is_finite()), "{dt}");
+            assert!(vals.iter().any(|&v| v != 0.0), "{dt}");
         }
     }
 
