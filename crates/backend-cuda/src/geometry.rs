@@ -482,7 +482,16 @@ mod tests {
         }
         assert_eq!(dtype_code(DType::I32), None);
         // Types the CPU backend has and the kernels do not: `upload` refuses them by name at load.
-        for d in [DType::IQ4NL, DType::IQ4XS, DType::IQ3S, DType::IQ3XXS, DType::MXFP4, DType::IQ2XXS, DType::IQ2XS] {
+        for d in [
+            DType::IQ4NL,
+            DType::IQ4XS,
+            DType::IQ3S,
+            DType::IQ3XXS,
+            DType::MXFP4,
+            DType::IQ2XXS,
+            DType::IQ2XS,
+            DType::IQ1S,
+        ] {
             assert!(dtype_code(d).is_none() && tf_quant::is_supported(d), "{d}");
         }
         assert!(common.contains(&format!("#define DT_INTERLEAVED {DT_INTERLEAVED}\n")));

@@ -36,11 +36,12 @@ pub enum DType {
     MXFP4,
     IQ2XXS,
     IQ2XS,
+    IQ1S,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 29] = [
+    pub const ALL: [DType; 30] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -70,6 +71,7 @@ impl DType {
         DType::MXFP4,
         DType::IQ2XXS,
         DType::IQ2XS,
+        DType::IQ1S,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -92,6 +94,7 @@ impl DType {
             DType::IQ2XXS => 16,
             DType::IQ2XS => 17,
             DType::IQ3XXS => 18,
+            DType::IQ1S => 19,
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
             DType::IQ4XS => 23,
@@ -106,7 +109,7 @@ impl DType {
         })
     }
 
-    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ2*, IQ1*, TQ*, ...).
+    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ2_S, IQ1_M, TQ*, ...).
     pub fn from_ggml_id(id: u32) -> Option<DType> {
         DType::ALL.iter().copied().find(|d| d.ggml_id() == Some(id))
     }
@@ -115,7 +118,6 @@ impl DType {
     pub fn ggml_id_name(id: u32) -> &'static str {
         match id {
             4 | 5 => "Q4_2/Q4_3 (removed from GGML)",
-            19 => "IQ1_S",
             22 => "IQ2_S",
             29 => "IQ1_M",
             34 => "TQ1_0",
@@ -145,7 +147,7 @@ impl DType {
     }
 
     /// Elements per block: 1 for plain types, 32 for the legacy quants, IQ4_NL and MXFP4, 256 for the K-quants,
-    /// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS and IQ2_XS.
+    /// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS and IQ1_S.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0
@@ -166,7 +168,8 @@ impl DType {
             | DType::IQ3S
             | DType::IQ3XXS
             | DType::IQ2XXS
-            | DType::IQ2XS => 256,
+            | DType::IQ2XS
+            | DType::IQ1S => 256,
             _ => 1,
         }
     }
@@ -196,6 +199,7 @@ impl DType {
             DType::IQ3XXS => 98,
             DType::IQ2XXS => 66,
             DType::IQ2XS => 74,
+            DType::IQ1S => 50,
             DType::MXFP4 => 17,
         }
     }
@@ -245,6 +249,7 @@ impl DType {
             DType::MXFP4 => "MXFP4",
             DType::IQ2XXS => "IQ2_XXS",
             DType::IQ2XS => "IQ2_XS",
+            DType::IQ1S => "IQ1_S",
         }
     }
 }
@@ -273,6 +278,7 @@ mod tests {
         assert_eq!(DType::from_ggml_id(39), Some(DType::MXFP4));
         assert_eq!(DType::from_ggml_id(16), Some(DType::IQ2XXS));
         assert_eq!(DType::from_ggml_id(17), Some(DType::IQ2XS));
+        assert_eq!(DType::from_ggml_id(19), Some(DType::IQ1S));
         assert_eq!(DType::from_ggml_id(22), None);
         assert_eq!(DType::ggml_id_name(22), "IQ2_S");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
