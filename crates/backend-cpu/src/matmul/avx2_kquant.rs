@@ -1,5 +1,5 @@
 //! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S,
-//! IQ3_XXS, IQ2_XXS and IQ2_XS (the last four also on AVX-512 CPUs).
+//! IQ3_XXS, IQ2_XXS, IQ2_XS and IQ1_S (the last five also on AVX-512 CPUs).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -14,12 +14,14 @@
 //! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31); IQ3_XXS likewise
 //! (grid values 4..=62, signs through `KSIGNS_IQ2XS`, pairs ≤ 2·62·127) and IQ2_XXS (grid values 8, 25, 43,
 //! eight per entry, signs through `KSIGNS_IQ2XS`, |S| ≤ 256·43·127·31); IQ2_XS as IQ2_XXS with a 9-bit grid
-//! index and one scale per 16 elements (i16 lanes 0..8 and 8..16 of the `madd`).
+//! index and one scale per 16 elements (i16 lanes 0..8 and 8..16 of the `madd`). IQ1_S's grid values (−1, 0, 1)
+//! go onto the activations (`sign(qx, g)` is `g·qx`), summed in pairs by `maddubs(1, ·)`, then `madd` with
+//! `8 (2 sc + 1)`; its delta term `(2 sc + 1)·(±1)·Σ qx` is `madd(bsums, ·)` (|S| ≤ 256·9·127·15).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{iq4xs_scales, q3k_scales, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use tf_quant::{iq4xs_scales, q3k_scales, IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
@@ -40,6 +42,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::IQ3XXS => entry::<IQ3XXS>,
         DType::IQ2XXS => entry::<IQ2XXS>,
         DType::IQ2XS => entry::<IQ2XS>,
+        DType::IQ1S => entry::<IQ1S>,
         _ => return None,
     })
 }
@@ -54,7 +57,7 @@ trait KQuant {
     const HAS_MIN: bool;
     /// `d` is an f32 (Q8_K) rather than an f16.
     const D_F32: bool = false;
-    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS and IQ2_XS: 0.125).
+    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS, IQ2_XS and IQ1_S: 0.125).
     const DDX_MUL: f32 = 1.0;
     /// Adds this block's `S` partials against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its
     /// 16 bsums) into `s[r]`, and returns the `M` partials in `m[r]` (left alone without mins).
@@ -127,6 +130,7 @@ struct IQ3S;
 struct IQ3XXS;
 struct IQ2XXS;
 struct IQ2XS;
+struct IQ1S;
 
 impl KQuant for Q2K {
     const BYTES: usize = 84;
@@ -520,6 +524,48 @@ impl KQuant for IQ2XS {
                 let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
                 s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
             }
+        }
+    }
+}
+
+impl KQuant for IQ1S {
+    const BYTES: usize = 50;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    const DDX_MUL: f32 = 0.125;
+    /// Sub-block `j` with `h` the u16 at `qh[j]` (byte 34 + 2 j): group `k`'s grid index
+    /// `qs[4 j + k] | ((h >> 3 k) & 7) << 8`, scale `2 ((h >> 12) & 7) + 1`, delta sign bit 15; its delta term
+    /// reads the bsums of its two 16-element groups.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let (qs, qh) = (blk.add(2), blk.add(34) as *const u16);
+        let ones = _mm256_set1_epi8(1);
+        let mut delta = [0i16; 16];
+        for j in 0..8 {
+            let h = qh.add(j).read_unaligned();
+            let e = |k: usize| IQ1S_GRID[*qs.add(4 * j + k) as usize | (((h >> (3 * k)) & 7) as usize) << 8] as i64;
+            let g = _mm256_setr_epi64x(e(0), e(1), e(2), e(3));
+            let sc = 2 * ((h >> 12) & 7) as i16 + 1;
+            let d = if h & 0x8000 != 0 { -sc } else { sc };
+            delta[2 * j] = d;
+            delta[2 * j + 1] = d;
+            let scale = _mm256_set1_epi16(8 * sc);
+            for r in 0..RT {
+                let gx = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), g);
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ones, gx), scale));
+            }
+        }
+        let delta = load(delta.as_ptr() as *const u8);
+        for r in 0..RT {
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(load(bs[r] as *const u8), delta));
         }
     }
 }
