@@ -63,23 +63,22 @@ struct QdSpec<DT_Q6K> {
 };
 
 template <int DT>
-__device__ __forceinline__ void mmq_dec(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w,
-                                        int N, const u8* bias, int bias_dt, float* y) {
+struct QdSmem {
     typedef QdSpec<DT> S;
-    constexpr int STAGE = S::LOADS * 32 * 4 + 4;         // words per warp (+ one word read past the end)
-    constexpr int FOLD = S::BPS * S::TERMS + S::TERMS;  // floats per row (padded against bank conflicts)
-    __shared__ __align__(16) u32 stage_all[QD_WARPS][STAGE];
-    __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * FOLD];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int n = blockIdx.x * QD_WARPS + warp;
-    if (n >= N) return;  // a whole warp: no barrier below spans warps
-    u32* stage = stage_all[warp];
-    float* fold = fold_all[warp];
-    int r0 = blockIdx.y * QD_ROWS;
-    int nr = min(QD_ROWS, R - r0);
+    static constexpr int STAGE = S::LOADS * 32 * 4 + 4;         // words per warp (+ one word read past the end)
+    static constexpr int FOLD = S::BPS * S::TERMS + S::TERMS;  // floats per row (padded against bank conflicts)
+};
+
+// One warp's column: rows r0 .. r0 + nr of x · wrᵀ for the weight row `wr` (K elements), the result of row r0 + lane
+// in lane `lane` (lanes >= nr: unspecified). `stage` and `fold` are the warp's shared memory (QdSmem sizes); the
+// first step's weights are requested before griddep_wait.
+template <int DT>
+__device__ __forceinline__ float mmq_col(const i8* q, const float* d, const i16* sums, int K, const u8* wr, int r0,
+                                         int nr, int lane, u32* stage, float* fold) {
+    typedef QdSpec<DT> S;
+    constexpr int FOLD = QdSmem<DT>::FOLD;
     int nb = K / S::BE;
     int steps = (nb + S::BPS - 1) / S::BPS;
-    const u8* wr = w + (i64)n * nb * S::BB;
     uint4 pre[S::LOADS];
     // The step's bytes [a0, a1) as the aligned 16-byte pieces from a0 & ~15.
     auto load = [&](int s) {
@@ -272,15 +271,86 @@ __device__ __forceinline__ void mmq_dec(const i8* q, const float* d, const i16* 
             }
         }
     }
+    return acc;
+}
+
+// Output n of rows r0 .. r0 + nr: + bias, then with EPI_ADD in bias_dt added into y (add's arithmetic), stored.
+__device__ __forceinline__ void mmq_store(float acc, int r0, int nr, int lane, int n, int N, const u8* bias,
+                                          int bias_dt, float* y) {
     if (lane < nr) {
         float s = acc;
-        if (bias) s = s + deq_elem(bias_dt, bias, n);
+        if (bias) s = s + deq_elem(bias_dt & ~EPI_ADD, bias, n);
+        if (bias_dt & EPI_ADD) s = y[(i64)(r0 + lane) * N + n] + s;
         y[(i64)(r0 + lane) * N + n] = s;
     }
 }
 
-// (q, d, sums) from quantize_rows of x [R, K]; w [N, K] in the kernel's type; bias (bias_dt) or null; y [R, N].
-// grid (ceil(N / QD_WARPS), ceil(R / QD_ROWS)), 32 * QD_WARPS threads; launched with PDL.
+// Block `bx` of the grid (ceil(N / QD_WARPS), ceil(R / QD_ROWS)): its warps' columns of y = x · wᵀ (+ bias).
+template <int DT>
+__device__ __forceinline__ void mmq_dec_at(int bx, const i8* q, const float* d, const i16* sums, int R, int K,
+                                           const u8* w, int N, const u8* bias, int bias_dt, float* y) {
+    typedef QdSpec<DT> S;
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
+    __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = bx * QD_WARPS + warp;
+    if (n >= N) return;  // a whole warp: no barrier spans warps
+    int r0 = blockIdx.y * QD_ROWS;
+    int nr = min(QD_ROWS, R - r0);
+    const u8* wr = w + (i64)n * (K / S::BE) * S::BB;
+    float acc = mmq_col<DT>(q, d, sums, K, wr, r0, nr, lane, stage_all[warp], fold_all[warp]);
+    mmq_store(acc, r0, nr, lane, n, N, bias, bias_dt, y);
+}
+
+template <int DT>
+__device__ __forceinline__ void mmq_dec(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w,
+                                        int N, const u8* bias, int bias_dt, float* y) {
+    mmq_dec_at<DT>(blockIdx.x, q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+
+// out = act(x · gateᵀ) * (x · upᵀ) (act 0 SiLU, 1 GELU tanh: the `glu` kernel's arithmetic) with gate and up [N, K]
+// of one type: a warp computes its column of gate, then of up, each as mmq_dec's.
+template <int DT>
+__device__ __forceinline__ void mmq_glu(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate,
+                                        const u8* up, int N, int act, float* out) {
+    typedef QdSpec<DT> S;
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
+    __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = blockIdx.x * QD_WARPS + warp;
+    if (n >= N) return;
+    int r0 = blockIdx.y * QD_ROWS;
+    int nr = min(QD_ROWS, R - r0);
+    i64 row_bytes = (i64)(K / S::BE) * S::BB;
+    float g = mmq_col<DT>(q, d, sums, K, gate + n * row_bytes, r0, nr, lane, stage_all[warp], fold_all[warp]);
+    __syncwarp();
+    float u = mmq_col<DT>(q, d, sums, K, up + n * row_bytes, r0, nr, lane, stage_all[warp], fold_all[warp]);
+    if (lane < nr) {
+        float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
+        out[(i64)(r0 + lane) * N + n] = a * u;
+    }
+}
+
+// Up to three weights of one type against the same quantized rows in one launch (q/k/v): blocks [0, B0) take w0's
+// columns, [B0, B0 + B1) w1's, the rest w2's (Bi = ceil(Ni / QD_WARPS)); each output as mmq_dec's.
+template <int DT>
+__device__ __forceinline__ void mmq_many(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0,
+                                         int N0, const u8* b0, int bd0, float* y0, const u8* w1, int N1,
+                                         const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+                                         int bd2, float* y2) {
+    int B0 = (N0 + QD_WARPS - 1) / QD_WARPS, B1 = (N1 + QD_WARPS - 1) / QD_WARPS;
+    int bx = blockIdx.x;
+    if (bx < B0) {
+        mmq_dec_at<DT>(bx, q, d, sums, R, K, w0, N0, b0, bd0, y0);
+    } else if (bx < B0 + B1) {
+        mmq_dec_at<DT>(bx - B0, q, d, sums, R, K, w1, N1, b1, bd1, y1);
+    } else {
+        mmq_dec_at<DT>(bx - B0 - B1, q, d, sums, R, K, w2, N2, b2, bd2, y2);
+    }
+}
+
+// (q, d, sums) from quantize_rows of x [R, K]; w [N, K] in the kernel's type; bias (bias_dt) or null; y [R, N]
+// (with EPI_ADD in bias_dt: y += the product, add's arithmetic). grid (ceil(N / QD_WARPS), ceil(R / QD_ROWS)), 32 * QD_WARPS threads; launched with PDL.
 extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q8_0(const i8* q, const float* d, const i16* sums,
                                                                     int R, int K, const u8* w, int N,
                                                                     const u8* bias, int bias_dt, float* y) {
@@ -310,4 +380,75 @@ extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_q6k(const i8* q,
                                                                    int R, int K, const u8* w, int N,
                                                                    const u8* bias, int bias_dt, float* y) {
     mmq_dec<DT_Q6K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+
+// mmq_glu_<type>: (q, d, sums) of x [R, K]; gate, up [N, K]; out [R, N]; act 0 SiLU, 1 GELU (tanh). Grid as
+// mmq_<type>'s.
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q8_0(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q8_0>(q, d, sums, R, K, gate, up, N, act, out);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q4_0(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q4_0>(q, d, sums, R, K, gate, up, N, act, out);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q4_1(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q4_1>(q, d, sums, R, K, gate, up, N, act, out);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q5_0(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q5_0>(q, d, sums, R, K, gate, up, N, act, out);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q4k(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q4K>(q, d, sums, R, K, gate, up, N, act, out);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS) mmq_glu_q6k(const i8* q, const float* d, const i16* sums,
+                                                                       int R, int K, const u8* gate, const u8* up,
+                                                                       int N, int act, float* out) {
+    mmq_glu<DT_Q6K>(q, d, sums, R, K, gate, up, N, act, out);
+}
+// mmq_many_<type>: three weights (w, N, bias, bias type, y) against the same rows (a third with N2 = 0 for two);
+// grid (B0 + B1 + B2, ceil(R / QD_ROWS)), Bi = ceil(Ni / QD_WARPS).
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q8_0(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q8_0>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q4_0(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q4_0>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q4_1(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q4_1>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q5_0(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q5_0>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q4k(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q4K>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
+}
+extern "C" __global__ void __launch_bounds__(32 * QD_WARPS)
+mmq_many_q6k(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+          float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+          int bd2, float* y2) {
+    mmq_many<DT_Q6K>(q, d, sums, R, K, w0, N0, b0, bd0, y0, w1, N1, b1, bd1, y1, w2, N2, b2, bd2, y2);
 }

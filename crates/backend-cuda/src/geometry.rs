@@ -5,18 +5,19 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 8] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("matmul_il.cu", include_str!("../kernels/matmul_il.cu")),
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
+    ("matmul_qt.cu", include_str!("../kernels/matmul_qt.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 89] = [
+pub const KERNELS: [&str; 107] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -60,6 +61,24 @@ pub const KERNELS: [&str; 89] = [
     "mmq_q8_0",
     "mmq_q4k",
     "mmq_q6k",
+    "mmq_glu_q8_0",
+    "mmq_glu_q4_0",
+    "mmq_glu_q4_1",
+    "mmq_glu_q5_0",
+    "mmq_glu_q4k",
+    "mmq_glu_q6k",
+    "mmq_many_q8_0",
+    "mmq_many_q4_0",
+    "mmq_many_q4_1",
+    "mmq_many_q5_0",
+    "mmq_many_q4k",
+    "mmq_many_q6k",
+    "mmqt_q4_0",
+    "mmqt_q4_1",
+    "mmqt_q5_0",
+    "mmqt_q8_0",
+    "mmqt_q4k",
+    "mmqt_q6k",
     "rms_norm",
     "add_rms_norm",
     "rope",
@@ -285,6 +304,15 @@ pub const QD_WARPS: u32 = 4;
 /// `(grid, block)` of the streaming checkpoint kernels (`mmq_*`) for `rows × n` outputs.
 pub fn mmq_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(QD_WARPS as usize) as u32, rows.div_ceil(QD_ROWS as usize) as u32, 1), (32 * QD_WARPS, 1, 1))
+}
+
+/// Rows and columns per block of the tensor-core checkpoint kernels (`QT_M`, `QT_N` in kernels/matmul_qt.cu).
+pub const QT_M: u32 = 64;
+pub const QT_N: u32 = 64;
+
+/// `(grid, block)` of the tensor-core checkpoint kernels (`mmqt_*`) for `rows × n` outputs: 4 warps per tile.
+pub fn mmqt_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((n.div_ceil(QT_N as usize) as u32, rows.div_ceil(QT_M as usize) as u32, 1), (128, 1, 1))
 }
 
 /// A CUDA grid or block size (x, y, z).

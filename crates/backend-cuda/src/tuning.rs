@@ -33,6 +33,9 @@ pub struct CudaTuning {
     /// Checkpoint matmuls of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the streaming kernels (kernels/matmul_q.cu); off:
     /// `matmul_quant`, as every other type. Default on.
     pub quant_stream: bool,
+    /// Row count from which those checkpoint matmuls run on the tensor cores instead (kernels/matmul_qt.cu, the
+    /// same bits; needs sm_80 or newer); 0: never. Default 32.
+    pub quant_tiles: u32,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
 }
@@ -48,6 +51,7 @@ impl Default for CudaTuning {
             add_deep: None,
             attn_heads: 0,
             quant_stream: true,
+            quant_tiles: 32,
             defines: Vec::new(),
         }
     }
@@ -92,7 +96,7 @@ impl std::fmt::Display for KernelDefine {
 }
 
 /// The environment variables [`CudaTuning::from_env`] reads, each naming one field.
-pub const ENV_VARS: [&str; 9] = [
+pub const ENV_VARS: [&str; 10] = [
     "TF_CUDA_INTERLEAVE",
     "TF_CUDA_IL_COLS",
     "TF_CUDA_NORM_FUSE",
@@ -101,6 +105,7 @@ pub const ENV_VARS: [&str; 9] = [
     "TF_CUDA_ADD_DEEP",
     "TF_CUDA_ATTN_HEADS",
     "TF_CUDA_QUANT_STREAM",
+    "TF_CUDA_QUANT_TILES",
     "TF_CUDA_DEFINES",
 ];
 
@@ -119,7 +124,7 @@ fn overrides_in(names: impl Iterator<Item = String>) -> Vec<String> {
 impl CudaTuning {
     /// The defaults with the environment's overrides ([`ENV_VARS`]: `TF_CUDA_INTERLEAVE=0|1`, `TF_CUDA_IL_COLS=N`,
     /// `TF_CUDA_NORM_FUSE=0..3`, `TF_CUDA_QKV_ROPE=0|1`, `TF_CUDA_QKV_WIDE=0|1`, `TF_CUDA_ADD_DEEP=0|1`,
-    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_QUANT_STREAM=0|1`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
+    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_QUANT_STREAM=0|1`, `TF_CUDA_QUANT_TILES=0..65536`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
     /// out of range, or another `TF_CUDA_*` variable, is an error naming it.
     pub fn from_env() -> Result<CudaTuning, String> {
         CudaTuning::from_vars(|k| std::env::var(k).ok(), &env_overrides())
@@ -164,6 +169,9 @@ impl CudaTuning {
         if let Some(on) = flag("TF_CUDA_QUANT_STREAM")? {
             t.quant_stream = on;
         }
+        if let Some(n) = num("TF_CUDA_QUANT_TILES", 65536)? {
+            t.quant_tiles = n;
+        }
         if let Some(d) = get("TF_CUDA_DEFINES") {
             t.defines = KernelDefine::parse_list(&d).map_err(|e| format!("TF_CUDA_DEFINES: {e}"))?;
         }
@@ -201,6 +209,7 @@ mod tests {
             ("TF_CUDA_ADD_DEEP", "0"),
             ("TF_CUDA_ATTN_HEADS", "1"),
             ("TF_CUDA_QUANT_STREAM", "0"),
+            ("TF_CUDA_QUANT_TILES", "0"),
             ("TF_CUDA_DEFINES", "IL_PIPE=0  PRE_WAIT=0"),
         ])
         .unwrap();
@@ -213,6 +222,7 @@ mod tests {
             add_deep: Some(false),
             attn_heads: 1,
             quant_stream: false,
+            quant_tiles: 0,
             defines: vec![KernelDefine { name: "IL_PIPE", value: 0 }, KernelDefine { name: "PRE_WAIT", value: 0 }],
         };
         assert_eq!(t, want);
@@ -227,6 +237,7 @@ mod tests {
             ("TF_CUDA_NORM_FUSE", "4"),
             ("TF_CUDA_QKV_WIDE", "yes"),
             ("TF_CUDA_ATTN_HEADS", "8"),
+            ("TF_CUDA_QUANT_TILES", "70000"),
             ("TF_CUDA_DEFINES", "ELIDE=1"),
             ("TF_CUDA_DEFINES", "IL_PIPE"),
             ("TF_CUDA_GAPS", "1"),

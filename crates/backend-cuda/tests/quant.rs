@@ -1,7 +1,9 @@
 //! The streaming checkpoint kernels (kernels/matmul_q.cu: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) against the CPU backend, bit for bit,
 //! and row-exact: shapes whose weight rows start at every 2-byte alignment, rows of one to many steps with a
 //! partial last step, column counts that leave a block's warps idle, 1 to 256 rows (several row groups), with and
-//! without a bias, equal to `matmul_quant` (`CudaTuning::quant_stream` off); and `matmul_many` quantizing x once for weights of one block size (mixing the streaming kernels
+//! without a bias, equal to `matmul_quant` (`CudaTuning::quant_stream` off) and with the tensor-core kernels
+//! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0); `matmul_add` (the add
+//! in the kernels' epilogue) equal to the CPU's matmul then add; and `matmul_many` quantizing x once for weights of one block size (mixing the streaming kernels
 //! with `matmul_quant`) equal to one call each. Needs a CUDA device: without one these tests fail.
 //!
 //! Random data from a fresh seed per run, printed on failure; set `TF_SEED` to replay one.
@@ -10,11 +12,11 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tf_backend_cpu::CpuBackend;
-use tf_backend_cuda::CudaBackend;
-use tf_core::{Backend, DType, Precision, Tensor, TensorInfo, Weight};
+use tf_backend_cuda::{CudaBackend, CudaTuning};
+use tf_core::{Backend, DType, GluAct, Precision, Tensor, TensorInfo, Weight};
 use tf_testkit::rows::values;
 
-const ROW_COUNTS: [usize; 12] = [1, 2, 3, 5, 7, 8, 9, 16, 17, 33, 64, 256];
+const ROW_COUNTS: [usize; 14] = [1, 2, 3, 5, 7, 8, 9, 16, 17, 33, 64, 100, 130, 256];
 
 fn rng() -> StdRng {
     let seed = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -87,6 +89,13 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
         (DType::Q6K, 37, 256 * 3),
         (DType::Q6K, 3, 256 * 37),
         (DType::Q6K, 8, 256 * 9),
+        // More columns than one tensor-core tile (64), a partial last tile.
+        (DType::Q8_0, 70, 32 * 9),
+        (DType::Q4_0, 64, 32 * 8),
+        (DType::Q4_1, 66, 32 * 17),
+        (DType::Q5_0, 129, 32 * 10),
+        (DType::Q4K, 130, 256 * 2),
+        (DType::Q6K, 65, 256 * 2),
     ];
     for (i, (dtype, n, k)) in cases.into_iter().enumerate() {
         let pool = 300;
@@ -110,8 +119,22 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
             same(&batch, &run(&c, &wc, &bc, &rows), &format!("{what}: cuda vs cpu"));
             // CudaTuning::quant_stream off (matmul_quant): the same bits.
             g.tune(|t| t.quant_stream = false);
-            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: matmul_quant vs streaming"));
-            g.tune(|t| t.quant_stream = true);
+            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: matmul_quant vs the default"));
+            // The streaming kernels alone and the tensor-core kernels alone (from one row): the same bits.
+            g.tune(|t| (t.quant_stream, t.quant_tiles) = (true, 0));
+            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: streaming vs the default"));
+            g.tune(|t| t.quant_tiles = 1);
+            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: tensor-core tiles vs the default"));
+            g.tune(|t| *t = CudaTuning::default());
+            // matmul_add (the product added into a residual in the kernel's epilogue) == matmul, then add, on the
+            // CPU.
+            let resid = values(&mut rng, count * n, 3.0);
+            let add_on = |be: &dyn Backend, w: &Weight, b: &Weight| {
+                let mut acc = Tensor::host(count, n, resid.clone());
+                be.matmul_add(&pick(&x, k, &rows), w, with_bias.then_some(b), &mut acc);
+                be.to_host(&acc)
+            };
+            same(&add_on(&g, &wg, &bg), &add_on(&c, &wc, &bc), &format!("{what}: matmul_add cuda vs cpu"));
         }
     }
 }
@@ -122,10 +145,17 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
     let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let c = CpuBackend::new(4, Precision::Checkpoint);
     let k = 256 * 4;
-    let sets: [&[(DType, usize)]; 3] = [
+    let sets: [&[(DType, usize)]; 9] = [
         &[(DType::Q4K, 96), (DType::Q4K, 16), (DType::Q6K, 16)],
         &[(DType::Q8_0, 40), (DType::Q4_0, 40), (DType::Q5_1, 8)],
         &[(DType::Q6K, 7), (DType::Q4K, 9)],
+        // One type (one launch of mmq_many_*): q/k/v-like and gate/up-like sets, a partial block of warps each.
+        &[(DType::Q4K, 96), (DType::Q4K, 16), (DType::Q4K, 18)],
+        &[(DType::Q6K, 7), (DType::Q6K, 9), (DType::Q6K, 33)],
+        &[(DType::Q8_0, 40), (DType::Q8_0, 9)],
+        &[(DType::Q4_0, 13), (DType::Q4_0, 5), (DType::Q4_0, 64)],
+        &[(DType::Q4_1, 6), (DType::Q4_1, 70)],
+        &[(DType::Q5_0, 3), (DType::Q5_0, 3), (DType::Q5_0, 3)],
     ];
     for set in sets {
         let mut wg = Vec::new();
@@ -140,7 +170,7 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
             bg.push(g.upload_f32("b", &[n], b.clone()).unwrap());
             bc.push(c.upload_f32("b", &[n], b).unwrap());
         }
-        for rows in [1usize, 3, 8, 20] {
+        for rows in [1usize, 3, 8, 20, 40] {
             let x = Tensor::host(rows, k, values(&mut rng, rows * k, 2.0));
             let lg: Vec<(&Weight, Option<&Weight>)> = wg.iter().zip(&bg).map(|(w, b)| (w, Some(b))).collect();
             let lc: Vec<(&Weight, Option<&Weight>)> = wc.iter().zip(&bc).map(|(w, b)| (w, Some(b))).collect();
@@ -151,6 +181,35 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
                 let got = g.to_host(&many[i]);
                 same(&got, &g.to_host(&g.matmul(&x, w, b)), &format!("{what}: many vs one call"));
                 same(&got, &c.to_host(&cpu[i]), &format!("{what}: cuda vs cpu"));
+            }
+        }
+    }
+}
+
+/// `matmul_glu` of quantized gate and up of one type (one launch of `mmq_glu_*` on the streaming kernels; from
+/// `CudaTuning::quant_tiles` rows the tiles, then `glu`) equals the CPU's matmuls then GLU, for SiLU and GELU, and is
+/// row-exact.
+#[test]
+fn matmul_glu_of_quantized_weights_equals_the_cpu() {
+    let mut rng = rng();
+    let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
+    let c = CpuBackend::new(4, Precision::Checkpoint);
+    let types = [(DType::Q4K, 256 * 3), (DType::Q6K, 256 * 2), (DType::Q8_0, 32 * 9), (DType::Q4_0, 32 * 7)];
+    let more = [(DType::Q4_1, 32 * 5), (DType::Q5_0, 32 * 11)];
+    for (i, &(dtype, k)) in types.iter().chain(&more).enumerate() {
+        let n = [37, 64, 5, 130, 9, 66][i];
+        let (gw, uw) = (random_weight(dtype, n, k, &mut rng), random_weight(dtype, n, k, &mut rng));
+        let (gg, gu) = (up(&g, dtype, n, k, &gw), up(&g, dtype, n, k, &uw));
+        let (cg, cu) = (up(&c, dtype, n, k, &gw), up(&c, dtype, n, k, &uw));
+        for act in [GluAct::Silu, GluAct::GeluTanh] {
+            for rows in [1usize, 2, 8, 9, 40] {
+                let what = format!("{dtype} [{n}, {k}], {act:?}, {rows} rows");
+                let x = Tensor::host(rows, k, values(&mut rng, rows * k, 2.0));
+                let got = g.to_host(&g.matmul_glu(&x, &gg, &gu, act));
+                same(&got, &c.to_host(&c.matmul_glu(&x, &cg, &cu, act)), &format!("{what}: cuda vs cpu"));
+                let last = Tensor::host(1, k, x.host[(rows - 1) * k..].to_vec());
+                let alone = g.to_host(&g.matmul_glu(&last, &gg, &gu, act));
+                same(&got[(rows - 1) * n..], &alone, &format!("{what}: last row alone vs in the batch"));
             }
         }
     }

@@ -54,7 +54,7 @@ impl CudaBackend {
             Some(block) => {
                 // x quantized per block, then the streaming kernel of the type or matmul_quant (quant.rs).
                 let qx = self.quantize_rows(xb, rows, k, block);
-                return self.quant_matmul(&qx, cw, bias, out);
+                return self.quant_matmul(&qx, cw, bias, out, add);
             }
             None if self.mma_path(cw) => {
                 // Tensor cores (kernels/mma.cu); the kernel only groups outputs by row count, never changes
@@ -185,12 +185,15 @@ impl CudaBackend {
     }
 
     /// Whether [`Self::matmul_launch`] of `x` against `cw` picks a kernel that can add into its output (`EPI_ADD`):
-    /// a tensor-core kernel, or `matmul_float`'s row groups (float weights, unless one row of an interleaved weight:
-    /// `_il1`); not the quantized kernels.
+    /// a tensor-core kernel, `matmul_float`'s row groups (float weights, unless one row of an interleaved weight:
+    /// `_il1`), or a checkpoint matmul on the streaming or tensor-core quantized kernels (not `matmul_quant`).
     fn epi_add(&self, x: &Tensor, cw: &CudaWeight) -> bool {
         let quant = self.precision == Precision::Checkpoint && checkpoint_block(cw.dtype).is_some();
+        if quant {
+            return self.quant_adds(cw);
+        }
         let float = matches!(cw.dtype, DType::F32 | DType::F16 | DType::BF16) && !(x.rows == 1 && cw.interleaved);
-        !quant && (self.mma_path(cw) || float)
+        self.mma_path(cw) || float
     }
 
     /// Whether `x`'s rows against `cw` can run on the interleaved one-row kernels: an interleaved weight (the
@@ -483,6 +486,11 @@ impl CudaBackend {
             let l = if kernel.ends_with("_h") { l.addr(xh) } else { l };
             l.go((n.div_ceil(MMA_S_GLU_COLS) as u32, 1, 1), (MMA_S_THREADS, 1, 1));
             return self.tensor_half(x.rows, n, out, half);
+        }
+        // Quantized gate and up of one type on the streaming kernels: one launch computing both and the GLU
+        // (kernels/matmul_q.cu, `mmq_glu_*`).
+        if let Some(out) = self.quant_glu(x, gate, up, act) {
+            return out;
         }
         // One row against interleaved gate and up of one type: one launch computing both and the GLU
         // (kernels/matmul_il.cu, `_il1_glu`); anything else: matmul_many, then glu.

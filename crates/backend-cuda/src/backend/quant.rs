@@ -1,13 +1,28 @@
 //! Checkpoint-precision matmuls of quantized weights: the rows are quantized once per input (`quantize_rows`, shared
-//! by every weight of a `matmul_many`), then Q8_0, Q4_K and Q6_K weights take the streaming kernels of
-//! kernels/matmul_q.cu (`mmq_*`: each weight row read once per group of [`QD_ROWS`] rows) and the other types
-//! `matmul_quant`. Every kernel here gives the reference's bits (docs/arithmetic.md), whatever the row count.
+//! by every weight of a `matmul_many`), then Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights take the streaming
+//! kernels of kernels/matmul_q.cu (`mmq_*`: each weight row read once per group of `QD_ROWS` rows) below
+//! `CudaTuning::quant_tiles` rows and the tensor-core kernels of kernels/matmul_qt.cu (`mmqt_*`: int8 `mma` tiles
+//! of 64 rows × 64 columns) from there, and the other types `matmul_quant`. Every kernel here gives the
+//! reference's bits (docs/arithmetic.md), whatever the row count.
 
-use super::{bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
+use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::Buf;
-use crate::geometry::{matmul_quant_grid, mmq_grid};
-use tf_core::{DType, Precision, Tensor, Weight};
+use crate::geometry::{matmul_quant_grid, mmq_grid, mmqt_grid, EPI_ADD};
+use tf_core::{DType, GluAct, Precision, Tensor, Weight};
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
+
+/// The tensor-core kernel (kernels/matmul_qt.cu) of the streaming kernel `mmq`'s type.
+fn tiles_kernel(mmq: &str) -> &'static str {
+    match mmq {
+        "mmq_q4_0" => "mmqt_q4_0",
+        "mmq_q4_1" => "mmqt_q4_1",
+        "mmq_q5_0" => "mmqt_q5_0",
+        "mmq_q8_0" => "mmqt_q8_0",
+        "mmq_q4k" => "mmqt_q4k",
+        "mmq_q6k" => "mmqt_q6k",
+        other => unreachable!("no tensor-core kernel for {other}"),
+    }
+}
 
 /// Activation rows quantized per weight block (`quantize_rows`): int8 values, block scales, group sums.
 pub(super) struct QuantRows {
@@ -35,6 +50,12 @@ impl CudaBackend {
         (on && !cw.interleaved && cw.buf.ptr.is_multiple_of(16)).then_some(kernel)
     }
 
+    /// Whether the checkpoint matmul of `cw` adds into its output in its epilogue (the streaming and tensor-core
+    /// kernels do; `matmul_quant` does not).
+    pub(super) fn quant_adds(&self, cw: &CudaWeight) -> bool {
+        self.checkpoint_rows(cw).is_some() && self.mmq_kernel(cw).is_some()
+    }
+
     /// The block size the checkpoint matmul quantizes x to for `cw`, in this precision.
     pub(super) fn checkpoint_rows(&self, cw: &CudaWeight) -> Option<usize> {
         checkpoint_block(cw.dtype).filter(|_| self.precision == Precision::Checkpoint)
@@ -59,14 +80,22 @@ impl CudaBackend {
         QuantRows { q, d, sums, rows, k }
     }
 
-    /// `out [rows, N] = x · wᵀ + bias` from x's quantized rows.
-    pub(super) fn quant_matmul(&self, qx: &QuantRows, cw: &CudaWeight, bias: Option<&Weight>, out: &Buf) {
+    /// `out [rows, N] = x · wᵀ + bias` from x's quantized rows; with `add` (only where [`Self::quant_adds`])
+    /// `out += x · wᵀ + bias` in the same launch, with `add`'s arithmetic.
+    pub(super) fn quant_matmul(&self, qx: &QuantRows, cw: &CudaWeight, bias: Option<&Weight>, out: &Buf, add: bool) {
         let (rows, k, n) = (qx.rows, qx.k, cw.out_dim);
         assert_eq!(k, cw.in_dim, "quant_matmul: x width vs the weight's");
+        assert!(!add || self.mmq_kernel(cw).is_some(), "quant_matmul: matmul_quant cannot add into its output");
         let (bias_ptr, bias_code) = bias_arg(bias, n);
+        let bias_code = if add { bias_code | EPI_ADD } else { bias_code };
         let l = match self.mmq_kernel(cw) {
             Some(kernel) => {
-                let (grid, blk) = mmq_grid(rows, n);
+                let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
+                let (kernel, (grid, blk)) = if tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8 {
+                    (tiles_kernel(kernel), mmqt_grid(rows, n))
+                } else {
+                    (kernel, mmq_grid(rows, n))
+                };
                 let l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(rows).i32(k);
                 l.ptr(&cw.buf).i32(n).addr(bias_ptr).int(bias_code).ptr(out).go(grid, blk);
                 return;
@@ -102,15 +131,95 @@ impl CudaBackend {
         let xs = self.input(x);
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let qx = self.quantize_rows(xb, x.rows, x.cols, block);
+        if let Some(outs) = self.quant_many_launch(&qx, ws) {
+            return Some(outs);
+        }
         let outs = ws
             .iter()
             .map(|&(w, bias)| {
                 let cw = weight(w);
                 let out = self.alloc_f32(x.rows * cw.out_dim);
-                self.quant_matmul(&qx, cw, bias, &out);
+                self.quant_matmul(&qx, cw, bias, &out, false);
                 self.tensor(x.rows, cw.out_dim, out)
             })
             .collect();
         Some(outs)
+    }
+
+    /// Whether `rows` rows against `cw` run on the streaming kernel (not the tensor-core tiles or `matmul_quant`).
+    fn streams(&self, cw: &CudaWeight, rows: usize) -> bool {
+        let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        self.mmq_kernel(cw).is_some() && !(tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8)
+    }
+
+    /// Two or three weights of one type on the streaming kernels as one launch of `mmq_many_<type>` (each output as
+    /// `mmq_<type>`'s); None when they do not qualify.
+    fn quant_many_launch(&self, qx: &QuantRows, ws: &[(&Weight, Option<&Weight>)]) -> Option<Vec<Tensor>> {
+        let first = weight(ws.first()?.0);
+        let kernel = match self.mmq_kernel(first)? {
+            "mmq_q4_0" => "mmq_many_q4_0",
+            "mmq_q4_1" => "mmq_many_q4_1",
+            "mmq_q5_0" => "mmq_many_q5_0",
+            "mmq_q8_0" => "mmq_many_q8_0",
+            "mmq_q4k" => "mmq_many_q4k",
+            _ => "mmq_many_q6k",
+        };
+        let fits = (2..=3).contains(&ws.len())
+            && ws.iter().all(|(w, _)| weight(w).dtype == first.dtype && self.streams(weight(w), qx.rows));
+        if !fits {
+            return None;
+        }
+        let outs: Vec<Buf> = ws.iter().map(|(w, _)| self.alloc_f32(qx.rows * weight(w).out_dim)).collect();
+        let mut l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(qx.rows).i32(qx.k);
+        let mut blocks = 0;
+        for (&(w, bias), out) in ws.iter().zip(&outs) {
+            let cw = weight(w);
+            let (bias_ptr, bias_code) = bias_arg(bias, cw.out_dim);
+            l = l.ptr(&cw.buf).i32(cw.out_dim).addr(bias_ptr).int(bias_code).ptr(out);
+            blocks += mmq_grid(qx.rows, cw.out_dim).0 .0;
+        }
+        if ws.len() == 2 {
+            // No third weight: no columns, no blocks.
+            l = l.addr(0).i32(0).addr(0).int(0).addr(0);
+        }
+        let (grid, blk) = mmq_grid(qx.rows, 1);
+        l.go((blocks, grid.1, 1), blk);
+        Some(ws.iter().zip(outs).map(|(&(w, _), out)| self.tensor(qx.rows, weight(w).out_dim, out)).collect())
+    }
+
+    /// `act(x · gateᵀ) * (x · upᵀ)` in one launch of `mmq_glu_<type>` when gate and up share a type on the streaming
+    /// kernels (SiLU or GELU); None otherwise.
+    pub(super) fn quant_glu(&self, x: &Tensor, gate: &Weight, up: &Weight, act: GluAct) -> Option<Tensor> {
+        let (cg, cu) = (weight(gate), weight(up));
+        let block = self.checkpoint_rows(cg)?;
+        let kernel = match self.mmq_kernel(cg)? {
+            "mmq_q4_0" => "mmq_glu_q4_0",
+            "mmq_q4_1" => "mmq_glu_q4_1",
+            "mmq_q5_0" => "mmq_glu_q5_0",
+            "mmq_q8_0" => "mmq_glu_q8_0",
+            "mmq_q4k" => "mmq_glu_q4k",
+            _ => "mmq_glu_q6k",
+        };
+        let fits = matches!(act, GluAct::Silu | GluAct::GeluTanh)
+            && x.rows > 0
+            && cu.dtype == cg.dtype
+            && self.mmq_kernel(cu).is_some()
+            && cg.out_dim == cu.out_dim
+            && cg.out_dim > 0
+            && cg.in_dim == x.cols
+            && cu.in_dim == x.cols
+            && self.streams(cg, x.rows);
+        if !fits {
+            return None;
+        }
+        let n = cg.out_dim;
+        let xs = self.input(x);
+        let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
+        let qx = self.quantize_rows(xb, x.rows, x.cols, block);
+        let out = self.alloc_f32(x.rows * n);
+        let (grid, blk) = mmq_grid(x.rows, n);
+        let l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(x.rows).i32(x.cols);
+        l.ptr(&cg.buf).ptr(&cu.buf).i32(n).int(act_code(act)).ptr(&out).go(grid, blk);
+        Some(self.tensor(x.rows, n, out))
     }
 }

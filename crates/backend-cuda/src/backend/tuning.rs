@@ -22,6 +22,8 @@ pub(super) struct Knobs {
     pub attn_heads: AtomicUsize,
     /// `!CudaTuning::quant_stream`
     pub no_quant_stream: AtomicBool,
+    /// `CudaTuning::quant_tiles`
+    pub quant_tiles: AtomicU32,
 }
 
 /// A kernel variant chosen by occupancy (the default), or forced off / on.
@@ -57,6 +59,7 @@ impl Knobs {
             add_deep: AtomicU8::new(BY_OCCUPANCY),
             attn_heads: AtomicUsize::new(0),
             no_quant_stream: AtomicBool::new(false),
+            quant_tiles: AtomicU32::new(0),
         };
         k.store(t);
         k
@@ -77,6 +80,7 @@ impl Knobs {
         self.add_deep.store(choice(t.add_deep), Relaxed);
         self.attn_heads.store(t.attn_heads, Relaxed);
         self.no_quant_stream.store(!t.quant_stream, Relaxed);
+        self.quant_tiles.store(t.quant_tiles, Relaxed);
     }
 
     /// The knobs as a [`CudaTuning`] with `defines`.
@@ -90,6 +94,7 @@ impl Knobs {
             add_deep: forced(self.add_deep.load(Relaxed)),
             attn_heads: self.attn_heads.load(Relaxed),
             quant_stream: !self.no_quant_stream.load(Relaxed),
+            quant_tiles: self.quant_tiles.load(Relaxed),
             defines: defines.to_vec(),
         }
     }

@@ -1,0 +1,382 @@
+// Checkpoint-precision matmul of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the tensor cores (`mmqt_<type>`),
+// for many rows (prefill chunks, wide windows): bit-equal to `mmq_<type>` (kernels/matmul_q.cu) and so to
+// tf_quant::reference::matmul::matmul_ref.
+//
+// Why the bits are the reference's: a checkpoint block's terms are integer sums (an int8 activation block times the
+// weight's integers, times the sub-block scales), exact in any order, then one or two float fmas per block in block
+// order. Here `mma.sync` on int8 fragments gives each (row, column, sub-block) integer dot product exactly (m16n8k32;
+// m16n8k16 for Q6_K's 16-element sub-blocks); the thread that holds a (row, column) pair in its accumulator fragment
+// scales and adds the sub-blocks' integers, then folds the block's float terms into its own accumulator in
+// increasing block order, as `mmq_*`'s fold lane does. A row's result never depends on another row or on the tile.
+//
+// Tile: QT_M = 64 activation rows × QT_N = 64 weight columns per block of 4 warps (2 × 2, each 32 × 32: two m16 and
+// four n8 fragments). The K loop walks stages of 256 elements (8 legacy blocks or one K-quant block): the stage's
+// activation bytes [64, 256] and its weights decoded to int8 [64, 256] (row stride QT_LD bytes, padded so that the
+// eight fragment rows a load touches fall on distinct banks), with each block's scales, are staged in shared memory.
+// grid (ceil(N / QT_N), ceil(R / QT_M)), 128 threads.
+
+#define QT_M 64
+#define QT_N 64
+#define QT_K 256
+#define QT_LD (QT_K + 16)
+
+// Four bytes from a 2-byte aligned address.
+__device__ __forceinline__ u32 ld2w(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+
+// d [4] = A [16, 32] · B [32, 8] (int8, exact int32 sums) from zero (PTX ISA "Matrix Fragments for
+// mma.m16n8k32", g = lane / 4, t = lane % 4): a0 = (row g, k 4t..4t+3), a1 = (row g+8, k 4t..), a2 = (row g,
+// k 16+4t..), a3 = (row g+8, k 16+4t..); b0 = (k 4t..4t+3, col g), b1 = (k 16+4t.., col g); d = (row g, cols 2t,
+// 2t+1), (row g+8, cols 2t, 2t+1).
+__device__ __forceinline__ void qt_mma32(int* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+#else
+    __trap();
+#endif
+}
+
+// d [4] = A [16, 16] · B [16, 8] (int8): a0 = (row g, k 4t..4t+3), a1 = (row g+8, k 4t..); b0 = (k 4t.., col g).
+__device__ __forceinline__ void qt_mma16(int* d, u32 a0, u32 a1, u32 b0) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+#else
+    __trap();
+#endif
+}
+
+template <int DT>
+struct QtSpec;
+template <>
+struct QtSpec<DT_Q8_0> {
+    static constexpr int BB = 34, BE = 32;
+};
+template <>
+struct QtSpec<DT_Q4_0> {
+    static constexpr int BB = 18, BE = 32;
+};
+template <>
+struct QtSpec<DT_Q4_1> {
+    static constexpr int BB = 20, BE = 32;
+};
+template <>
+struct QtSpec<DT_Q5_0> {
+    static constexpr int BB = 22, BE = 32;
+};
+template <>
+struct QtSpec<DT_Q4K> {
+    static constexpr int BB = 144, BE = 256;
+};
+template <>
+struct QtSpec<DT_Q6K> {
+    static constexpr int BB = 210, BE = 256;
+};
+
+template <int DT>
+__device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w, int N,
+                                     const u8* bias, int bias_dt, float* y) {
+    typedef QtSpec<DT> S;
+    constexpr bool LEGACY = S::BE == 32;
+    constexpr int BPS = QT_K / S::BE;  // blocks per stage: 8 or 1
+    __shared__ __align__(16) u8 xs[QT_M * QT_LD];   // activations [64 rows, 256], int8
+    __shared__ __align__(16) u8 ws[QT_N * QT_LD];   // weights decoded [64 columns, 256], int8
+    __shared__ float dxs[QT_M][BPS];                // activation block scales
+    __shared__ i16 xsum[QT_M][16];                  // Q4_1: the block's Σq per block; Q4_K: Σq per 16 elements
+    __shared__ float dws[QT_N][BPS];                // weight block scale d
+    __shared__ float mws[QT_N][BPS];                // Q4_1 m, Q4_K dmin
+    __shared__ i8 scs[QT_N][16];                    // Q4_K scales (8), Q6_K scales (16)
+    __shared__ u8 mins[QT_N][8];                    // Q4_K mins
+    int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int g = lane / 4, t = lane % 4;
+    int r0 = blockIdx.y * QT_M, n0 = blockIdx.x * QT_N;
+    int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    int nb = K / S::BE;
+    int stages = (nb + BPS - 1) / BPS;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+    griddep_wait();
+    for (int s = 0; s < stages; s++) {
+        int b0 = s * BPS;
+        int cnt = min(BPS, nb - b0);  // blocks in this stage
+        int kv = cnt * S::BE;         // valid elements in this stage
+        __syncthreads();
+        // Activations: 16-byte pieces of each row's stage (rows past R repeat row R - 1; never stored).
+        for (int i = tid; i < QT_M * (QT_K / 16); i += 128) {
+            int row = i / (QT_K / 16), piece = i % (QT_K / 16);
+            if (piece * 16 < kv) {
+                i64 r = min(r0 + row, R - 1);
+                *(uint4*)(xs + row * QT_LD + piece * 16) = *(const uint4*)(q + r * K + (i64)b0 * S::BE + piece * 16);
+            }
+        }
+        for (int i = tid; i < QT_M * BPS; i += 128) {
+            int row = i / BPS, bl = i % BPS;
+            i64 r = min(r0 + row, R - 1);
+            if (bl < cnt) {
+                dxs[row][bl] = d[r * nb + b0 + bl];
+                if constexpr (DT == DT_Q4_1) xsum[row][bl] = sums[r * nb + b0 + bl];
+            }
+        }
+        if constexpr (DT == DT_Q4K) {
+            for (int i = tid; i < QT_M * 16; i += 128) {
+                int row = i / 16, j = i % 16;
+                i64 r = min(r0 + row, R - 1);
+                xsum[row][j] = sums[(r * nb + b0) * 16 + j];
+            }
+        }
+        // Weights: decoded to the reference's integers, in element order.
+        if constexpr (LEGACY) {
+            for (int i = tid; i < QT_N * BPS; i += 128) {
+                int c = i / BPS, bl = i % BPS;
+                if (bl >= cnt) continue;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0 + bl) * S::BB;
+                u32* dst = (u32*)(ws + c * QT_LD + bl * 32);
+                u32 hd = ld2w(p);
+                dws[c][bl] = f16_bits_to_f32(hd & 0xffffu);
+                if constexpr (DT == DT_Q4_1) mws[c][bl] = f16_bits_to_f32(hd >> 16);
+                if constexpr (DT == DT_Q8_0) {
+#pragma unroll
+                    for (int k = 0; k < 8; k++) dst[k] = ld2w(p + 2 + 4 * k);
+                } else {
+                    constexpr int QS = DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : 6);
+                    u32 qh = DT == DT_Q5_0 ? ld2w(p + 2) : 0u;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        u32 v = ld2w(p + QS + 4 * k);
+                        u32 lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+                        if constexpr (DT == DT_Q5_0) {
+                            lo |= ((((qh >> (4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                            hi |= ((((qh >> (16 + 4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                            lo = __vsub4(lo, 0x10101010u);
+                            hi = __vsub4(hi, 0x10101010u);
+                        } else if constexpr (DT == DT_Q4_0) {
+                            lo = __vsub4(lo, 0x08080808u);
+                            hi = __vsub4(hi, 0x08080808u);
+                        }
+                        dst[k] = lo;
+                        dst[4 + k] = hi;
+                    }
+                }
+            }
+        } else if constexpr (DT == DT_Q4K) {
+            // Part p: qs bytes [32p, 32p + 32): low nibbles are sub-block 2p, high ones 2p + 1.
+            for (int i = tid; i < QT_N * 4; i += 128) {
+                int c = i / 4, part = i % 4;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+                u32* dst = (u32*)(ws + c * QT_LD + 64 * part);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    u32 v = ld2w(p + 16 + 32 * part + 4 * k);
+                    dst[k] = v & 0x0f0f0f0fu;
+                    dst[8 + k] = (v >> 4) & 0x0f0f0f0fu;
+                }
+            }
+            if (tid < QT_N) {
+                int c = tid;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+                u32 hd = ld2w(p);
+                dws[c][0] = f16_bits_to_f32(hd & 0xffffu);
+                mws[c][0] = f16_bits_to_f32(hd >> 16);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    scs[c][j] = (i8)q4k_scale(p + 4, j);
+                    mins[c][j] = (u8)q4k_min(p + 4, j);
+                }
+            }
+        } else {  // DT_Q6K
+            // Part p = 2h + lh: elements 128h + 32tt + 16lh + (0..16) for tt = 0..3, from ql[64h + 16lh ..] (tt 0, 2:
+            // low, high nibble), ql[64h + 32 + 16lh ..] (tt 1, 3) and qh[32h + 16lh ..] >> 2tt.
+            for (int i = tid; i < QT_N * 4; i += 128) {
+                int c = i / 4, part = i % 4, h = part >> 1, lh = part & 1;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+                u8* dst = ws + c * QT_LD + 128 * h + 16 * lh;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u32 qa = ld2w(p + 64 * h + 16 * lh + 4 * k);
+                    u32 qb = ld2w(p + 64 * h + 32 + 16 * lh + 4 * k);
+                    u32 qh = ld2w(p + 128 + 32 * h + 16 * lh + 4 * k);
+                    ((u32*)(dst + 0))[k] = __vsub4((qa & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4), 0x20202020u);
+                    ((u32*)(dst + 32))[k] =
+                        __vsub4((qb & 0x0f0f0f0fu) | (((qh >> 2) & 0x03030303u) << 4), 0x20202020u);
+                    ((u32*)(dst + 64))[k] =
+                        __vsub4(((qa >> 4) & 0x0f0f0f0fu) | (((qh >> 4) & 0x03030303u) << 4), 0x20202020u);
+                    ((u32*)(dst + 96))[k] =
+                        __vsub4(((qb >> 4) & 0x0f0f0f0fu) | (((qh >> 6) & 0x03030303u) << 4), 0x20202020u);
+                }
+            }
+            if (tid < QT_N) {
+                int c = tid;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+#pragma unroll
+                for (int j = 0; j < 16; j++) scs[c][j] = (i8)p[192 + j];
+                dws[c][0] = f16_bits_to_f32(ld2w(p + 208) & 0xffffu);
+            }
+        }
+        __syncthreads();
+        // This lane's fragment rows (of the tile) and columns.
+        const u8* xa = xs + (wm + g) * QT_LD + 4 * t;
+        const u8* wb = ws + (wn + g) * QT_LD + 4 * t;
+        if constexpr (LEGACY) {
+            for (int bl = 0; bl < cnt; bl++) {
+                int kk = bl * 32;
+                u32 a[2][4], bf[4][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const u8* pa = xa + mi * 16 * QT_LD + kk;
+                    a[mi][0] = *(const u32*)pa;
+                    a[mi][1] = *(const u32*)(pa + 8 * QT_LD);
+                    a[mi][2] = *(const u32*)(pa + 16);
+                    a[mi][3] = *(const u32*)(pa + 8 * QT_LD + 16);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const u8* pb = wb + ni * 8 * QT_LD + kk;
+                    bf[ni][0] = *(const u32*)pb;
+                    bf[ni][1] = *(const u32*)(pb + 16);
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int dot[4];
+                        qt_mma32(dot, a[mi][0], a[mi][1], a[mi][2], a[mi][3], bf[ni][0], bf[ni][1]);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int row = wm + mi * 16 + g + (e >> 1) * 8, c = wn + ni * 8 + 2 * t + (e & 1);
+                            float dx = dxs[row][bl];
+                            acc[mi][ni][e] = fmaf(dws[c][bl] * dx, (float)dot[e], acc[mi][ni][e]);
+                            if constexpr (DT == DT_Q4_1)
+                                acc[mi][ni][e] = fmaf(mws[c][bl] * dx, (float)xsum[row][bl], acc[mi][ni][e]);
+                        }
+                    }
+                }
+            }
+        } else {
+            int sv[2][4][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sv[mi][ni][e] = 0;
+            constexpr int SUBS = DT == DT_Q4K ? 8 : 16;
+#pragma unroll 1
+            for (int j = 0; j < SUBS; j++) {
+                int kk = j * (DT == DT_Q4K ? 32 : 16);
+                u32 a[2][4], bf[4][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const u8* pa = xa + mi * 16 * QT_LD + kk;
+                    a[mi][0] = *(const u32*)pa;
+                    a[mi][1] = *(const u32*)(pa + 8 * QT_LD);
+                    if constexpr (DT == DT_Q4K) {
+                        a[mi][2] = *(const u32*)(pa + 16);
+                        a[mi][3] = *(const u32*)(pa + 8 * QT_LD + 16);
+                    }
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const u8* pb = wb + ni * 8 * QT_LD + kk;
+                    bf[ni][0] = *(const u32*)pb;
+                    if constexpr (DT == DT_Q4K) bf[ni][1] = *(const u32*)(pb + 16);
+                }
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int dot[4];
+                        if constexpr (DT == DT_Q4K) {
+                            qt_mma32(dot, a[mi][0], a[mi][1], a[mi][2], a[mi][3], bf[ni][0], bf[ni][1]);
+                        } else {
+                            qt_mma16(dot, a[mi][0], a[mi][1], bf[ni][0]);
+                        }
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int c = wn + ni * 8 + 2 * t + (e & 1);
+                            sv[mi][ni][e] += (int)scs[c][j] * dot[e];
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = wm + mi * 16 + g + (e >> 1) * 8, c = wn + ni * 8 + 2 * t + (e & 1);
+                        float dx = dxs[row][0];
+                        acc[mi][ni][e] = fmaf(dws[c][0] * dx, (float)sv[mi][ni][e], acc[mi][ni][e]);
+                        if constexpr (DT == DT_Q4K) {
+                            int mv = 0;
+#pragma unroll
+                            for (int jj = 0; jj < 8; jj++)
+                                mv += (int)mins[c][jj] * ((int)xsum[row][2 * jj] + (int)xsum[row][2 * jj + 1]);
+                            acc[mi][ni][e] = fmaf(-(mws[c][0] * dx), (float)mv, acc[mi][ni][e]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = r0 + wm + mi * 16 + g + (e >> 1) * 8, n = n0 + wn + ni * 8 + 2 * t + (e & 1);
+                if (r < R && n < N) {
+                    float v = acc[mi][ni][e];
+                    if (bias) v = v + deq_elem(bias_dt & ~EPI_ADD, bias, n);
+                    if (bias_dt & EPI_ADD) v = y[(i64)r * N + n] + v;
+                    y[(i64)r * N + n] = v;
+                }
+            }
+        }
+    }
+}
+
+// (q, d, sums) from quantize_rows of x [R, K]; w [N, K] in the kernel's type; bias (bias_dt) or null; y [R, N]
+// (with EPI_ADD in bias_dt: y += the product). grid (ceil(N / QT_N), ceil(R / QT_M)), 128 threads; launched with PDL; sm_80 and newer.
+extern "C" __global__ void __launch_bounds__(128) mmqt_q8_0(const i8* q, const float* d, const i16* sums, int R,
+                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                            float* y) {
+    mmqt<DT_Q8_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q4_0(const i8* q, const float* d, const i16* sums, int R,
+                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                            float* y) {
+    mmqt<DT_Q4_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q4_1(const i8* q, const float* d, const i16* sums, int R,
+                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                            float* y) {
+    mmqt<DT_Q4_1>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q5_0(const i8* q, const float* d, const i16* sums, int R,
+                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                            float* y) {
+    mmqt<DT_Q5_0>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q4k(const i8* q, const float* d, const i16* sums, int R,
+                                                           int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                           float* y) {
+    mmqt<DT_Q4K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q6k(const i8* q, const float* d, const i16* sums, int R,
+                                                           int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                           float* y) {
+    mmqt<DT_Q6K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
