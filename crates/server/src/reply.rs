@@ -10,7 +10,8 @@
 //!   in tokens. [`read_thinking`] reads the OpenAI fields (`reasoning_effort` on chat, `reasoning.effort` on
 //!   Responses, the extension `thinking_budget` on both); another API fills the fields itself (Anthropic's
 //!   `thinking: {"type": "enabled", "budget_tokens": N}` is `enable: Some(true), budget: Some(N)`).
-//!   [`ThinkingRequest::template_vars`] merges `enable_thinking` under the request's `chat_template_kwargs`.
+//!   [`ThinkingRequest::template_vars`] merges `enable_thinking` and `reasoning_effort` under the request's
+//!   `chat_template_kwargs`.
 //! * [`ReplySetup::new`]: after the prompt is rendered, decides the reasoning parser of the reply (whether it
 //!   starts inside thinking, from the rendered prompt) and the engine constraint: with a budget, or with an
 //!   answer grammar (structured output, a forced tool call) while thinking may happen, a
@@ -95,6 +96,9 @@ pub const EFFORT_BUDGETS: [(&str, usize); 4] = [("minimal", 64), ("low", 256), (
 pub struct ThinkingRequest {
     /// `enable_thinking` for the chat template (`None`: the template's default).
     pub enable: Option<bool>,
+    /// The effort asked for (`minimal|low|medium|high`), passed to the template as `reasoning_effort` (gpt-oss's
+    /// template writes it into its system message as `Reasoning: <effort>`).
+    pub effort: Option<String>,
     /// Most thinking tokens (`None`: no budget).
     pub budget: Option<usize>,
     /// The request field the budget came from (named in errors).
@@ -137,6 +141,7 @@ pub fn read_thinking(f: &Fields<'_>, field: EffortField) -> Result<ThinkingReque
         Some(e) => match EFFORT_BUDGETS.iter().find(|(n, _)| *n == e) {
             Some(&(_, budget)) => {
                 t.enable = Some(true);
+                t.effort = Some(e.to_string());
                 t.budget = Some(budget);
                 t.budget_param = Some(param.into());
             }
@@ -157,12 +162,15 @@ pub fn read_thinking(f: &Fields<'_>, field: EffortField) -> Result<ThinkingReque
 }
 
 impl ThinkingRequest {
-    /// The chat template's extra variables: `enable_thinking` when asked for, then the request's
-    /// `chat_template_kwargs` (which win).
+    /// The chat template's extra variables: `enable_thinking` and `reasoning_effort` when asked for, then the
+    /// request's `chat_template_kwargs` (which win).
     pub fn template_vars(&self, kwargs: Map<String, Value>) -> Map<String, Value> {
         let mut vars = Map::new();
         if let Some(e) = self.enable {
             vars.insert("enable_thinking".into(), Value::Bool(e));
+        }
+        if let Some(e) = &self.effort {
+            vars.insert("reasoning_effort".into(), Value::String(e.clone()));
         }
         vars.extend(kwargs);
         vars
@@ -730,6 +738,9 @@ mod tests {
         use serde_json::json;
         let t = read(json!({"reasoning_effort": "low"}), EffortField::ReasoningEffort).unwrap();
         assert_eq!((t.enable, t.budget, t.budget_explicit), (Some(true), Some(256), false));
+        assert_eq!(t.effort.as_deref(), Some("low"));
+        let vars = t.template_vars(Map::new());
+        assert_eq!(Value::Object(vars), json!({"enable_thinking": true, "reasoning_effort": "low"}));
         let t = read(json!({"reasoning": {"effort": "high"}, "thinking_budget": 7}), EffortField::Reasoning).unwrap();
         assert_eq!((t.enable, t.budget, t.budget_explicit), (Some(true), Some(7), true));
         let t = read(json!({"reasoning_effort": "none"}), EffortField::ReasoningEffort).unwrap();
