@@ -114,7 +114,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = ToolParserSetting::parse)]
     pub tool_parser: ToolParserSetting,
     /// How thinking (`<think>…</think>`, harmony's `analysis` channel) is split out of chat replies into
-    /// `reasoning_content` and reasoning items: auto (from the chat template), qwen3, deepseek_r1, harmony, or
+    /// `reasoning_content` and reasoning items: auto (from the chat template), qwen3, deepseek_r1, harmony, mistral or
     /// none (thinking stays in the content).
     #[arg(long, default_value = "auto", value_parser = ReasoningSetting::parse)]
     pub reasoning_parser: ReasoningSetting,

@@ -4,7 +4,7 @@
 //!
 //! # API
 //!
-//! * [`ReasoningSetting`]: `serve --reasoning-parser auto|qwen3|deepseek_r1|harmony|none`;
+//! * [`ReasoningSetting`]: `serve --reasoning-parser auto|qwen3|deepseek_r1|harmony|mistral|none`;
 //!   [`ReasoningSetting::resolve`] gives the parser a chat template calls for.
 //! * [`ThinkingRequest`]: what a request asks of thinking: `enable_thinking` for the chat template and a budget
 //!   in tokens. [`read_thinking`] reads the OpenAI fields (`reasoning_effort` on chat, `reasoning.effort` on
@@ -55,16 +55,16 @@ pub enum ReasoningSetting {
 }
 
 impl ReasoningSetting {
-    /// `auto`, `none`, `qwen3`, `deepseek_r1`, `harmony`.
+    /// `auto`, `none`, `qwen3`, `deepseek_r1`, `harmony`, `mistral`.
     pub fn parse(s: &str) -> Result<ReasoningSetting, String> {
         match s {
             "auto" => Ok(ReasoningSetting::Auto),
             _ => match ReasoningParser::by_name(s) {
                 Ok(None) => Ok(ReasoningSetting::Off),
                 Ok(Some(p)) => Ok(ReasoningSetting::Parser(p)),
-                Err(_) => {
-                    Err(format!("unknown reasoning parser `{s}` (expected auto, qwen3, deepseek_r1, harmony or none)"))
-                }
+                Err(_) => Err(format!(
+                    "unknown reasoning parser `{s}` (expected auto, qwen3, deepseek_r1, harmony, mistral or none)"
+                )),
             },
         }
     }
@@ -220,7 +220,7 @@ impl ReplySetup {
         let format = setting.format_of(template).map(|p| p.for_prompt(rendered));
         let think_end = tok.id_of(format.map_or(tf_text::THINK_END, |p| p.end_marker()));
         // Thinking may happen unless the prompt closed the block (Qwen3 with enable_thinking=false).
-        let may_think = format.is_some_and(|p| p.starts_inside() || !closes_thinking(rendered));
+        let may_think = format.is_some_and(|p| p.starts_inside() || !closes_thinking(rendered, p.end_marker()));
         let param = thinking.budget_param.clone().unwrap_or_else(|| "thinking_budget".into());
         let unavailable = |why: String| {
             ApiError::field(&param, format!("a thinking budget is not available for this model: {why}"))
@@ -297,9 +297,9 @@ impl CallEnd {
     }
 }
 
-/// Whether the rendered prompt ends (trailing whitespace aside) with `</think>`.
-fn closes_thinking(rendered: &str) -> bool {
-    rendered.trim_end().ends_with(tf_text::THINK_END)
+/// Whether the rendered prompt ends (trailing whitespace aside) with the block's end marker (`</think>`).
+fn closes_thinking(rendered: &str, end: &str) -> bool {
+    rendered.trim_end().ends_with(end)
 }
 
 /// Thinking markers of the model's reasoning format that decoding would hide (control tokens in this vocabulary),

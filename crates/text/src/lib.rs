@@ -32,7 +32,8 @@ pub use detok::IncrementalDetokenizer;
 pub use gguf_vocab::{GgufVocab, TokenType};
 pub use pyfmt::{float_repr, json_dumps, DumpOptions};
 pub use reasoning::{
-    ParsedReasoning, ReasoningEvent, ReasoningFormat, ReasoningParser, ReasoningStream, THINK_END, THINK_START,
+    ParsedReasoning, ReasoningEvent, ReasoningFormat, ReasoningParser, ReasoningStream, MISTRAL_THINK_END,
+    MISTRAL_THINK_START, THINK_END, THINK_START,
 };
 pub use stop::StopFilter;
 pub use tokenizer::{TokenKind, Tokenizer};

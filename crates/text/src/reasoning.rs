@@ -1,9 +1,9 @@
-//! Reasoning in model output: the `<think>…</think>` convention of Qwen3 and the DeepSeek-R1 distills, and the
-//! `analysis` channel of harmony (gpt-oss), split into reasoning and answer, streamed (text pieces in, deltas out)
-//! or whole, with the same result.
+//! Reasoning in model output: the `<think>…</think>` convention of Qwen3 and the DeepSeek-R1 distills, Mistral's
+//! `[THINK]…[/THINK]` (Magistral), and the `analysis` channel of harmony (gpt-oss), split into reasoning and
+//! answer, streamed (text pieces in, deltas out) or whole, with the same result.
 //!
 //! Harmony's rules are given with [`ReasoningFormat::Harmony`]. Rules of `<think>` (the same for a stream and for
-//! the whole text):
+//! the whole text; Mistral's `[THINK]` and `[/THINK]` follow them with its own markers):
 //!
 //! * A reply opens a thinking block when, after optional leading whitespace, it starts with `<think>`. A reply
 //!   that *starts inside* thinking (the rendered prompt already ended with `<think>`, as DeepSeek-R1's template
@@ -23,6 +23,10 @@
 pub const THINK_START: &str = "<think>";
 /// Ends a thinking block.
 pub const THINK_END: &str = "</think>";
+/// Opens a thinking block of Mistral's reasoning models (Magistral; a control token of their vocabularies).
+pub const MISTRAL_THINK_START: &str = "[THINK]";
+/// Ends a thinking block of Mistral's reasoning models.
+pub const MISTRAL_THINK_END: &str = "[/THINK]";
 
 /// The reasoning conventions this crate parses. Qwen3 and DeepSeek-R1 use `<think>`/`</think>`; they differ in
 /// how they are detected and in where a reply starts when the prompt does not say. Harmony frames reasoning as
@@ -41,19 +45,31 @@ pub enum ReasoningFormat {
     /// harmony tool-call parser. Several analysis messages are concatenated. Text outside messages (a reply
     /// that does not follow the format) is content.
     Harmony,
+    /// Mistral's reasoning models (Magistral): the reply opens `[THINK]` itself and closes it with `[/THINK]`, by
+    /// the rules of `<think>`.
+    Mistral,
 }
 
 impl ReasoningFormat {
     /// Every format.
-    pub const ALL: [ReasoningFormat; 3] =
-        [ReasoningFormat::Qwen3, ReasoningFormat::DeepSeekR1, ReasoningFormat::Harmony];
+    pub const ALL: [ReasoningFormat; 4] =
+        [ReasoningFormat::Qwen3, ReasoningFormat::DeepSeekR1, ReasoningFormat::Harmony, ReasoningFormat::Mistral];
 
-    /// The name used on the command line and in requests: `qwen3`, `deepseek_r1`, `harmony`.
+    /// The name used on the command line and in requests: `qwen3`, `deepseek_r1`, `harmony`, `mistral`.
     pub fn name(self) -> &'static str {
         match self {
             ReasoningFormat::Qwen3 => "qwen3",
             ReasoningFormat::DeepSeekR1 => "deepseek_r1",
             ReasoningFormat::Harmony => "harmony",
+            ReasoningFormat::Mistral => "mistral",
+        }
+    }
+
+    /// The texts that open and end a thinking block of the `<think>`-style formats (harmony's are messages).
+    fn think_markers(self) -> (&'static str, &'static str) {
+        match self {
+            ReasoningFormat::Mistral => (MISTRAL_THINK_START, MISTRAL_THINK_END),
+            _ => (THINK_START, THINK_END),
         }
     }
 
@@ -63,11 +79,14 @@ impl ReasoningFormat {
     }
 
     /// The format a chat template teaches, if any: a template that frames messages with `<|channel|>` and
-    /// `<|message|>` is harmony; one that writes `<think>` or `</think>` is DeepSeek-R1's when it uses DeepSeek's
-    /// `<｜Assistant｜>` turn marker, else Qwen3's.
+    /// `<|message|>` is harmony; one that writes `[THINK]` is Mistral's; one that writes `<think>` or `</think>` is
+    /// DeepSeek-R1's when it uses DeepSeek's `<｜Assistant｜>` turn marker, else Qwen3's.
     pub fn detect(template: &str) -> Option<ReasoningFormat> {
         if crate::harmony::is_harmony_template(template) {
             return Some(ReasoningFormat::Harmony);
+        }
+        if template.contains(MISTRAL_THINK_START) {
+            return Some(ReasoningFormat::Mistral);
         }
         if !template.contains(THINK_START) && !template.contains(THINK_END) {
             return None;
@@ -129,7 +148,7 @@ impl ReasoningParser {
         ReasoningFormat::detect(source).map(ReasoningParser::new)
     }
 
-    /// The parser of a name: `qwen3`, `deepseek_r1`, `harmony`, or `none` (no parsing: `Ok(None)`).
+    /// The parser of a name: `qwen3`, `deepseek_r1`, `harmony`, `mistral`, or `none` (no parsing: `Ok(None)`).
     pub fn by_name(name: &str) -> Result<Option<ReasoningParser>, String> {
         if name == "none" {
             return Ok(None);
@@ -152,17 +171,18 @@ impl ReasoningParser {
     }
 
     /// The same parser with the start decided by the rendered prompt: a prompt that ends (trailing whitespace
-    /// aside) with `<think>` makes the reply start inside thinking; one that ends with `</think>` (thinking
-    /// turned off, as Qwen3's `enable_thinking=false` renders) makes it start outside; otherwise the format's
-    /// default holds.
+    /// aside) with the format's opening marker (`<think>`) makes the reply start inside thinking; one that ends
+    /// with its closing one (`</think>`: thinking turned off, as Qwen3's `enable_thinking=false` renders) makes it
+    /// start outside; otherwise the format's default holds.
     pub fn for_prompt(self, prompt: &str) -> ReasoningParser {
         if self.format == ReasoningFormat::Harmony {
             return self;
         }
+        let (open, close) = self.format.think_markers();
         let end = prompt.trim_end();
-        let starts_inside = if end.ends_with(THINK_START) {
+        let starts_inside = if end.ends_with(open) {
             true
-        } else if end.ends_with(THINK_END) {
+        } else if end.ends_with(close) {
             false
         } else {
             self.format.default_starts_inside()
@@ -185,27 +205,29 @@ impl ReasoningParser {
     }
 
     /// The marker texts of this format that must reach the parser where the vocabulary has them as control
-    /// tokens (hidden when special tokens are skipped): `<think>` and `</think>`, or harmony's seven.
+    /// tokens (hidden when special tokens are skipped): `<think>` and `</think>` (`[THINK]`, `[/THINK]`), or
+    /// harmony's seven.
     pub fn markers(&self) -> &'static [&'static str] {
         match self.format {
             ReasoningFormat::Harmony => &crate::harmony::MARKERS,
+            ReasoningFormat::Mistral => &[MISTRAL_THINK_START, MISTRAL_THINK_END],
             _ => &[THINK_START, THINK_END],
         }
     }
 
-    /// The text that opens a thinking block (`<think>`; harmony: `<|channel|>analysis<|message|>`).
+    /// The text that opens a thinking block (`<think>`, `[THINK]`; harmony: `<|channel|>analysis<|message|>`).
     pub fn start_marker(&self) -> &'static str {
         match self.format {
             ReasoningFormat::Harmony => "<|channel|>analysis<|message|>",
-            _ => THINK_START,
+            f => f.think_markers().0,
         }
     }
 
-    /// The text that ends a thinking block (`</think>`; harmony: `<|end|>`, which ends any message).
+    /// The text that ends a thinking block (`</think>`, `[/THINK]`; harmony: `<|end|>`, which ends any message).
     pub fn end_marker(&self) -> &'static str {
         match self.format {
             ReasoningFormat::Harmony => crate::harmony::END,
-            _ => THINK_END,
+            f => f.think_markers().1,
         }
     }
 
@@ -224,18 +246,19 @@ impl ReasoningParser {
             }
             return p;
         }
+        let (open, close) = self.format.think_markers();
         let t = text.trim_start();
-        let rest = if let Some(r) = t.strip_prefix(THINK_START) {
+        let rest = if let Some(r) = t.strip_prefix(open) {
             r
         } else if self.starts_inside {
             text
         } else {
             return ParsedReasoning { content: text.to_string(), ..Default::default() };
         };
-        match rest.find(THINK_END) {
+        match rest.find(close) {
             Some(i) => ParsedReasoning {
                 reasoning: rest[..i].trim_matches('\n').to_string(),
-                content: rest[i + THINK_END.len()..].trim_start_matches('\n').to_string(),
+                content: rest[i + close.len()..].trim_start_matches('\n').to_string(),
                 opened: true,
                 closed: true,
             },
@@ -250,7 +273,10 @@ impl ReasoningParser {
 
     /// The incremental parser of one reply.
     pub fn stream(&self) -> ReasoningStream {
+        let (open, close) = self.format.think_markers();
         ReasoningStream {
+            open,
+            close,
             starts_inside: self.starts_inside,
             phase: Phase::Start,
             buf: String::new(),
@@ -278,6 +304,9 @@ enum Phase {
 /// text, however the text was cut into pieces.
 #[derive(Clone, Debug)]
 pub struct ReasoningStream {
+    /// The markers that open and end the block (`<think>`, `</think>`).
+    open: &'static str,
+    close: &'static str,
     starts_inside: bool,
     phase: Phase,
     /// Text received and not yet emitted.
@@ -352,14 +381,14 @@ impl ReasoningStream {
             match self.phase {
                 Phase::Start => {
                     let t = self.buf.trim_start();
-                    if t.starts_with(THINK_START) {
-                        let cut = self.buf.len() - t.len() + THINK_START.len();
+                    if t.starts_with(self.open) {
+                        let cut = self.buf.len() - t.len() + self.open.len();
                         self.buf.drain(..cut);
                         self.phase = Phase::Inside;
                         self.opened = true;
                         continue;
                     }
-                    if !last && THINK_START.starts_with(t) {
+                    if !last && self.open.starts_with(t) {
                         return;
                     }
                     if self.starts_inside {
@@ -374,13 +403,13 @@ impl ReasoningStream {
                         let n = self.buf.len() - self.buf.trim_start_matches('\n').len();
                         self.buf.drain(..n);
                     }
-                    if let Some(i) = self.buf.find(THINK_END) {
+                    if let Some(i) = self.buf.find(self.close) {
                         let r = self.buf[..i].trim_end_matches('\n');
                         if !r.is_empty() {
                             out.push(ReasoningEvent::Reasoning(r.to_string()));
                             self.reasoning_started = true;
                         }
-                        self.buf.drain(..i + THINK_END.len());
+                        self.buf.drain(..i + self.close.len());
                         self.phase = Phase::Content;
                         self.trim_content = true;
                         self.closed = true;
@@ -389,7 +418,7 @@ impl ReasoningStream {
                     let keep = if last {
                         self.buf.len() - self.buf.trim_end_matches('\n').len()
                     } else {
-                        held_back(&self.buf)
+                        held_back(&self.buf, self.close)
                     };
                     let emit = self.buf.len() - keep;
                     if emit > 0 {
@@ -420,12 +449,11 @@ impl ReasoningStream {
     }
 }
 
-/// Length of the tail of `buf` that may still belong to the end of the block: newlines followed by a proper
-/// prefix of `</think>` (possibly empty). The prefixes of `</think>` end in distinct characters, so at most one
-/// of them is a suffix of `buf`.
-fn held_back(buf: &str) -> usize {
+/// Length of the tail of `buf` that may still belong to the end of the block: newlines followed by the longest
+/// proper prefix of `close` (`</think>`, possibly empty) that ends `buf`.
+fn held_back(buf: &str, close: &str) -> usize {
     let bytes = buf.as_bytes();
-    let k = (1..THINK_END.len()).rev().find(|&k| buf.ends_with(&THINK_END[..k])).unwrap_or(0);
+    let k = (1..close.len()).rev().find(|&k| buf.ends_with(&close[..k])).unwrap_or(0);
     let newlines = bytes[..bytes.len() - k].iter().rev().take_while(|&&b| b == b'\n').count();
     k + newlines
 }
@@ -453,12 +481,14 @@ mod tests {
 
     #[test]
     fn held_back_tails() {
-        assert_eq!(held_back("abc"), 0);
-        assert_eq!(held_back("abc<"), 1);
-        assert_eq!(held_back("abc\n\n</thin"), 8);
-        assert_eq!(held_back("abc\n"), 1);
-        assert_eq!(held_back("<t"), 0);
-        assert_eq!(held_back(""), 0);
+        assert_eq!(held_back("abc", THINK_END), 0);
+        assert_eq!(held_back("abc<", THINK_END), 1);
+        assert_eq!(held_back("abc\n\n</thin", THINK_END), 8);
+        assert_eq!(held_back("abc\n", THINK_END), 1);
+        assert_eq!(held_back("<t", THINK_END), 0);
+        assert_eq!(held_back("", THINK_END), 0);
+        assert_eq!(held_back("abc\n[/TH", MISTRAL_THINK_END), 5);
+        assert_eq!(held_back("abc[", MISTRAL_THINK_END), 1);
     }
 
     #[test]
@@ -472,5 +502,27 @@ mod tests {
             streamed(&p, &["<thi", "nk>\nLet me", " see.\n</", "think>\n", "\nThe answer."]),
             (r.reasoning, r.content)
         );
+    }
+
+    #[test]
+    fn mistral_block() {
+        let p = ReasoningParser::new(ReasoningFormat::Mistral);
+        let r = p.parse("[THINK]Let me see.\n[/THINK]\nThe answer.");
+        assert_eq!(r.reasoning, "Let me see.");
+        assert_eq!(r.content, "The answer.");
+        assert!(r.opened && r.closed);
+        assert_eq!(
+            streamed(&p, &["[TH", "INK]Let me", " see.\n[/", "THINK]\n", "The answer."]),
+            (r.reasoning, r.content)
+        );
+        // `<think>` is text to this format.
+        let q = p.parse("<think>x</think>y");
+        assert_eq!((q.reasoning.as_str(), q.content.as_str(), q.opened), ("", "<think>x</think>y", false));
+        assert_eq!(p.markers(), [MISTRAL_THINK_START, MISTRAL_THINK_END]);
+        assert_eq!((p.start_marker(), p.end_marker()), ("[THINK]", "[/THINK]"));
+        assert!(p.for_prompt("[INST]hi[/INST][THINK]").starts_inside());
+        let tmpl = "{{ '[SYSTEM_PROMPT]First draft your thinking inside [THINK]...[/THINK][/SYSTEM_PROMPT]' }}";
+        assert_eq!(ReasoningFormat::detect(tmpl), Some(ReasoningFormat::Mistral));
+        assert_eq!(ReasoningParser::by_name("mistral").unwrap().map(|p| p.format()), Some(ReasoningFormat::Mistral));
     }
 }

@@ -1,7 +1,10 @@
 //! The reasoning parser: streamed == whole at every split, markers never leak, the parts are exactly the
 //! generated ones, and the selection from templates, names and prompts.
 
-use tf_text::{ParsedReasoning, ReasoningEvent, ReasoningFormat, ReasoningParser, THINK_END, THINK_START};
+use tf_text::{
+    ParsedReasoning, ReasoningEvent, ReasoningFormat, ReasoningParser, MISTRAL_THINK_END, MISTRAL_THINK_START,
+    THINK_END, THINK_START,
+};
 
 /// A small deterministic generator (xorshift64*), so failures reproduce.
 struct Rng(u64);
@@ -20,15 +23,44 @@ impl Rng {
 
 /// Pieces text is made of: marker look-alikes that are not markers, newlines, multi-byte characters.
 const ATOMS: &[&str] = &[
-    "a", "b", " ", "\n", "\n\n", "<", "</", "</t", "</thin", "</think", "<thi", "<think", "think>", ">", "/", "é",
-    "日本", "🙂", "\t", "x</th", "\n</", "<th", "ink>",
+    "a",
+    "b",
+    " ",
+    "\n",
+    "\n\n",
+    "<",
+    "</",
+    "</t",
+    "</thin",
+    "</think",
+    "<thi",
+    "<think",
+    "think>",
+    ">",
+    "/",
+    "é",
+    "日本",
+    "🙂",
+    "\t",
+    "x</th",
+    "\n</",
+    "<th",
+    "ink>",
+    "[",
+    "[/",
+    "[/TH",
+    "[THI",
+    "INK]",
+    "]",
+    "\n[/THINK",
 ];
 
 fn random_text(rng: &mut Rng, max: usize) -> String {
     loop {
         let n = rng.below(max + 1);
         let s: String = (0..n).map(|_| ATOMS[rng.below(ATOMS.len())]).collect();
-        if !s.contains(THINK_START) && !s.contains(THINK_END) {
+        let markers = [THINK_START, THINK_END, MISTRAL_THINK_START, MISTRAL_THINK_END];
+        if !markers.iter().any(|m| s.contains(m)) {
             return s;
         }
     }
@@ -109,8 +141,11 @@ fn check_splits(p: &ReasoningParser, text: &str, rng: &mut Rng) -> ParsedReasoni
 #[test]
 fn streamed_equals_whole_and_parts_are_exact() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
-    let qwen = ReasoningParser::new(ReasoningFormat::Qwen3);
-    for case in 0..400 {
+    for case in 0..800 {
+        // Qwen3's markers, then Mistral's (`[THINK]`, `[/THINK]`) by the same rules.
+        let format = if case < 400 { ReasoningFormat::Qwen3 } else { ReasoningFormat::Mistral };
+        let qwen = ReasoningParser::new(format);
+        let (think_start, think_end) = (qwen.start_marker(), qwen.end_marker());
         let lead = ["", " ", "\n", " \n\t"][rng.below(4)];
         let reasoning = random_text(&mut rng, 10);
         let content = random_text(&mut rng, 10);
@@ -119,11 +154,11 @@ fn streamed_equals_whole_and_parts_are_exact() {
         let with_open = !starts_inside || rng.below(3) == 0;
         let mut text = String::from(lead);
         if with_open {
-            text.push_str(THINK_START);
+            text.push_str(think_start);
         }
         text.push_str(&reasoning);
         if close {
-            text.push_str(THINK_END);
+            text.push_str(think_end);
             text.push_str(&content);
         }
         let p = qwen.with_starts_inside(starts_inside);
@@ -140,7 +175,7 @@ fn streamed_equals_whole_and_parts_are_exact() {
         assert!(got.opened);
         assert_eq!(got.closed, close);
         for part in [&got.reasoning, &got.content] {
-            assert!(!part.contains(THINK_START) && !part.contains(THINK_END), "case {case}: marker leaked: {part:?}");
+            assert!(!part.contains(think_start) && !part.contains(think_end), "case {case}: marker leaked: {part:?}");
         }
     }
 }
