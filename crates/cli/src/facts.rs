@@ -38,11 +38,13 @@ pub struct ModelFacts {
     pub chat_template: bool,
     /// Bytes of weights as stored.
     pub weight_bytes: u64,
-    /// f32 K and V bytes per token of context.
+    /// K and V bytes per token of context, stored as `kv_type`.
     pub kv_bytes_per_token: Option<u64>,
+    /// How the KV cache stores K and V for these sizes (`f32` unless [`ModelFacts::with_kv_type`] set another).
+    pub kv_type: String,
     /// Context used for `memory_bytes` (the model's context, capped at `DEFAULT_CONTEXT`).
     pub memory_context: u64,
-    /// Weights plus an f32 KV cache for `memory_context` tokens.
+    /// Weights plus a KV cache of `kv_type` for `memory_context` tokens.
     pub memory_bytes: u64,
 }
 
@@ -51,6 +53,7 @@ impl ModelFacts {
         if let (Some(l), Some(kvh), Some(hd)) = (self.layers, self.kv_heads, self.head_dim) {
             self.kv_bytes_per_token = Some(2 * l * kvh * hd * 4);
         }
+        self.kv_type = tf_backend_cpu::KvType::F32.name().to_owned();
         self.memory_context = self.context.unwrap_or(DEFAULT_CONTEXT).min(DEFAULT_CONTEXT);
         self.memory_bytes = self.weight_bytes + self.kv_bytes_per_token.unwrap_or(0) * self.memory_context;
         self.family = self
@@ -60,7 +63,17 @@ impl ModelFacts {
             .map(|f| f.name.to_owned());
     }
 
-    /// K and V bytes per token of context stored as `ty` (`kv_bytes_per_token` is f32's).
+    /// The same facts with the KV cache sized as `ty` stores it (`kv_bytes_per_token`, `memory_bytes`).
+    pub fn with_kv_type(mut self, ty: tf_backend_cpu::KvType) -> ModelFacts {
+        if self.kv_bytes_per_token.is_some() {
+            self.kv_bytes_per_token = self.kv_bytes_per_token_as(ty);
+        }
+        self.kv_type = ty.name().to_owned();
+        self.memory_bytes = self.weight_bytes + self.kv_bytes_per_token.unwrap_or(0) * self.memory_context;
+        self
+    }
+
+    /// K and V bytes per token of context stored as `ty`.
     pub fn kv_bytes_per_token_as(&self, ty: tf_backend_cpu::KvType) -> Option<u64> {
         let (l, kvh, hd) = (self.layers?, self.kv_heads?, self.head_dim?);
         Some(2 * l * kvh * ty.row_bytes(hd as usize) as u64)
@@ -185,9 +198,10 @@ impl ModelFacts {
         line("chat template", if self.chat_template { "yes" } else { "no" }.into());
         let kv = match self.kv_bytes_per_token {
             Some(b) => format!(
-                " + KV {} ({} per token, f32) for {} tokens",
+                " + KV {} ({} per token, {}) for {} tokens",
                 human_bytes(b * self.memory_context),
                 human_bytes(b),
+                self.kv_type,
                 self.memory_context
             ),
             None => String::new(),

@@ -29,6 +29,9 @@ enum Command {
         /// Also list every metadata key (GGUF) or config field.
         #[arg(long)]
         metadata: bool,
+        /// Size the KV cache in "memory needed" as `serve --kv-type` stores it: `f32`, `f16` or `q8_0`.
+        #[arg(long, default_value = "f32", value_parser = tf_cli::run::parse_kv_type)]
+        kv_type: tf_backend_cpu::KvType,
     },
     /// Serve a model behind the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, ...).
     Serve(tf_cli::serve::ServeArgs),
@@ -79,7 +82,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Info { model, json, metadata } => info(&model, json, metadata),
+        Command::Info { model, json, metadata, kv_type } => info(&model, json, metadata, kv_type),
         Command::Serve(args) => tf_cli::serve::serve(&args),
         Command::Run(args) => tf_cli::run::run(&args),
         Command::Check(args) => tf_cli::check::check(&args),
@@ -103,7 +106,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn info(spec: &str, json: bool, metadata: bool) -> Result<(), String> {
+fn info(spec: &str, json: bool, metadata: bool, kv_type: tf_backend_cpu::KvType) -> Result<(), String> {
     let model = model_ref::resolve(spec)?;
     let (facts, meta_lines) = match &model {
         ModelRef::Gguf(path) => {
@@ -125,6 +128,7 @@ fn info(spec: &str, json: bool, metadata: bool) -> Result<(), String> {
             (ModelFacts::from_hf_dir(dir)?, lines)
         }
     };
+    let facts = facts.with_kv_type(kv_type);
     if json {
         println!("{}", serde_json::to_string_pretty(&facts).expect("facts serialize"));
     } else {

@@ -136,7 +136,8 @@ fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
     Arithmetic::parse(s).ok_or_else(|| format!("'{s}' is not an arithmetic (portable, tensor)"))
 }
 
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
+/// `--kv-type`: `f32`, `f16` or `q8_0`.
+pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
     KvType::parse(s).ok_or_else(|| format!("'{s}' is not a KV type (f32, f16, q8_0)"))
 }
 

@@ -50,6 +50,27 @@ fn info_on_real_models_reports_their_facts() {
         assert!(n_types > 100, "{short}: tensor counts");
         assert_eq!(j["chat_template"], short != "gemma3", "{short}: the Gemma 3 base GGUF has no template");
 
+        // KV bytes per token from the shape ../shared/models.md gives (head dim = hidden / heads, but Gemma 3's
+        // is 256): f32 by default, and as `--kv-type` stores them (f16: 2 bytes a value; q8_0: 34 per 32).
+        let hd = if short == "gemma3" { 256 } else { hidden / heads };
+        let values = 2 * layers * kv * hd;
+        assert_eq!(j["kv_type"], "f32", "{short}");
+        assert_eq!(j["kv_bytes_per_token"].as_u64(), Some(4 * values), "{short}");
+        for (ty, bytes) in [("f16", 2 * values), ("q8_0", values / 32 * 34)] {
+            let out = tensorfold(&["info", "--json", "--kv-type", ty, path.to_str().unwrap()], &[]);
+            let k: Value = serde_json::from_slice(&out.stdout).expect("info --json prints JSON");
+            assert_eq!(
+                (k["kv_type"].as_str(), k["kv_bytes_per_token"].as_u64()),
+                (Some(ty), Some(bytes)),
+                "{short} {ty}"
+            );
+            let ctx = k["memory_context"].as_u64().unwrap();
+            assert_eq!(
+                k["memory_bytes"].as_u64(),
+                Some(k["weight_bytes"].as_u64().unwrap() + bytes * ctx),
+                "{short} {ty}"
+            );
+        }
         let text = tensorfold(&["info", path.to_str().unwrap()], &[]);
         let text = String::from_utf8(text.stdout).unwrap();
         for key in ["family", "tensor types", "layers", "heads", "context", "vocab", "memory", "chat template"] {
