@@ -340,10 +340,7 @@ impl KQuant for Q8K {
             // Sign trick: |w| (unsigned) times x·sign(w); pairs ≤ 2·128·127.
             let w = load(blk.add(4 + 32 * c));
             let wa = _mm256_sign_epi8(w, w);
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * c) as *const u8), w);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), ones));
-            }
+            signed_madd(s, x, 32 * c, wa, w, ones);
         }
     }
 }
@@ -369,11 +366,26 @@ impl KQuant for IQ4XS {
             let q = _mm256_shuffle_epi8(table, nibbles(blk.add(8 + 16 * j)));
             let qa = _mm256_sign_epi8(q, q);
             let scale = _mm256_set1_epi16(sc as i16);
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), q);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, xv), scale));
-            }
+            signed_madd(s, x, 32 * j, qa, q, scale);
         }
+    }
+}
+
+/// `s[r] += madd(maddubs(u, sign(x[r][at..at + 32], sg)), scale)` for every row: the unsigned bytes `u` against
+/// row `r`'s 32 activations from `at` with the signs `sg` moved onto them, pairs weighted by `scale` (i16 lanes).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn signed_madd<const RT: usize>(
+    s: &mut [__m256i; RT],
+    x: &[*const i8; RT],
+    at: usize,
+    u: __m256i,
+    sg: __m256i,
+    scale: __m256i,
+) {
+    for r in 0..RT {
+        let xv = _mm256_sign_epi8(load(x[r].add(at) as *const u8), sg);
+        s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scale));
     }
 }
 
@@ -413,10 +425,7 @@ impl KQuant for IQ3S {
             let g = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
             let sg = signs32(signs.add(4 * j));
             let scale = _mm256_set1_epi16(1 + 2 * ((*scales.add(j / 2) >> (4 * (j % 2))) & 15) as i16);
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
-            }
+            signed_madd(s, x, 32 * j, g, sg, scale);
         }
     }
 }
@@ -446,10 +455,7 @@ impl KQuant for IQ3XXS {
             let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[((aux >> (7 * k)) & 127) as usize]);
             let sg = signs32(sign_bytes.as_ptr());
             let scale = _mm256_set1_epi16(1 + 2 * (aux >> 28) as i16);
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
-            }
+            signed_madd(s, x, 32 * j, g, sg, scale);
         }
     }
 }
@@ -480,10 +486,7 @@ impl KQuant for IQ2XXS {
             let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[((aux >> (7 * k)) & 127) as usize]);
             let sg = signs32(sign_bytes.as_ptr());
             let scale = _mm256_set1_epi16(1 + 2 * (aux >> 28) as i16);
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
-            }
+            signed_madd(s, x, 32 * j, g, sg, scale);
         }
     }
 }
@@ -520,10 +523,7 @@ impl KQuant for IQ2XS {
             let sc = *scales.add(j);
             let scale =
                 _mm256_set_m128i(_mm_set1_epi16(1 + 2 * (sc >> 4) as i16), _mm_set1_epi16(1 + 2 * (sc & 15) as i16));
-            for r in 0..RT {
-                let xv = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), sg);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(g, xv), scale));
-            }
+            signed_madd(s, x, 32 * j, g, sg, scale);
         }
     }
 }
@@ -558,10 +558,7 @@ impl KQuant for IQ1S {
             delta[2 * j] = d;
             delta[2 * j + 1] = d;
             let scale = _mm256_set1_epi16(8 * sc);
-            for r in 0..RT {
-                let gx = _mm256_sign_epi8(load(x[r].add(32 * j) as *const u8), g);
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ones, gx), scale));
-            }
+            signed_madd(s, x, 32 * j, ones, g, scale);
         }
         let delta = load(delta.as_ptr() as *const u8);
         for r in 0..RT {
