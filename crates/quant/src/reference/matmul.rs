@@ -284,14 +284,7 @@ impl CheckpointBlock for BlockIQ3S {
     const ACT_BLOCK: usize = 256;
     /// `S = Σ_j (1 + 2 sc_j) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma(dw * dx, S, acc)`.
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
-        let q: [i32; 256] = std::array::from_fn(|e| {
-            let v = self.grid_value(e) as i32;
-            if self.negative(e) {
-                -v
-            } else {
-                v
-            }
-        });
+        let q = signed_grid(|e| (self.grid_value(e) as i32, self.negative(e)));
         let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
         (f16_to_f32(self.d) * a.d).mul_add(s as f32, acc)
     }
@@ -301,14 +294,7 @@ impl CheckpointBlock for BlockIQ3XXS {
     const ACT_BLOCK: usize = 256;
     /// `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma((dw * dx) * 0.25, S, acc)`.
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
-        let q: [i32; 256] = std::array::from_fn(|e| {
-            let v = self.grid_value(e) as i32;
-            if self.negative(e) {
-                -v
-            } else {
-                v
-            }
-        });
+        let q = signed_grid(|e| (self.grid_value(e) as i32, self.negative(e)));
         let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
         ((f16_to_f32(self.d) * a.d) * 0.25).mul_add(s as f32, acc)
     }
@@ -318,14 +304,7 @@ impl CheckpointBlock for BlockIQ2XXS {
     const ACT_BLOCK: usize = 256;
     /// `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 8 sub-blocks of 32; `acc = fma((dw * dx) * 0.125, S, acc)`.
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
-        let q: [i32; 256] = std::array::from_fn(|e| {
-            let v = self.grid_value(e) as i32;
-            if self.negative(e) {
-                -v
-            } else {
-                v
-            }
-        });
+        let q = signed_grid(|e| (self.grid_value(e) as i32, self.negative(e)));
         let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
         ((f16_to_f32(self.d) * a.d) * 0.125).mul_add(s as f32, acc)
     }
@@ -335,14 +314,7 @@ impl CheckpointBlock for BlockIQ2XS {
     const ACT_BLOCK: usize = 256;
     /// `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 16 sub-blocks of 16; `acc = fma((dw * dx) * 0.125, S, acc)`.
     fn update(&self, a: &ActBlock, acc: f32) -> f32 {
-        let q: [i32; 256] = std::array::from_fn(|e| {
-            let v = self.grid_value(e) as i32;
-            if self.negative(e) {
-                -v
-            } else {
-                v
-            }
-        });
+        let q = signed_grid(|e| (self.grid_value(e) as i32, self.negative(e)));
         let s = scaled_isum(&q, a.qs, 16, |j| 1 + 2 * self.scale(j) as i32);
         ((f16_to_f32(self.d) * a.d) * 0.125).mul_add(s as f32, acc)
     }
@@ -360,6 +332,14 @@ impl CheckpointBlock for BlockIQ1S {
         let s = scaled_isum(&q, a.qs, 32, |j| 1 + 2 * self.scale(j) as i32);
         ((f16_to_f32(self.d) * a.d) * 0.125).mul_add(s as f32, acc)
     }
+}
+
+/// A super-block's 256 signed grid values: `-g` where `value(e)` says element `e` is negative, else `g`.
+fn signed_grid(value: impl Fn(usize) -> (i32, bool)) -> [i32; 256] {
+    std::array::from_fn(|e| match value(e) {
+        (g, true) => -g,
+        (g, false) => g,
+    })
 }
 
 /// Σ_j scale_j · Σ_{i in sub-block j} q_i·qx_i over sub-blocks of `sub` elements.
