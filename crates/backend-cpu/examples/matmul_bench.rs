@@ -45,7 +45,8 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
         | DType::IQ3XXS
         | DType::IQ2XXS
         | DType::IQ2XS
-        | DType::IQ1S => &[0],
+        | DType::IQ1S
+        | DType::IQ2S => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
         DType::Q2K => &[80, 82],
         DType::Q3K => &[108],

@@ -15,7 +15,7 @@ use tf_backend_cpu::Pool;
 use tf_core::{DType, Precision, Tensor, TensorInfo};
 use tf_quant::reference::matmul::{checkpoint_block, matmul_ref, quantize_row};
 
-const TYPES: [DType; 23] = [
+const TYPES: [DType; 24] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -39,6 +39,7 @@ const TYPES: [DType; 23] = [
     DType::IQ2XXS,
     DType::IQ2XS,
     DType::IQ1S,
+    DType::IQ2S,
 ];
 
 const PRECISIONS: [Precision; 2] = [Precision::Checkpoint, Precision::Full];
@@ -84,7 +85,8 @@ fn random_bytes(rng: &mut StdRng, dtype: DType, out: usize, inn: usize) -> Vec<u
                 | DType::IQ3XXS
                 | DType::IQ2XXS
                 | DType::IQ2XS
-                | DType::IQ1S => &[0],
+                | DType::IQ1S
+                | DType::IQ2S => &[0],
                 DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
                 DType::Q2K => &[80, 82],
                 DType::Q3K => &[108],
@@ -289,13 +291,13 @@ fn kquant_windows_of_every_size_equal_the_reference() {
 }
 
 /// The i-quants: IQ4_NL and MXFP4 (32-element blocks, the 8- and 16-lane tiles) at every row count 1..=64,
-/// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS and IQ1_S (256-element blocks) where the K-quant tiles change.
+/// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ1_S and IQ2_S (256-element blocks) where the K-quant tiles change.
 #[test]
 fn iquant_windows_of_every_size_equal_the_reference() {
     windows_equal_the_reference(&[DType::IQ4NL, DType::MXFP4], &(1..=64).collect::<Vec<_>>(), 32, 1..6);
     let rows: Vec<usize> = (1..=20).chain([31, 33, 47, 64]).collect();
     windows_equal_the_reference(
-        &[DType::IQ4XS, DType::IQ3S, DType::IQ3XXS, DType::IQ2XXS, DType::IQ2XS, DType::IQ1S],
+        &[DType::IQ4XS, DType::IQ3S, DType::IQ3XXS, DType::IQ2XXS, DType::IQ2XS, DType::IQ1S, DType::IQ2S],
         &rows,
         256,
         1..4,

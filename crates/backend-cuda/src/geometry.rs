@@ -519,6 +519,7 @@ mod tests {
             DType::IQ2XXS,
             DType::IQ2XS,
             DType::IQ1S,
+            DType::IQ2S,
         ] {
             assert!(dtype_code(d).is_none() && tf_quant::is_supported(d), "{d}");
         }

@@ -37,11 +37,12 @@ pub enum DType {
     IQ2XXS,
     IQ2XS,
     IQ1S,
+    IQ2S,
 }
 
 impl DType {
     /// Every type we know, in a fixed order.
-    pub const ALL: [DType; 30] = [
+    pub const ALL: [DType; 31] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -72,6 +73,7 @@ impl DType {
         DType::IQ2XXS,
         DType::IQ2XS,
         DType::IQ1S,
+        DType::IQ2S,
     ];
 
     /// The GGUF/GGML type id, where GGUF has one.
@@ -95,6 +97,7 @@ impl DType {
             DType::IQ2XS => 17,
             DType::IQ3XXS => 18,
             DType::IQ1S => 19,
+            DType::IQ2S => 22,
             DType::IQ4NL => 20,
             DType::IQ3S => 21,
             DType::IQ4XS => 23,
@@ -109,7 +112,7 @@ impl DType {
         })
     }
 
-    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ2_S, IQ1_M, TQ*, ...).
+    /// The type with GGUF/GGML type id `id`, or `None` for ids we do not support (IQ1_M, TQ*, ...).
     pub fn from_ggml_id(id: u32) -> Option<DType> {
         DType::ALL.iter().copied().find(|d| d.ggml_id() == Some(id))
     }
@@ -118,7 +121,6 @@ impl DType {
     pub fn ggml_id_name(id: u32) -> &'static str {
         match id {
             4 | 5 => "Q4_2/Q4_3 (removed from GGML)",
-            22 => "IQ2_S",
             29 => "IQ1_M",
             34 => "TQ1_0",
             35 => "TQ2_0",
@@ -147,7 +149,7 @@ impl DType {
     }
 
     /// Elements per block: 1 for plain types, 32 for the legacy quants, IQ4_NL and MXFP4, 256 for the K-quants,
-    /// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS and IQ1_S.
+    /// IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ1_S and IQ2_S.
     pub fn block_size(self) -> usize {
         match self {
             DType::Q4_0
@@ -169,7 +171,8 @@ impl DType {
             | DType::IQ3XXS
             | DType::IQ2XXS
             | DType::IQ2XS
-            | DType::IQ1S => 256,
+            | DType::IQ1S
+            | DType::IQ2S => 256,
             _ => 1,
         }
     }
@@ -200,6 +203,7 @@ impl DType {
             DType::IQ2XXS => 66,
             DType::IQ2XS => 74,
             DType::IQ1S => 50,
+            DType::IQ2S => 82,
             DType::MXFP4 => 17,
         }
     }
@@ -250,6 +254,7 @@ impl DType {
             DType::IQ2XXS => "IQ2_XXS",
             DType::IQ2XS => "IQ2_XS",
             DType::IQ1S => "IQ1_S",
+            DType::IQ2S => "IQ2_S",
         }
     }
 }
@@ -279,8 +284,9 @@ mod tests {
         assert_eq!(DType::from_ggml_id(16), Some(DType::IQ2XXS));
         assert_eq!(DType::from_ggml_id(17), Some(DType::IQ2XS));
         assert_eq!(DType::from_ggml_id(19), Some(DType::IQ1S));
-        assert_eq!(DType::from_ggml_id(22), None);
-        assert_eq!(DType::ggml_id_name(22), "IQ2_S");
+        assert_eq!(DType::from_ggml_id(22), Some(DType::IQ2S));
+        assert_eq!(DType::from_ggml_id(29), None);
+        assert_eq!(DType::ggml_id_name(29), "IQ1_M");
         assert_eq!(DType::from_ggml_id(u32::MAX), None);
     }
 

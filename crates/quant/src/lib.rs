@@ -10,7 +10,7 @@
 //! conversion (see [`f16_bits_to_f32`]), every product and difference computed in f32 in the same order and association,
 //! never fused into an FMA. Each block type documents its formula next to its `dequantize`. Q8_1 and Q8_K have
 //! no gguf-py dequantizer; they follow GGML's C reference (`d * q`). IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_XXS,
-//! IQ2_XS, IQ1_S and MXFP4 follow gguf-py's (MXFP4's scale is an E8M0 byte, see [`e8m0_to_f32_half`]).
+//! IQ2_XS, IQ2_S, IQ1_S and MXFP4 follow gguf-py's (MXFP4's scale is an E8M0 byte, see [`e8m0_to_f32_half`]).
 //!
 //! For finite scales the order is in fact not what decides the bits: an f16 scale has 11 significant bits and
 //! the small integers it meets (sub-block scales, mins, quants) at most 8, so every intermediate product is
@@ -23,6 +23,7 @@
 
 mod float;
 mod iq1s;
+mod iq2s;
 mod iq2xs;
 mod iq2xxs;
 mod iq3s;
@@ -42,6 +43,7 @@ use tf_core::DType;
 
 pub use float::{bf16_to_f32, f16_bits_to_f32, f16_to_f32};
 pub use iq1s::{BlockIQ1S, IQ1S_DELTA, IQ1S_GRID};
+pub use iq2s::{BlockIQ2S, IQ2S_GRID};
 pub use iq2xs::{BlockIQ2XS, IQ2XS_GRID};
 pub use iq2xxs::{BlockIQ2XXS, IQ2XXS_GRID};
 pub use iq3s::{BlockIQ3S, IQ3S_GRID};
@@ -145,6 +147,7 @@ pub fn is_supported(dtype: DType) -> bool {
             | DType::IQ2XXS
             | DType::IQ2XS
             | DType::IQ1S
+            | DType::IQ2S
     )
 }
 
@@ -182,6 +185,7 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
         DType::IQ2XXS => dequantize_bytes::<BlockIQ2XXS>(bytes, out),
         DType::IQ2XS => dequantize_bytes::<BlockIQ2XS>(bytes, out),
         DType::IQ1S => dequantize_bytes::<BlockIQ1S>(bytes, out),
+        DType::IQ2S => dequantize_bytes::<BlockIQ2S>(bytes, out),
         _ => unreachable!("is_supported covers every arm"),
     }
     Ok(())
@@ -270,6 +274,7 @@ mod tests {
         check_traits::<BlockIQ2XXS>();
         check_traits::<BlockIQ2XS>();
         check_traits::<BlockIQ1S>();
+        check_traits::<BlockIQ2S>();
     }
 
     fn pseudo_random_bytes(n: usize, seed: u64) -> Vec<u8> {

@@ -74,6 +74,7 @@ TYPES = [
     (T.IQ2_XXS, [0], 2048),
     (T.IQ2_XS, [0], 2048),
     (T.IQ1_S, [0], 2048),
+    (T.IQ2_S, [0], 2048),
 ]
 # F16 and BF16 are checked on every one of the 65536 bit patterns, in order ("exhaustive_u16": true).
 EXHAUSTIVE = [T.F16, T.BF16]

@@ -116,7 +116,7 @@ fn matches_gguf_py_bit_for_bit() {
     }
     for t in [
         "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-        "IQ4_XS", "IQ3_S", "IQ3_XXS", "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ1_S",
+        "IQ4_XS", "IQ3_S", "IQ3_XXS", "MXFP4", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S",
     ] {
         assert!(seen.iter().any(|s| s == t), "fixture lacks {t}");
     }

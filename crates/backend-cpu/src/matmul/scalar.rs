@@ -4,9 +4,9 @@
 use tf_core::DType;
 use tf_quant::reference::matmul::{dot16, ActBlock, CheckpointBlock};
 use tf_quant::{
-    cast_blocks, BlockIQ1S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4,
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0,
-    BlockQ8_1,
+    cast_blocks, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS,
+    BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
+    BlockQ8_0, BlockQ8_1,
 };
 
 use super::act::ActQ;
@@ -46,6 +46,7 @@ pub(super) fn quant_kernel(dtype: DType) -> QuantKernel {
         DType::IQ2XXS => tile::<BlockIQ2XXS>,
         DType::IQ2XS => tile::<BlockIQ2XS>,
         DType::IQ1S => tile::<BlockIQ1S>,
+        DType::IQ2S => tile::<BlockIQ2S>,
         _ => unreachable!("{dtype} has no checkpoint kernel"),
     }
 }

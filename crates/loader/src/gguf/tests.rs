@@ -159,14 +159,14 @@ fn rejects_bad_tensors_naming_them() {
     let e = err_of(&GgufWriter::new().tensor_f32("w", &[1], &[1.]).tensor_f32("w", &[1], &[1.]).to_bytes());
     assert!(e.problem.contains("duplicate tensor name"), "{e}");
 
-    // Unsupported type: patch the type id of the only tensor to 22 (IQ2_S).
+    // Unsupported type: patch the type id of the only tensor to 29 (IQ1_M).
     let w = GgufWriter::new().tensor_f32("w", &[8], &[0.; 8]);
     let mut b = w.to_bytes();
     let type_at = 24 + 8 + 1 + 4 + 8;
     assert_eq!(&b[type_at..type_at + 4], &0u32.to_le_bytes());
-    b[type_at..type_at + 4].copy_from_slice(&22u32.to_le_bytes());
+    b[type_at..type_at + 4].copy_from_slice(&29u32.to_le_bytes());
     let e = err_of(&b);
-    assert!(e.problem.contains("IQ2_S") && e.tensor.as_deref() == Some("w"), "{e}");
+    assert!(e.problem.contains("IQ1_M") && e.tensor.as_deref() == Some("w"), "{e}");
     // Misaligned offset.
     let mut b = w.to_bytes();
     b[type_at + 4..type_at + 12].copy_from_slice(&4u64.to_le_bytes());
@@ -212,6 +212,23 @@ fn reads_iq4_tensors() {
     assert_eq!(g.bytes("nl").unwrap(), &nl[..]);
     assert_eq!(g.bytes("xs").unwrap(), &xs[..]);
     let e = err_of(&GgufWriter::new().tensor("w", DType::IQ4XS, &[128], vec![0; 68]).to_bytes());
+    assert!(e.problem.contains("block size 256"), "{e}");
+}
+
+/// An IQ2_S tensor (type 22, 82-byte blocks of 256) is read with its type, shape and bytes; a row that is not a
+/// whole block is refused.
+#[test]
+fn reads_iq2s_tensors() {
+    let data: Vec<u8> = (0..3 * 82).map(|i| (i * 5) as u8).collect();
+    let b = GgufWriter::new().tensor("s", DType::IQ2S, &[256, 3], data.clone()).to_bytes();
+    // Header (24), name length and name (8 + 1), n_dims (4), two dims (16), then the type id.
+    let t = 24 + 8 + 1 + 4 + 2 * 8;
+    assert_eq!(u32::from_le_bytes(b[t..t + 4].try_into().unwrap()), 22);
+    let g = open_bytes(&b).unwrap();
+    let i = g.info("s").unwrap();
+    assert_eq!((i.dtype, i.shape.as_slice()), (DType::IQ2S, &[3u64, 256][..]));
+    assert_eq!(g.bytes("s").unwrap(), &data[..]);
+    let e = err_of(&GgufWriter::new().tensor("w", DType::IQ2S, &[128], vec![0; 41]).to_bytes());
     assert!(e.problem.contains("block size 256"), "{e}");
 }
 

@@ -16,9 +16,9 @@ use tf_core::{DType, Precision};
 
 use crate::{
     cast_blocks, dequantize, e8m0_to_f32_half, f16_to_f32, iq4xs_scales, q3k_scales, q4k_scale_min, BlockIQ1S,
-    BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K, BlockQ4K,
-    BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QuantBlock,
-    KVALUES_IQ4NL, KVALUES_MXFP4,
+    BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockMXFP4, BlockQ2K, BlockQ3K,
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    QuantBlock, KVALUES_IQ4NL, KVALUES_MXFP4,
 };
 
 /// Lanes of the canonical f32 reduction.
@@ -162,7 +162,8 @@ pub fn checkpoint_block(dtype: DType) -> Option<usize> {
         | DType::IQ3XXS
         | DType::IQ2XXS
         | DType::IQ2XS
-        | DType::IQ1S => Some(256),
+        | DType::IQ1S
+        | DType::IQ2S => Some(256),
         _ => None,
     }
 }
@@ -320,6 +321,17 @@ impl CheckpointBlock for BlockIQ2XS {
     }
 }
 
+impl CheckpointBlock for BlockIQ2S {
+    const ACT_BLOCK: usize = 256;
+    /// As IQ2_XS (10-bit grid index, one sign bit per element): `S = Σ_j (2 sc_j + 1) · Σ ±grid·qx` over 16
+    /// sub-blocks of 16; `acc = fma((dw * dx) * 0.125, S, acc)`.
+    fn update(&self, a: &ActBlock, acc: f32) -> f32 {
+        let q = signed_grid(|e| (self.grid_value(e) as i32, self.negative(e)));
+        let s = scaled_isum(&q, a.qs, 16, |j| 1 + 2 * self.scale(j) as i32);
+        ((f16_to_f32(self.d) * a.d) * 0.125).mul_add(s as f32, acc)
+    }
+}
+
 impl CheckpointBlock for BlockIQ1S {
     const ACT_BLOCK: usize = 256;
     /// The element values times 8 are the integers `8 grid ± 1`: `S = Σ_j (2 sc_j + 1) · Σ (8 grid ± 1)·qx` over 8
@@ -466,6 +478,7 @@ pub fn row_dot_dyn(dtype: DType, w: &[u8], x: &QuantRow) -> f32 {
         DType::IQ2XXS => row_dot::<BlockIQ2XXS>(w, x),
         DType::IQ2XS => row_dot::<BlockIQ2XS>(w, x),
         DType::IQ1S => row_dot::<BlockIQ1S>(w, x),
+        DType::IQ2S => row_dot::<BlockIQ2S>(w, x),
         _ => panic!("{dtype} has no checkpoint-mode dot product"),
     }
 }
@@ -588,7 +601,8 @@ mod tests {
             | DType::IQ3XXS
             | DType::IQ2XXS
             | DType::IQ2XS
-            | DType::IQ1S => &[0],
+            | DType::IQ1S
+            | DType::IQ2S => &[0],
             DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
             DType::Q2K => &[80, 82],
             DType::Q3K => &[108],
@@ -639,6 +653,7 @@ mod tests {
             DType::IQ2XXS,
             DType::IQ2XS,
             DType::IQ1S,
+            DType::IQ2S,
         ] {
             let (out, inn) = (3, 512);
             let w = random_weight(dtype, out, inn, &mut rng);
