@@ -1,5 +1,5 @@
 //! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S,
-//! IQ3_XXS, IQ2_XXS, IQ2_XS and IQ1_S (the last five also on AVX-512 CPUs).
+//! IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (the last six also on AVX-512 CPUs).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block
@@ -14,14 +14,17 @@
 //! onto the activations (`sign(qx, ±1)`), then `madd` with `1 + 2 sc` (|S| ≤ 256·15·127·31); IQ3_XXS likewise
 //! (grid values 4..=62, signs through `KSIGNS_IQ2XS`, pairs ≤ 2·62·127) and IQ2_XXS (grid values 8, 25, 43,
 //! eight per entry, signs through `KSIGNS_IQ2XS`, |S| ≤ 256·43·127·31); IQ2_XS as IQ2_XXS with a 9-bit grid
-//! index and one scale per 16 elements (i16 lanes 0..8 and 8..16 of the `madd`). IQ1_S's grid values (−1, 0, 1)
-//! go onto the activations (`sign(qx, g)` is `g·qx`), summed in pairs by `maddubs(1, ·)`, then `madd` with
+//! index and one scale per 16 elements (i16 lanes 0..8 and 8..16 of the `madd`); IQ2_S as IQ2_XS with a 10-bit
+//! grid index and its signs stored as one byte per 8 elements (same bound). IQ1_S's grid values (−1, 0, 1) go
+//! onto the activations (`sign(qx, g)` is `g·qx`), summed in pairs by `maddubs(1, ·)`, then `madd` with
 //! `8 (2 sc + 1)`; its delta term `(2 sc + 1)·(±1)·Σ qx` is `madd(bsums, ·)` (|S| ≤ 256·9·127·15).
 
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{iq4xs_scales, q3k_scales, IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use tf_quant::{
+    iq4xs_scales, q3k_scales, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, f16_hi, f16_lo, lane_offsets, lanes, pattern_ps, reduce8, words};
@@ -42,6 +45,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
         DType::IQ3XXS => entry::<IQ3XXS>,
         DType::IQ2XXS => entry::<IQ2XXS>,
         DType::IQ2XS => entry::<IQ2XS>,
+        DType::IQ2S => entry::<IQ2S>,
         DType::IQ1S => entry::<IQ1S>,
         _ => return None,
     })
@@ -57,7 +61,8 @@ trait KQuant {
     const HAS_MIN: bool;
     /// `d` is an f32 (Q8_K) rather than an f16.
     const D_F32: bool = false;
-    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS, IQ2_XS and IQ1_S: 0.125).
+    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1 (IQ3_XXS: 0.25, IQ2_XXS, IQ2_XS, IQ2_S and
+    /// IQ1_S: 0.125).
     const DDX_MUL: f32 = 1.0;
     /// Adds this block's `S` partials against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its
     /// 16 bsums) into `s[r]`, and returns the `M` partials in `m[r]` (left alone without mins).
@@ -130,6 +135,7 @@ struct IQ3S;
 struct IQ3XXS;
 struct IQ2XXS;
 struct IQ2XS;
+struct IQ2S;
 struct IQ1S;
 
 impl KQuant for Q2K {
@@ -520,10 +526,44 @@ impl KQuant for IQ2XS {
             );
             let sign_bytes: [u8; 4] = std::array::from_fn(|k| KSIGNS_IQ2XS[(q[k] >> 9) as usize]);
             let sg = signs32(sign_bytes.as_ptr());
-            let sc = *scales.add(j);
-            let scale =
-                _mm256_set_m128i(_mm_set1_epi16(1 + 2 * (sc >> 4) as i16), _mm_set1_epi16(1 + 2 * (sc & 15) as i16));
-            signed_madd(s, x, 32 * j, g, sg, scale);
+            signed_madd(s, x, 32 * j, g, sg, nibble_scales(*scales.add(j)));
+        }
+    }
+}
+
+/// The scales of a 32-element chunk with one 4-bit scale per 16 elements (IQ2_XS, IQ2_S), for the `madd`: i16
+/// lanes 0..8 `1 + 2 (sc & 15)` (the first 16 elements), lanes 8..16 `1 + 2 (sc >> 4)` (the second).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nibble_scales(sc: u8) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(1 + 2 * (sc >> 4) as i16), _mm_set1_epi16(1 + 2 * (sc & 15) as i16))
+}
+
+impl KQuant for IQ2S {
+    const BYTES: usize = 82;
+    const D_AT: usize = 0;
+    const D_HIGH: bool = false;
+    const HAS_MIN: bool = false;
+    const DDX_MUL: f32 = 0.125;
+    /// Elements `32 j..32 j + 32`: groups `4 j..4 j + 4`, group `4 j + k` with the grid index
+    /// `qs[4 j + k] | ((qh[j] >> 2 k) & 3) << 8` and the sign byte `signs[4 j + k]` (bytes 2, 34, 66 + j of the
+    /// block); scales as IQ2_XS from `scales[j]` (byte 74 + j).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block<const RT: usize>(
+        blk: *const u8,
+        x: &[*const i8; RT],
+        _bs: &[*const i16; RT],
+        s: &mut [__m256i; RT],
+        _m: &mut [__m256i; RT],
+    ) {
+        let (qs, signs, qh, scales) = (blk.add(2), blk.add(34), blk.add(66), blk.add(74));
+        for j in 0..8 {
+            let h = *qh.add(j) as usize;
+            let e = |k: usize| IQ2S_GRID[*qs.add(4 * j + k) as usize | ((h >> (2 * k)) & 3) << 8] as i64;
+            let g = _mm256_setr_epi64x(e(0), e(1), e(2), e(3));
+            let sg = signs32(signs.add(4 * j));
+            signed_madd(s, x, 32 * j, g, sg, nibble_scales(*scales.add(j)));
         }
     }
 }
