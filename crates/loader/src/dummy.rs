@@ -41,7 +41,7 @@ pub struct DummyWeights {
 }
 
 /// The weight types dummy matrices can have: the float types of HF checkpoints and the common GGUF blocks.
-pub const DUMMY_DTYPES: [DType; 11] = [
+pub const DUMMY_DTYPES: [DType; 12] = [
     DType::BF16,
     DType::F16,
     DType::F32,
@@ -53,6 +53,7 @@ pub const DUMMY_DTYPES: [DType; 11] = [
     DType::IQ4XS,
     DType::IQ2XXS,
     DType::IQ2XS,
+    DType::IQ2S,
 ];
 
 /// The matrix type a config asks for: `torch_dtype` (or `dtype`), bf16 when it says nothing.
@@ -385,7 +386,13 @@ fn fill(dtype: DType, role: Role, r: &mut Rng, out: &mut [u8]) {
                 c.copy_from_slice(&v[..c.len()]);
             }
             let fields: &[usize] = match dtype {
-                DType::Q4_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS | DType::IQ2XXS | DType::IQ2XS => &[0],
+                DType::Q4_0
+                | DType::Q8_0
+                | DType::IQ4NL
+                | DType::IQ4XS
+                | DType::IQ2XXS
+                | DType::IQ2XS
+                | DType::IQ2S => &[0],
                 DType::Q4K => &[0, 2],
                 DType::Q6K => &[208],
                 _ => unreachable!("checked against DUMMY_DTYPES"),
@@ -460,7 +467,7 @@ mod tests {
             "tie_word_embeddings": false, "max_position_embeddings": 256, "rope_theta": 10000.0,
             "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}"#;
         let c = HfConfig::from_json_str(json, "config.json").unwrap();
-        for dt in [DType::IQ2XXS, DType::IQ2XS] {
+        for dt in [DType::IQ2XXS, DType::IQ2XS, DType::IQ2S] {
             let w = DummyWeights::new(&c, dt, 5).unwrap();
             let q = w.info("model.layers.0.mlp.down_proj.weight").unwrap();
             assert_eq!(q.dtype, dt);
