@@ -60,7 +60,14 @@ pub struct AcceptStats {
     /// Fraction of the distance to `prior` closed by each round without drafts, in `[0, 1]`. Keeps a stream
     /// whose estimate fell to "draft nothing" from staying there forever: it probes again later.
     relax: f64,
+    /// Draft rounds in a row that kept no draft (capped at [`MAX_BACKOFF`]): each halves the relaxation, so a
+    /// stream whose probes keep failing probes at doubling intervals; a kept draft resets it.
+    failed: u32,
 }
+
+/// The most halvings of the relaxation: a stream whose drafts never pay still probes (every few hundred rounds
+/// with the default relaxation) rather than never.
+pub const MAX_BACKOFF: u32 = 6;
 
 impl Default for AcceptStats {
     /// Prior 0.5, `alpha` 0.1, `relax` 0.05.
@@ -75,7 +82,7 @@ impl AcceptStats {
     pub fn new(prior: f64, alpha: f64, relax: f64) -> AcceptStats {
         let unit = |x: f64, lo: f64| if x.is_nan() { lo } else { x.clamp(lo, 1.0) };
         let prior = unit(prior, 0.0);
-        AcceptStats { rate: prior, alpha: unit(alpha, 1e-6), prior, relax: unit(relax, 0.0) }
+        AcceptStats { rate: prior, alpha: unit(alpha, 1e-6), prior, relax: unit(relax, 0.0), failed: 0 }
     }
 
     /// The current estimate of the per-position acceptance probability.
@@ -86,13 +93,15 @@ impl AcceptStats {
     /// Learns from one round: `proposed` = drafted positions on the longest path (a chain's length, a tree's
     /// [`crate::spec::DraftTree::max_depth`]), `accepted` = draft tokens kept (capped at `proposed`). Each
     /// accepted position is a success, the first rejected one (if any) a failure; positions after it were
-    /// never tested. `proposed = 0` relaxes the estimate toward the prior.
+    /// never tested. `proposed = 0` relaxes the estimate toward the prior, by `relax / 2^f` where `f` counts the
+    /// draft rounds in a row that kept nothing (up to [`MAX_BACKOFF`]).
     pub fn observe(&mut self, proposed: usize, accepted: usize) {
         if proposed == 0 {
-            self.rate += self.relax * (self.prior - self.rate);
+            self.rate += self.relax / f64::from(1u32 << self.failed) * (self.prior - self.rate);
             return;
         }
         let accepted = accepted.min(proposed);
+        self.failed = if accepted == 0 { (self.failed + 1).min(MAX_BACKOFF) } else { 0 };
         // `accepted` successes in a row: 1 − rate shrinks by (1 − α) each.
         self.rate = 1.0 - (1.0 - self.rate) * (1.0 - self.alpha).powi(accepted.min(i32::MAX as usize) as i32);
         if accepted < proposed {
@@ -268,7 +277,7 @@ mod tests {
     fn relaxing_resumes_drafting() {
         let shallow = CostTable::from_widths(&(0..8).map(|i| 1.0 + 0.25 * f64::from(i)).collect::<Vec<_>>());
         let mut s = AcceptStats::new(0.7, 0.5, 0.1);
-        for _ in 0..5 {
+        for _ in 0..2 {
             s.observe(4, 0);
         }
         assert_eq!(s.best_width(&shallow, 7), 0);
@@ -277,6 +286,34 @@ mod tests {
             s.best_width(&shallow, 7) > 0
         });
         assert!(matches!(rounds, Some(2..=40)), "resumed after {rounds:?} rounds");
+    }
+
+    /// Probes that keep failing come at growing intervals (each failure halves the relaxation), never stop, and
+    /// one kept draft brings the short interval back.
+    #[test]
+    fn failed_probes_back_off_and_a_kept_draft_resets() {
+        let shallow = CostTable::from_widths(&(0..8).map(|i| 1.0 + 0.25 * f64::from(i)).collect::<Vec<_>>());
+        let mut s = AcceptStats::default();
+        // Rounds without drafts until the stream drafts again; that probe keeps `kept` drafts.
+        let mut next_probe = |s: &mut AcceptStats, kept: usize| {
+            let rounds = (1..100_000).find(|_| {
+                s.observe(0, 0);
+                s.best_width(&shallow, 7) > 0
+            });
+            let k = s.best_width(&shallow, 7);
+            s.observe(k, kept);
+            rounds.expect("probes again")
+        };
+        // gaps[i] is measured after i failed probes.
+        let gaps: Vec<usize> = (0..12).map(|_| next_probe(&mut s, 0)).collect();
+        assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "gaps {gaps:?}");
+        assert!(gaps[7] >= 8 * gaps[1], "gaps {gaps:?}");
+        // Capped: the last gaps are equal.
+        assert_eq!(gaps[10], gaps[11], "gaps {gaps:?}");
+        // A probe that keeps a draft resets the backoff: the next failing probe comes as soon as the first did.
+        next_probe(&mut s, 1);
+        let after = next_probe(&mut s, 0);
+        assert!(after <= gaps[1], "after a kept draft: {after}, gaps {gaps:?}");
     }
 
     /// Random cost tables: the choice is optimal (against an independent sum), never above `max`, and does not
