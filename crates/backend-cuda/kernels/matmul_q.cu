@@ -14,6 +14,36 @@
 
 #define QD_ROWS 8
 #define QD_WARPS 4
+#ifdef QD_STAGES
+#define QD_STAGES_DEF QD_STAGES
+#else
+#define QD_STAGES_DEF 3
+#endif
+#if __CUDA_ARCH__ < 800
+#undef QD_STAGES_DEF
+#define QD_STAGES_DEF 0
+#endif
+#define QD_SLOTS (QD_STAGES_DEF >= 2 ? QD_STAGES_DEF : 1)
+
+// 16 bytes global → shared without registers or L1 (sm_80+), in the thread's current commit group.
+__device__ __forceinline__ void cp_async16(u32* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    u32 a = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most N of the thread's commit groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 
 // 32-bit word at an even byte offset of a shared stage (the word after it is readable).
 __device__ __forceinline__ u32 st_word(const u32* s, int off) {
@@ -65,213 +95,283 @@ struct QdSpec<DT_Q6K> {
 template <int DT>
 struct QdSmem {
     typedef QdSpec<DT> S;
-    static constexpr int STAGE = S::LOADS * 32 * 4 + 4;         // words per warp (+ one word read past the end)
+    static constexpr int STAGE = S::LOADS * 32 * 4 + 4;         // words per stage (+ one word read past the end)
     static constexpr int FOLD = S::BPS * S::TERMS + S::TERMS;  // floats per row (padded against bank conflicts)
 };
 
-// One warp's column: rows r0 .. r0 + nr of x · wrᵀ for the weight row `wr` (K elements), the result of row r0 + lane
-// in lane `lane` (lanes >= nr: unspecified). `stage` and `fold` are the warp's shared memory (QdSmem sizes); the
-// first step's weights are requested before griddep_wait.
+// The step at shared stage `stage` of one warp's column: blocks s·BPS .. s·BPS + cnt of the weight row (their
+// bytes from byte off0 of the stage) against rows r0 .. r0 + nr; lane r < nr adds row r's block terms into acc in
+// increasing block order. `fold` is the warp's shared fold area (QdSmem sizes).
 template <int DT>
-__device__ __forceinline__ float mmq_col(const i8* q, const float* d, const i16* sums, int K, const u8* wr, int r0,
-                                         int nr, int lane, u32* stage, float* fold) {
+__device__ __forceinline__ void mmq_step(const i8* q, const float* d, const i16* sums, int K, int nb, int s, int cnt,
+                                         int off0, int r0, int nr, int lane, const u32* stage, float* fold,
+                                         float& acc) {
     typedef QdSpec<DT> S;
     constexpr int FOLD = QdSmem<DT>::FOLD;
-    int nb = K / S::BE;
-    int steps = (nb + S::BPS - 1) / S::BPS;
-    uint4 pre[S::LOADS];
-    // The step's bytes [a0, a1) as the aligned 16-byte pieces from a0 & ~15.
-    auto load = [&](int s) {
-        u64 a0 = (u64)(wr + (i64)s * S::BPS * S::BB);
-        u64 a1 = a0 + (u64)min(S::BPS, nb - s * S::BPS) * S::BB;
-        u64 base = a0 & ~(u64)15;
-#pragma unroll
-        for (int t = 0; t < S::LOADS; t++) {
-            u64 p = base + 16 * (u64)(lane + 32 * t);
-            pre[t] = p < a1 ? ld_stream((const uint4*)p) : make_uint4(0, 0, 0, 0);
-        }
-    };
-    load(0);
-    griddep_wait();
-    float acc = 0.0f;
-    for (int s = 0; s < steps; s++) {
-        int cnt = min(S::BPS, nb - s * S::BPS);
-        int off0 = (int)((u64)(wr + (i64)s * S::BPS * S::BB) & 15);
-        __syncwarp();
-#pragma unroll
-        for (int t = 0; t < S::LOADS; t++) ((uint4*)stage)[lane + 32 * t] = pre[t];
-        __syncwarp();
-        if (s + 1 < steps) load(s + 1);
-        int bl = lane / S::LANES, part = lane % S::LANES;
-        bool on = bl < cnt;
-        int b = s * S::BPS + bl;  // block index in the row
-        int off = off0 + (on ? bl : 0) * S::BB;
-        if constexpr (S::BE == 32) {
-            // One block per lane: its 32 weights as signed bytes in element order (Q4_0 q - 8, Q5_0 q - 16: the
-            // reference's integers), then per row 8 dp4a against the activation block.
-            u32 wq[8];
-            u32 hd = st_word(stage, off);
-            float dw = f16_bits_to_f32(hd & 0xffffu);
-            float mw = f16_bits_to_f32(hd >> 16);  // Q4_1's m
-            if constexpr (DT == DT_Q8_0) {
-                st_words4(stage, off + 2, wq);
-                st_words4(stage, off + 18, wq + 4);
-            } else {
-                u32 nb4[4];
-                st_words4(stage, off + (DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : 6)), nb4);
-                u32 qh = DT == DT_Q5_0 ? st_word(stage, off + 2) : 0u;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    u32 lo = nb4[k] & 0x0f0f0f0fu, hi = (nb4[k] >> 4) & 0x0f0f0f0fu;
-                    if constexpr (DT == DT_Q5_0) {
-                        // Four bits of qh spread to bit 4 of four bytes (the shifted copies never overlap).
-                        lo |= ((((qh >> (4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
-                        hi |= ((((qh >> (16 + 4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
-                        lo = __vsub4(lo, 0x10101010u);
-                        hi = __vsub4(hi, 0x10101010u);
-                    } else if constexpr (DT == DT_Q4_0) {
-                        lo = __vsub4(lo, 0x08080808u);
-                        hi = __vsub4(hi, 0x08080808u);
-                    }
-                    wq[k] = lo;
-                    wq[4 + k] = hi;
-                }
-            }
-            for (int t = 0; t < nr; t++) {
-                if (on) {
-                    i64 r = r0 + t;
-                    const int4* xq = (const int4*)(q + r * K + (i64)b * 32);
-                    int4 x0 = xq[0], x1 = xq[1];
-                    int sm = __dp4a((int)wq[0], x0.x, 0);
-                    sm = __dp4a((int)wq[1], x0.y, sm);
-                    sm = __dp4a((int)wq[2], x0.z, sm);
-                    sm = __dp4a((int)wq[3], x0.w, sm);
-                    sm = __dp4a((int)wq[4], x1.x, sm);
-                    sm = __dp4a((int)wq[5], x1.y, sm);
-                    sm = __dp4a((int)wq[6], x1.z, sm);
-                    sm = __dp4a((int)wq[7], x1.w, sm);
-                    float dx = d[r * nb + b];
-                    if constexpr (S::TERMS == 4) {
-                        float sx = (float)sums[r * nb + b];
-                        *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)sm, mw * dx, sx);
-                    } else {
-                        *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)sm);
-                    }
-                }
-            }
-        } else if constexpr (DT == DT_Q4K) {
-            // Part p: qs bytes [32p, 32p + 32) of the block: low nibbles are sub-block 2p, high ones 2p + 1.
-            u32 hd[4], wq[8];
-            st_words4(stage, off, hd);
-            st_words4(stage, off + 16 + 32 * part, wq);
-            st_words4(stage, off + 32 + 32 * part, wq + 4);
-            int j0 = 2 * part, j1 = j0 + 1;
-            int sc0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0) & 63)
-                             : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) & 15) |
-                                ((st_byte(hd[1], hd[2], hd[3], j0 - 4) >> 2) & 48));
-            int m0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0 + 4) & 63)
-                            : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) >> 4) |
-                               ((st_byte(hd[1], hd[2], hd[3], j0) >> 2) & 48));
-            int sc1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1) & 63)
-                             : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) & 15) |
-                                ((st_byte(hd[1], hd[2], hd[3], j1 - 4) >> 2) & 48));
-            int m1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1 + 4) & 63)
-                            : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) >> 4) |
-                               ((st_byte(hd[1], hd[2], hd[3], j1) >> 2) & 48));
-            float dw = f16_bits_to_f32(hd[0] & 0xffffu), dmin = f16_bits_to_f32(hd[0] >> 16);
-            for (int t = 0; t < nr; t++) {
-                int Sv = 0, Mv = 0;
-                i64 r = r0 + t;
-                if (on) {
-                    const int4* xq = (const int4*)(q + r * K + (i64)b * 256 + 64 * part);
-                    int4 x0 = xq[0], x1 = xq[1], x2 = xq[2], x3 = xq[3];
-                    int xs[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
-                                  x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
-                    int lo = 0, hi = 0;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        lo = __dp4a((int)(wq[k] & 0x0f0f0f0fu), xs[k], lo);
-                        hi = __dp4a((int)((wq[k] >> 4) & 0x0f0f0f0fu), xs[8 + k], hi);
-                    }
-                    uint2 g = *(const uint2*)(sums + (r * nb + b) * 16 + 4 * part);
-                    int g0 = (int)(i16)(g.x & 0xffffu), g1 = (int)(i16)(g.x >> 16);
-                    int g2 = (int)(i16)(g.y & 0xffffu), g3 = (int)(i16)(g.y >> 16);
-                    Sv = sc0 * lo + sc1 * hi;
-                    Mv = m0 * (g0 + g1) + m1 * (g2 + g3);
-                }
-                Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
-                Mv += __shfl_xor_sync(FULL_MASK, Mv, 1);
-                Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
-                Mv += __shfl_xor_sync(FULL_MASK, Mv, 2);
-                if (on && part == 0) {
-                    float dx = d[r * nb + b];
-                    *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)Sv, -(dmin * dx), (float)Mv);
-                }
-            }
-        } else {  // DT_Q6K
-            // Part p = 2h + lh: elements 128h + 32tt + 16lh + (0..16) for tt = 0..3, i.e. sub-blocks 8h + 2tt + lh:
-            // low bits ql[64h + 16lh ..] (tt 0, 2: low, high nibble) and ql[64h + 32 + 16lh ..] (tt 1, 3), high bits
-            // qh[32h + 16lh ..] >> 2tt.
-            int h = part >> 1, lh = part & 1;
-            u32 qa[4], qb[4], qh[4], sw[4];
-            st_words4(stage, off + 64 * h + 16 * lh, qa);
-            st_words4(stage, off + 64 * h + 32 + 16 * lh, qb);
-            st_words4(stage, off + 128 + 32 * h + 16 * lh, qh);
-            st_words4(stage, off + 192 + 8 * h, sw);  // scales 8h .. 8h + 7 (+ d, unused here)
-            int sc[4];
-#pragma unroll
-            for (int tt = 0; tt < 4; tt++) {
-                int i = 2 * tt + lh;  // scale index within the 8 read
-                sc[tt] = (int)(i8)((sw[i >> 2] >> (8 * (i & 3))) & 255u);
-            }
-            float dw = f16_bits_to_f32(st_word(stage, off + 208) & 0xffffu);
-            u32 v[4][4];
+    int bl = lane / S::LANES, part = lane % S::LANES;
+    bool on = bl < cnt;
+    int b = s * S::BPS + bl;  // block index in the row
+    int off = off0 + (on ? bl : 0) * S::BB;
+    if constexpr (S::BE == 32) {
+        // One block per lane: its 32 weights as signed bytes in element order (Q4_0 q - 8, Q5_0 q - 16: the
+        // reference's integers), then per row 8 dp4a against the activation block.
+        u32 wq[8];
+        u32 hd = st_word(stage, off);
+        float dw = f16_bits_to_f32(hd & 0xffffu);
+        float mw = f16_bits_to_f32(hd >> 16);  // Q4_1's m
+        if constexpr (DT == DT_Q8_0) {
+            st_words4(stage, off + 2, wq);
+            st_words4(stage, off + 18, wq + 4);
+        } else {
+            u32 nb4[4];
+            st_words4(stage, off + (DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : 6)), nb4);
+            u32 qh = DT == DT_Q5_0 ? st_word(stage, off + 2) : 0u;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                v[0][k] = __vsub4((qa[k] & 0x0f0f0f0fu) | ((qh[k] & 0x03030303u) << 4), 0x20202020u);
-                v[1][k] = __vsub4((qb[k] & 0x0f0f0f0fu) | (((qh[k] >> 2) & 0x03030303u) << 4), 0x20202020u);
-                v[2][k] = __vsub4(((qa[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 4) & 0x03030303u) << 4), 0x20202020u);
-                v[3][k] = __vsub4(((qb[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 6) & 0x03030303u) << 4), 0x20202020u);
-            }
-            for (int t = 0; t < nr; t++) {
-                int Sv = 0;
-                i64 r = r0 + t;
-                if (on) {
-                    const i8* xr = q + r * K + (i64)b * 256 + 128 * h + 16 * lh;
-#pragma unroll
-                    for (int tt = 0; tt < 4; tt++) {
-                        int4 x = *(const int4*)(xr + 32 * tt);
-                        int sub = __dp4a((int)v[tt][0], x.x, 0);
-                        sub = __dp4a((int)v[tt][1], x.y, sub);
-                        sub = __dp4a((int)v[tt][2], x.z, sub);
-                        sub = __dp4a((int)v[tt][3], x.w, sub);
-                        Sv += sc[tt] * sub;
-                    }
+                u32 lo = nb4[k] & 0x0f0f0f0fu, hi = (nb4[k] >> 4) & 0x0f0f0f0fu;
+                if constexpr (DT == DT_Q5_0) {
+                    // Four bits of qh spread to bit 4 of four bytes (the shifted copies never overlap).
+                    lo |= ((((qh >> (4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                    hi |= ((((qh >> (16 + 4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                    lo = __vsub4(lo, 0x10101010u);
+                    hi = __vsub4(hi, 0x10101010u);
+                } else if constexpr (DT == DT_Q4_0) {
+                    lo = __vsub4(lo, 0x08080808u);
+                    hi = __vsub4(hi, 0x08080808u);
                 }
-                Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
-                Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
-                if (on && part == 0) {
-                    float dx = d[r * nb + b];
-                    *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)Sv);
+                wq[k] = lo;
+                wq[4 + k] = hi;
+            }
+        }
+        for (int t = 0; t < nr; t++) {
+            if (on) {
+                i64 r = r0 + t;
+                const int4* xq = (const int4*)(q + r * K + (i64)b * 32);
+                int4 x0 = xq[0], x1 = xq[1];
+                int sm = __dp4a((int)wq[0], x0.x, 0);
+                sm = __dp4a((int)wq[1], x0.y, sm);
+                sm = __dp4a((int)wq[2], x0.z, sm);
+                sm = __dp4a((int)wq[3], x0.w, sm);
+                sm = __dp4a((int)wq[4], x1.x, sm);
+                sm = __dp4a((int)wq[5], x1.y, sm);
+                sm = __dp4a((int)wq[6], x1.z, sm);
+                sm = __dp4a((int)wq[7], x1.w, sm);
+                float dx = d[r * nb + b];
+                if constexpr (S::TERMS == 4) {
+                    float sx = (float)sums[r * nb + b];
+                    *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)sm, mw * dx, sx);
+                } else {
+                    *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)sm);
                 }
             }
         }
-        __syncwarp();
-        if (lane < nr) {
-            const float* f = fold + lane * FOLD;
-            for (int k = 0; k < cnt; k++) {
-                if constexpr (S::TERMS == 4) {
-                    float4 tm = *(const float4*)(f + 4 * k);
-                    acc = fmaf(tm.x, tm.y, acc);
-                    acc = fmaf(tm.z, tm.w, acc);
-                } else {
-                    float2 tm = *(const float2*)(f + 2 * k);
-                    acc = fmaf(tm.x, tm.y, acc);
+    } else if constexpr (DT == DT_Q4K) {
+        // Part p: qs bytes [32p, 32p + 32) of the block: low nibbles are sub-block 2p, high ones 2p + 1.
+        u32 hd[4], wq[8];
+        st_words4(stage, off, hd);
+        st_words4(stage, off + 16 + 32 * part, wq);
+        st_words4(stage, off + 32 + 32 * part, wq + 4);
+        int j0 = 2 * part, j1 = j0 + 1;
+        int sc0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0) & 63)
+                         : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) & 15) |
+                            ((st_byte(hd[1], hd[2], hd[3], j0 - 4) >> 2) & 48));
+        int m0 = j0 < 4 ? (st_byte(hd[1], hd[2], hd[3], j0 + 4) & 63)
+                        : ((st_byte(hd[1], hd[2], hd[3], j0 + 4) >> 4) |
+                           ((st_byte(hd[1], hd[2], hd[3], j0) >> 2) & 48));
+        int sc1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1) & 63)
+                         : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) & 15) |
+                            ((st_byte(hd[1], hd[2], hd[3], j1 - 4) >> 2) & 48));
+        int m1 = j1 < 4 ? (st_byte(hd[1], hd[2], hd[3], j1 + 4) & 63)
+                        : ((st_byte(hd[1], hd[2], hd[3], j1 + 4) >> 4) |
+                           ((st_byte(hd[1], hd[2], hd[3], j1) >> 2) & 48));
+        float dw = f16_bits_to_f32(hd[0] & 0xffffu), dmin = f16_bits_to_f32(hd[0] >> 16);
+        for (int t = 0; t < nr; t++) {
+            int Sv = 0, Mv = 0;
+            i64 r = r0 + t;
+            if (on) {
+                const int4* xq = (const int4*)(q + r * K + (i64)b * 256 + 64 * part);
+                int4 x0 = xq[0], x1 = xq[1], x2 = xq[2], x3 = xq[3];
+                int xs[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
+                              x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+                int lo = 0, hi = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    lo = __dp4a((int)(wq[k] & 0x0f0f0f0fu), xs[k], lo);
+                    hi = __dp4a((int)((wq[k] >> 4) & 0x0f0f0f0fu), xs[8 + k], hi);
                 }
+                uint2 g = *(const uint2*)(sums + (r * nb + b) * 16 + 4 * part);
+                int g0 = (int)(i16)(g.x & 0xffffu), g1 = (int)(i16)(g.x >> 16);
+                int g2 = (int)(i16)(g.y & 0xffffu), g3 = (int)(i16)(g.y >> 16);
+                Sv = sc0 * lo + sc1 * hi;
+                Mv = m0 * (g0 + g1) + m1 * (g2 + g3);
+            }
+            Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
+            Mv += __shfl_xor_sync(FULL_MASK, Mv, 1);
+            Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
+            Mv += __shfl_xor_sync(FULL_MASK, Mv, 2);
+            if (on && part == 0) {
+                float dx = d[r * nb + b];
+                *(float4*)(fold + t * FOLD + 4 * bl) = make_float4(dw * dx, (float)Sv, -(dmin * dx), (float)Mv);
+            }
+        }
+    } else {  // DT_Q6K
+        // Part p = 2h + lh: elements 128h + 32tt + 16lh + (0..16) for tt = 0..3, i.e. sub-blocks 8h + 2tt + lh:
+        // low bits ql[64h + 16lh ..] (tt 0, 2: low, high nibble) and ql[64h + 32 + 16lh ..] (tt 1, 3), high bits
+        // qh[32h + 16lh ..] >> 2tt.
+        int h = part >> 1, lh = part & 1;
+        u32 qa[4], qb[4], qh[4], sw[4];
+        st_words4(stage, off + 64 * h + 16 * lh, qa);
+        st_words4(stage, off + 64 * h + 32 + 16 * lh, qb);
+        st_words4(stage, off + 128 + 32 * h + 16 * lh, qh);
+        st_words4(stage, off + 192 + 8 * h, sw);  // scales 8h .. 8h + 7 (+ d, unused here)
+        int sc[4];
+#pragma unroll
+        for (int tt = 0; tt < 4; tt++) {
+            int i = 2 * tt + lh;  // scale index within the 8 read
+            sc[tt] = (int)(i8)((sw[i >> 2] >> (8 * (i & 3))) & 255u);
+        }
+        float dw = f16_bits_to_f32(st_word(stage, off + 208) & 0xffffu);
+        u32 v[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[0][k] = __vsub4((qa[k] & 0x0f0f0f0fu) | ((qh[k] & 0x03030303u) << 4), 0x20202020u);
+            v[1][k] = __vsub4((qb[k] & 0x0f0f0f0fu) | (((qh[k] >> 2) & 0x03030303u) << 4), 0x20202020u);
+            v[2][k] = __vsub4(((qa[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 4) & 0x03030303u) << 4), 0x20202020u);
+            v[3][k] = __vsub4(((qb[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> 6) & 0x03030303u) << 4), 0x20202020u);
+        }
+        for (int t = 0; t < nr; t++) {
+            int Sv = 0;
+            i64 r = r0 + t;
+            if (on) {
+                const i8* xr = q + r * K + (i64)b * 256 + 128 * h + 16 * lh;
+#pragma unroll
+                for (int tt = 0; tt < 4; tt++) {
+                    int4 x = *(const int4*)(xr + 32 * tt);
+                    int sub = __dp4a((int)v[tt][0], x.x, 0);
+                    sub = __dp4a((int)v[tt][1], x.y, sub);
+                    sub = __dp4a((int)v[tt][2], x.z, sub);
+                    sub = __dp4a((int)v[tt][3], x.w, sub);
+                    Sv += sc[tt] * sub;
+                }
+            }
+            Sv += __shfl_xor_sync(FULL_MASK, Sv, 1);
+            Sv += __shfl_xor_sync(FULL_MASK, Sv, 2);
+            if (on && part == 0) {
+                float dx = d[r * nb + b];
+                *(float2*)(fold + t * FOLD + 2 * bl) = make_float2(dw * dx, (float)Sv);
             }
         }
     }
-    return acc;
+    __syncwarp();
+    if (lane < nr) {
+        const float* f = fold + lane * FOLD;
+        for (int k = 0; k < cnt; k++) {
+            if constexpr (S::TERMS == 4) {
+                float4 tm = *(const float4*)(f + 4 * k);
+                acc = fmaf(tm.x, tm.y, acc);
+                acc = fmaf(tm.z, tm.w, acc);
+            } else {
+                float2 tm = *(const float2*)(f + 2 * k);
+                acc = fmaf(tm.x, tm.y, acc);
+            }
+        }
+    }
+}
+
+// One step's bytes [a0, a1) (a0 the first block's address, cnt blocks) as the aligned 16-byte pieces from
+// a0 & ~15: piece lane + 32 t (t < LOADS) is lane's; `off0` is a0's offset in the first piece.
+template <int DT>
+__device__ __forceinline__ u64 mmq_step_base(const u8* wr, int nb, int s, u64* a1) {
+    typedef QdSpec<DT> S;
+    u64 a0 = (u64)(wr + (i64)s * S::BPS * S::BB);
+    *a1 = a0 + (u64)min(S::BPS, nb - s * S::BPS) * S::BB;
+    return a0 & ~(u64)15;
+}
+
+// One warp's column: rows r0 .. r0 + nr of x · wrᵀ for the weight row `wr` (K elements), the result of row r0 + lane
+// in lane `lane` (lanes >= nr: unspecified), for W weight rows one after the other (acc[i] for row wrs[i]; the
+// GLU's gate and up). `stage` and `fold` are the warp's shared memory (QdSmem sizes); the first step's weights
+// are requested before griddep_wait.
+//
+// QD_STAGES (a kernel define, default 3) ≥ 2, on sm_80 and later: a ring of that many stages filled by cp.async
+// (global → shared, not through L1 or registers), QD_STAGES - 1 steps in flight while one is computed, the steps
+// of all W rows in one stream. 0 or 1: one step in flight, loaded through registers. The arithmetic is the same.
+template <int DT, int W>
+__device__ __forceinline__ void mmq_cols(const i8* q, const float* d, const i16* sums, int K, const u8* const* wrs,
+                                         int r0, int nr, int lane, u32* stage, float* fold, float* acc) {
+    typedef QdSpec<DT> S;
+    constexpr int STAGE = QdSmem<DT>::STAGE;
+    int nb = K / S::BE;
+    int steps = (nb + S::BPS - 1) / S::BPS;
+#pragma unroll
+    for (int i = 0; i < W; i++) acc[i] = 0.0f;
+#if QD_STAGES_DEF >= 2
+    constexpr int NST = QD_STAGES_DEF;
+    int total = W * steps;
+    // Step t (row t / steps) into ring slot t % NST; one commit group per step, empty past the last.
+    auto issue = [&](int t) {
+        if (t < total) {
+            u64 a1;
+            u64 base = mmq_step_base<DT>(wrs[t / steps], nb, t % steps, &a1);
+            u32* slot = stage + (t % NST) * STAGE;
+#pragma unroll
+            for (int u = 0; u < S::LOADS; u++) {
+                u64 p = base + 16 * (u64)(lane + 32 * u);
+                if (p < a1) cp_async16(slot + 4 * (lane + 32 * u), (const void*)p);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < NST - 1; t++) issue(t);
+    griddep_wait();
+    float cur = 0.0f;
+    for (int t = 0; t < total; t++) {
+        cp_async_wait<NST - 2>();
+        // Every lane's pieces of step t have landed, and every lane is done with step t - 1's slot and fold.
+        __syncwarp();
+        issue(t + NST - 1);
+        int row = t / steps, s = t % steps;
+        const u8* wr = wrs[row];
+        int cnt = min(S::BPS, nb - s * S::BPS);
+        int off0 = (int)((u64)(wr + (i64)s * S::BPS * S::BB) & 15);
+        mmq_step<DT>(q, d, sums, K, nb, s, cnt, off0, r0, nr, lane, stage + (t % NST) * STAGE, fold, cur);
+        if (s == steps - 1) {
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                if (i == row) acc[i] = cur;
+            cur = 0.0f;
+        }
+    }
+#else
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const u8* wr = wrs[i];
+        uint4 pre[S::LOADS];
+        auto load = [&](int s) {
+            u64 a1;
+            u64 base = mmq_step_base<DT>(wr, nb, s, &a1);
+#pragma unroll
+            for (int u = 0; u < S::LOADS; u++) {
+                u64 p = base + 16 * (u64)(lane + 32 * u);
+                pre[u] = p < a1 ? ld_stream((const uint4*)p) : make_uint4(0, 0, 0, 0);
+            }
+        };
+        load(0);
+        if (i == 0) griddep_wait();
+        for (int s = 0; s < steps; s++) {
+            int cnt = min(S::BPS, nb - s * S::BPS);
+            int off0 = (int)((u64)(wr + (i64)s * S::BPS * S::BB) & 15);
+            __syncwarp();
+#pragma unroll
+            for (int u = 0; u < S::LOADS; u++) ((uint4*)stage)[lane + 32 * u] = pre[u];
+            __syncwarp();
+            if (s + 1 < steps) load(s + 1);
+            mmq_step<DT>(q, d, sums, K, nb, s, cnt, off0, r0, nr, lane, stage, fold, acc[i]);
+        }
+        __syncwarp();
+    }
+#endif
 }
 
 // Output n of rows r0 .. r0 + nr: + bias, then with EPI_ADD in bias_dt added into y (add's arithmetic), stored.
@@ -290,7 +390,7 @@ template <int DT>
 __device__ __forceinline__ void mmq_dec_at(int bx, const i8* q, const float* d, const i16* sums, int R, int K,
                                            const u8* w, int N, const u8* bias, int bias_dt, float* y) {
     typedef QdSpec<DT> S;
-    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QD_SLOTS * QdSmem<DT>::STAGE];
     __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n = bx * QD_WARPS + warp;
@@ -298,7 +398,8 @@ __device__ __forceinline__ void mmq_dec_at(int bx, const i8* q, const float* d, 
     int r0 = blockIdx.y * QD_ROWS;
     int nr = min(QD_ROWS, R - r0);
     const u8* wr = w + (i64)n * (K / S::BE) * S::BB;
-    float acc = mmq_col<DT>(q, d, sums, K, wr, r0, nr, lane, stage_all[warp], fold_all[warp]);
+    float acc;
+    mmq_cols<DT, 1>(q, d, sums, K, &wr, r0, nr, lane, stage_all[warp], fold_all[warp], &acc);
     mmq_store(acc, r0, nr, lane, n, N, bias, bias_dt, y);
 }
 
@@ -309,12 +410,12 @@ __device__ __forceinline__ void mmq_dec(const i8* q, const float* d, const i16* 
 }
 
 // out = act(x · gateᵀ) * (x · upᵀ) (act 0 SiLU, 1 GELU tanh: the `glu` kernel's arithmetic) with gate and up [N, K]
-// of one type: a warp computes its column of gate, then of up, each as mmq_dec's.
+// of one type: a warp computes its column of gate, then of up (one stream of steps), each as mmq_dec's.
 template <int DT>
 __device__ __forceinline__ void mmq_glu(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate,
                                         const u8* up, int N, int act, float* out) {
     typedef QdSpec<DT> S;
-    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QD_SLOTS * QdSmem<DT>::STAGE];
     __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n = blockIdx.x * QD_WARPS + warp;
@@ -322,12 +423,12 @@ __device__ __forceinline__ void mmq_glu(const i8* q, const float* d, const i16* 
     int r0 = blockIdx.y * QD_ROWS;
     int nr = min(QD_ROWS, R - r0);
     i64 row_bytes = (i64)(K / S::BE) * S::BB;
-    float g = mmq_col<DT>(q, d, sums, K, gate + n * row_bytes, r0, nr, lane, stage_all[warp], fold_all[warp]);
-    __syncwarp();
-    float u = mmq_col<DT>(q, d, sums, K, up + n * row_bytes, r0, nr, lane, stage_all[warp], fold_all[warp]);
+    const u8* wrs[2] = {gate + n * row_bytes, up + n * row_bytes};
+    float gu[2];
+    mmq_cols<DT, 2>(q, d, sums, K, wrs, r0, nr, lane, stage_all[warp], fold_all[warp], gu);
     if (lane < nr) {
-        float a = act == 0 ? tf_silu(g) : tf_gelu_tanh(g);
-        out[(i64)(r0 + lane) * N + n] = a * u;
+        float a = act == 0 ? tf_silu(gu[0]) : tf_gelu_tanh(gu[0]);
+        out[(i64)(r0 + lane) * N + n] = a * gu[1];
     }
 }
 

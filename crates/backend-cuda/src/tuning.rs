@@ -61,9 +61,21 @@ impl Default for CudaTuning {
 /// software-pipelined weight loads), `IL_DEPTH` 4, `IL1_DEPTH` 6, `GLU_DEPTH` and `MANY_DEPTH` (loads in flight per
 /// lane), `BULK_PF` 0 (bulk L2 prefetch of the next weight rows), `PRE_WAIT` 1 (kernels/common.cu: loads before
 /// the programmatic-launch wait), `NORM_PER` 4 (kernels/ops.cu: elements per thread of the norms), `ATTN_VSPLIT` 2
-/// (kernels/attention.cu: blocks per head of the one-row attention kernel). None changes an output's bits.
-pub const KERNEL_DEFINES: [&str; 9] =
-    ["IL_PIPE", "IL_DEPTH", "IL1_DEPTH", "GLU_DEPTH", "MANY_DEPTH", "BULK_PF", "PRE_WAIT", "NORM_PER", "ATTN_VSPLIT"];
+/// (kernels/attention.cu: blocks per head of the one-row attention kernel), `QD_STAGES` 3 (kernels/matmul_q.cu:
+/// the streaming quantized matmuls' cp.async ring; 0 or 1: one step loaded through registers). None changes an
+/// output's bits.
+pub const KERNEL_DEFINES: [&str; 10] = [
+    "IL_PIPE",
+    "IL_DEPTH",
+    "IL1_DEPTH",
+    "GLU_DEPTH",
+    "MANY_DEPTH",
+    "BULK_PF",
+    "PRE_WAIT",
+    "NORM_PER",
+    "ATTN_VSPLIT",
+    "QD_STAGES",
+];
 
 /// One kernel define `NAME=VALUE`, NAME one of [`KERNEL_DEFINES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
