@@ -25,14 +25,15 @@ use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
 use super::QuantKernel;
 
-/// The AVX-512 kernel of a K-quant `dtype`, if there is one (the others run `avx2_kquant`).
+/// The AVX-512 kernel of a K-quant or i-quant `dtype`, if there is one (IQ3_S and IQ3_XXS in `avx512_iquant`; the
+/// others run `avx2_kquant`).
 pub(crate) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::Q4K => entry::<Q4K>,
         DType::Q5K => entry::<Q5K>,
         DType::Q6K => entry::<Q6K>,
         DType::IQ4XS => entry::<IQ4XS>,
-        _ => return None,
+        _ => return super::avx512_iquant::kernel(dtype),
     })
 }
 
@@ -93,7 +94,7 @@ const fn pack_index(q6k: bool, q: usize) -> [i16; 32] {
     idx
 }
 
-static Q45_IDX: [[i16; 32]; 2] = [pack_index(false, 0), pack_index(false, 1)];
+pub(super) static Q45_IDX: [[i16; 32]; 2] = [pack_index(false, 0), pack_index(false, 1)];
 static Q6_IDX: [[i16; 32]; 2] = [pack_index(true, 0), pack_index(true, 1)];
 
 /// `s[r] += Σ scale · (Σ of four products)` over chunks `c` (weights `w0`) and `c + 1` (`w1`) of every row:
@@ -101,7 +102,7 @@ static Q6_IDX: [[i16; 32]; 2] = [pack_index(true, 0), pack_index(true, 1)];
 /// scales `sc` in the pack's lane order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn pair<const RT: usize>(
+pub(super) unsafe fn pair<const RT: usize>(
     w0: __m512i,
     w1: __m512i,
     sc: __m512i,
@@ -121,7 +122,7 @@ unsafe fn pair<const RT: usize>(
 /// The two 256-bit halves of `v` added (eight i32 lanes whose sum is the sum of `v`'s sixteen).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn fold(v: __m512i) -> __m256i {
+pub(super) unsafe fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
@@ -344,7 +345,7 @@ impl KQuant for IQ4XS {
 /// it anyway (so the products carry the reference's bits; tested below for all 65,536 values).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn f16_lanes(g: __m256i) -> __m256 {
+pub(super) unsafe fn f16_lanes(g: __m256i) -> __m256 {
     _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g))
 }
 
@@ -352,7 +353,7 @@ unsafe fn f16_lanes(g: __m256i) -> __m256 {
 /// end; a prefetch changes no value).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn prefetch(p: *const u8, bytes: usize) {
+pub(super) unsafe fn prefetch(p: *const u8, bytes: usize) {
     let mut at = 0;
     while at < bytes + 63 {
         _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(at) as *const i8);

@@ -25,6 +25,8 @@ mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
+mod avx512_iquant;
+#[cfg(target_arch = "x86_64")]
 mod avx512_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;

@@ -1,0 +1,456 @@
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the grid i-quants IQ3_S and IQ3_XXS: each weight block is
+//! decoded once per tile into unsigned bytes, and every activation row of the tile then costs `vpdpbusd` and
+//! `vpdpwssd` only, as in `avx512_kquant`.
+//!
+//! Decoding, per block of one weight row, 64 elements (16 grid entries of 4 values, sub-blocks `2 c` and
+//! `2 c + 1`) at a time into one 512-bit register: the 16 grid indices are widened to i32 lanes and the entries
+//! fetched by `vpgatherdd`; the 64 sign bits of those elements form a `__mmask64`, and each byte becomes
+//! `u = OFF + g` (sign clear) or `OFF − g` (sign set), where `g` is the grid value divided by `DIV`:
+//! - IQ3_S: `g` the grid value (odd, 1..=15), `DIV = 1`, `OFF = 16`, so `u` is in `1..=31`; the ninth index bit of
+//!   the 16 entries is the u16 of `qh` at byte `2 c` taken as a lane mask, the signs the u64 at `signs[8 c]`.
+//! - IQ3_XXS: `g` half the grid value (every value 4..=62 is even, checked when the table is built), `DIV = 2`,
+//!   `OFF = 32`, so `u` is in `1..=63`; the sign bytes `KSIGNS_IQ2XS[f]` of the 7-bit fields `f` of the eight
+//!   scale words are formed in vectors as `f | parity(f) << 7` (the table's rule, tested for all 128 fields).
+//!
+//! Per activation row (values `x` in `-127..=127`), `vpdpbusd(u, x)` from zero gives i32 lanes that are each the
+//! sum of four products of one sub-block, `|p| ≤ 4·63·127 = 32004`, so two chunks pack to i16 (`vpackssdw`,
+//! never saturating) and `vpdpwssd` multiplies each lane by its sub-block's multiplier `m_j = DIV·(1 + 2 sc_j)`
+//! (≤ 62) in the lane order of `avx512_kquant`'s K-quant pairs. The offset comes off through the row's bsums:
+//! the accumulator starts at `−OFF·Σ_j m_j·(bsum[2 j] + bsum[2 j + 1])`, so it ends at
+//! `Σ_j m_j·Σ_{i∈j} (u_i − OFF)·x_i = Σ_j (1 + 2 sc_j)·Σ_{i∈j} (±grid_i)·x_i`, the reference's `S`. Every partial
+//! sum is exact: the products total at most `256·63·127·62 < 2^28`, the offset term `32·62·256·127 < 2^26`.
+//! Then per lane, in floats, as the reference: `acc = fma(dw * dx, S, acc)` (IQ3_S) or
+//! `acc = fma((dw * dx) * 0.25, S, acc)` (IQ3_XXS).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use tf_core::DType;
+use tf_quant::{IQ3S_GRID, IQ3XXS_GRID};
+
+use super::act::ActQ;
+use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
+use super::avx512_kquant::{f16_lanes, fold, pair, prefetch, Q45_IDX};
+use super::QuantKernel;
+
+/// The AVX-512 kernel of a grid i-quant `dtype`, if there is one.
+pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
+    Some(match dtype {
+        DType::IQ3S => entry::<IQ3S>,
+        DType::IQ3XXS => entry::<IQ3XXS>,
+        _ => return None,
+    })
+}
+
+/// A grid i-quant layout: how a block decodes into the unsigned bytes `u = OFF ± g`.
+trait GridQuant {
+    const BYTES: usize;
+    /// The offset added to every signed (and divided) grid value.
+    const OFF: i16;
+    /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1.
+    const DDX_MUL: f32;
+    /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the eight sub-block
+    /// multipliers `m_j = DIV·(1 + 2 sc_j)` as i16 lanes 0..8.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `blk` points at a whole block.
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i);
+}
+
+struct IQ3S;
+struct IQ3XXS;
+
+/// `IQ3S_GRID` in memory for the gathers.
+static GRID_3S: [u32; 512] = IQ3S_GRID;
+
+/// `IQ3XXS_GRID` with every byte halved (exact: all of its values are even, which building this checks).
+static GRID_3XXS_HALF: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        assert!(IQ3XXS_GRID[i] & 0x0101_0101 == 0, "IQ3_XXS grid values are even");
+        t[i] = IQ3XXS_GRID[i] >> 1;
+        i += 1;
+    }
+    t
+};
+
+/// `u = off + g` where bit `i` of `neg` is clear, `off − g` where it is set, per byte.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn offset_signed(g: __m512i, neg: u64, off: __m512i) -> __m512i {
+    _mm512_mask_sub_epi8(_mm512_add_epi8(g, off), neg, off, g)
+}
+
+impl GridQuant for IQ3S {
+    const BYTES: usize = 110;
+    const OFF: i16 = 16;
+    const DDX_MUL: f32 = 1.0;
+    /// Layout: `d` (f16), `qs[64]` at 2, `qh[8]` at 66, `signs[32]` at 74, `scales[4]` at 106. Group `g`'s grid
+    /// index is `qs[g] | ((qh[g / 8] >> g % 8) & 1) << 8`, element `e`'s sign bit `e % 8` of `signs[e / 8]`,
+    /// sub-block `j`'s scale the nibble `(scales[j / 2] >> 4 (j % 2)) & 15`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+        let (qs, qh, signs) = (blk.add(2), blk.add(66), blk.add(74));
+        let off = _mm512_set1_epi8(Self::OFF as i8);
+        let bit8 = _mm512_set1_epi32(256);
+        let w = std::array::from_fn(|c| {
+            let idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.add(16 * c) as *const __m128i));
+            let high = (qh.add(2 * c) as *const u16).read_unaligned();
+            let idx = _mm512_mask_or_epi32(idx, high, idx, bit8);
+            let g = _mm512_i32gather_epi32::<4>(idx, GRID_3S.as_ptr() as *const _);
+            offset_signed(g, (signs.add(8 * c) as *const u64).read_unaligned(), off)
+        });
+        // The eight nibbles of the u32 at byte 106 spread to one byte each, in order.
+        let l = (blk.add(106) as *const u32).read_unaligned() as u64;
+        let l = (l | l << 16) & 0x0000_ffff_0000_ffff;
+        let l = (l | l << 8) & 0x00ff_00ff_00ff_00ff;
+        let l = (l | l << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+        let sc = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(l as i64));
+        (w, _mm_add_epi16(_mm_add_epi16(sc, sc), _mm_set1_epi16(1)))
+    }
+}
+
+/// The sign bytes `KSIGNS_IQ2XS[f]` of the 7-bit fields `f` in the low 7 bits of each i32 lane: `f` with its
+/// parity in bit 7.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn ksigns(f: __m512i) -> __m512i {
+    let p = _mm512_xor_si512(f, _mm512_srli_epi32::<4>(f));
+    let p = _mm512_xor_si512(p, _mm512_srli_epi32::<2>(p));
+    let p = _mm512_xor_si512(p, _mm512_srli_epi32::<1>(p));
+    _mm512_or_si512(f, _mm512_and_si512(_mm512_slli_epi32::<7>(p), _mm512_set1_epi32(0x80)))
+}
+
+impl GridQuant for IQ3XXS {
+    const BYTES: usize = 98;
+    const OFF: i16 = 32;
+    const DDX_MUL: f32 = 0.25;
+    /// Layout: `d` (f16), `qs[64]` at 2 (group `g`'s grid index `qs[g]`), then per sub-block `j` the u32 `aux_j`
+    /// at `66 + 4 j`: scale `aux_j >> 28`, signs of its 8-element group `k` `KSIGNS_IQ2XS[(aux_j >> 7 k) & 127]`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+        let qs = blk.add(2);
+        let aux = _mm256_loadu_si256(blk.add(66) as *const __m256i);
+        // m_j = 2 (1 + 2 sc_j) = 4 sc_j + 2.
+        let sc = _mm256_srli_epi32::<28>(aux);
+        let m = _mm256_cvtepi32_epi16(_mm256_add_epi32(_mm256_slli_epi32::<2>(sc), _mm256_set1_epi32(2)));
+        // i32 lane 4 j' + k of half h: field k of aux_{4 h + j'}; its sign byte; the 32 bytes in (j, k) order are
+        // the 256 sign bits in element order, 64 per register of weights.
+        let a = _mm512_castsi256_si512(aux);
+        let shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+        let m127 = _mm512_set1_epi32(127);
+        let half = |h: i32| {
+            let words = _mm512_permutexvar_epi32(
+                _mm512_srli_epi32::<2>(_mm512_add_epi32(lane_ids(), _mm512_set1_epi32(16 * h))),
+                a,
+            );
+            _mm512_cvtepi32_epi8(ksigns(_mm512_and_si512(_mm512_srlv_epi32(words, shifts), m127)))
+        };
+        let (s0, s1) = (half(0), half(1));
+        let neg = [
+            _mm_cvtsi128_si64(s0) as u64,
+            _mm_extract_epi64::<1>(s0) as u64,
+            _mm_cvtsi128_si64(s1) as u64,
+            _mm_extract_epi64::<1>(s1) as u64,
+        ];
+        let off = _mm512_set1_epi8(Self::OFF as i8);
+        let w = std::array::from_fn(|c| {
+            let idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.add(16 * c) as *const __m128i));
+            let g = _mm512_i32gather_epi32::<4>(idx, GRID_3XXS_HALF.as_ptr() as *const _);
+            offset_signed(g, neg[c], off)
+        });
+        (w, m)
+    }
+}
+
+/// i32 lanes `0, 1, …, 15`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn lane_ids() -> __m512i {
+    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+}
+
+/// One decoded block: the four registers of `u` and the multipliers `m_j` (i16 lanes 0..8).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Decoded {
+    u: [[u8; 64]; 4],
+    m: [i16; 8],
+}
+
+/// The decoded blocks of recently computed weight rows on this thread: a tile's later row groups read the bytes
+/// its first one decoded. An entry is keyed by the weight row's address and length and by the activations
+/// (`ActQ` address and buffer); a tile whose first activation row is 0 always decodes its rows afresh (and writes
+/// them), and the matmul computes the row groups of a tile in order from row 0, so a later group of the same call
+/// reads exactly the bytes it would decode.
+struct Cache {
+    entries: [Entry; CACHE_ROWS],
+    /// Tile calls so far (the entries' `used` stamps).
+    calls: u64,
+}
+
+/// Weight rows held: a tile has at most 8.
+const CACHE_ROWS: usize = 8;
+
+struct Entry {
+    key: (usize, usize, usize, usize),
+    used: u64,
+    blocks: Vec<Decoded>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            entries: [const { Entry { key: (0, 0, 0, 0), used: 0, blocks: Vec::new() } }; CACHE_ROWS],
+            calls: 0,
+        })
+    };
+}
+
+impl Cache {
+    /// The entries of the `C` weight rows `cols` against `act` (`nb` blocks each), and whether each must be
+    /// decoded (and written) rather than read: always when `fresh`.
+    fn claim<const C: usize>(&mut self, cols: &[&[u8]; 8], act: &ActQ, fresh: bool) -> [(*mut Decoded, bool); C] {
+        self.calls += 1;
+        let call = self.calls;
+        let mut out = [(std::ptr::null_mut(), true); C];
+        for c in 0..C {
+            let key = (cols[c].as_ptr() as usize, cols[c].len(), act as *const ActQ as usize, act.qs.as_ptr() as usize);
+            let hit = self.entries.iter().position(|e| e.key == key && !e.blocks.is_empty());
+            let (i, decode) = match hit {
+                // A row repeated in this call (a ragged tile's last row) shares its entry and decodes as its
+                // first claim does.
+                Some(i) if self.entries[i].used == call => {
+                    (i, out[..c].iter().find(|o| o.0 == self.entries[i].blocks.as_mut_ptr()).map_or(fresh, |o| o.1))
+                }
+                Some(i) => (i, fresh),
+                None => {
+                    let i = (0..CACHE_ROWS)
+                        .filter(|&i| self.entries[i].used != call)
+                        .min_by_key(|&i| self.entries[i].used)
+                        .expect("a tile has at most 8 weight rows");
+                    (i, true)
+                }
+            };
+            let e = &mut self.entries[i];
+            e.key = key;
+            e.used = call;
+            if e.blocks.len() != act.nb {
+                e.blocks = vec![Decoded { u: [[0; 64]; 4], m: [0; 8] }; act.nb];
+            }
+            out[c] = (e.blocks.as_mut_ptr(), decode);
+        }
+        out
+    }
+}
+
+/// This block's `S` against `RT` activation rows (`x[r]`: the block's 256 values, `bs[r]`: its 16 bsums) as eight
+/// i32 lanes to be summed, in `s[r]`, from its decoded bytes `w` and multipliers `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn block<T: GridQuant, const RT: usize>(
+    (w, m): ([__m512i; 4], __m128i),
+    x: &[*const i8; RT],
+    bs: &[*const i16; RT],
+    s: &mut [__m256i; RT],
+) {
+    // i16 [−OFF·m_0, −OFF·m_0, −OFF·m_1, …, −OFF·m_7] against the 16 bsums (|·| ≤ 32·62).
+    let dup = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let off = _mm256_mullo_epi16(_mm256_permutexvar_epi16(dup, _mm256_castsi128_si256(m)), _mm256_set1_epi16(-T::OFF));
+    let mut acc: [__m512i; RT] = std::array::from_fn(|r| {
+        _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(bs[r] as *const __m256i), off))
+    });
+    let m = _mm512_castsi128_si512(m);
+    for (q, idx) in Q45_IDX.iter().enumerate() {
+        let sc = _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr() as *const __m512i), m);
+        pair(w[2 * q], w[2 * q + 1], sc, x, 2 * q, &mut acc);
+    }
+    for r in 0..RT {
+        s[r] = fold(acc[r]);
+    }
+}
+
+fn entry<T: GridQuant>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
+    assert!(act.block == 256 && r0 + rt <= act.rows, "i-quant tile: activation rows");
+    assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "i-quant tile: weight rows");
+    // SAFETY: this kernel is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; the asserts
+    // above bound every pointer the kernel forms (the gathers index tables of 512 and 256 entries with 9- and
+    // 8-bit indices; the cache entries hold `nb` blocks).
+    unsafe {
+        if act.rows <= rt {
+            // One row group: nothing to keep.
+            by_rows!(rt, tile::<T>(cols, act, r0, None))
+        } else {
+            CACHE.with_borrow_mut(|cache| by_rows!(rt, tile::<T>(cols, act, r0, Some(&mut *cache))))
+        }
+    }
+}
+
+/// `C` weight rows × `RT` activation rows → 8 lanes, lane `c · RT + r`; the float steps of the reference. With a
+/// cache, the weight rows' decoded blocks are read from it or decoded into it.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<T: GridQuant, const C: usize, const RT: usize>(
+    cols: &[&[u8]; 8],
+    act: &ActQ,
+    r0: usize,
+    cache: Option<&mut Cache>,
+) -> [f32; 8] {
+    let (k, rows, nb) = (act.k, act.rows, act.nb);
+    let offsets = lane_offsets::<RT>(cols);
+    let slots: Option<[(*mut Decoded, bool); C]> = cache.map(|c| c.claim::<C>(cols, act, r0 == 0));
+    // The same block of the row one tile (8 rows) further: the rows of a tile are contiguous, so this streams the
+    // next tile into L2 while this one is computed (by the first row group, which reads the weights).
+    let ahead = 8 * cols[0].len();
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let x: [*const i8; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b));
+        let bs: [*const i16; RT] = std::array::from_fn(|r| act.sums.as_ptr().add(((r0 + r) * nb + b) * 16));
+        let mut s = [_mm256_setzero_si256(); 8];
+        for c in 0..C {
+            let mut sc = [_mm256_setzero_si256(); RT];
+            let blk = cols[c].as_ptr().add(b * T::BYTES);
+            let wm = match slots {
+                Some(slots) if !slots[c].1 => {
+                    let d = slots[c].0.add(b) as *const u8;
+                    let u = std::array::from_fn(|i| _mm512_load_si512(d.add(64 * i) as *const __m512i));
+                    (u, _mm_load_si128(d.add(256) as *const __m128i))
+                }
+                _ => {
+                    if r0 == 0 {
+                        prefetch(blk.wrapping_add(ahead), T::BYTES);
+                    }
+                    let (u, m) = T::decode(blk);
+                    if let Some(slots) = slots {
+                        let d = slots[c].0.add(b) as *mut u8;
+                        for (i, &v) in u.iter().enumerate() {
+                            _mm512_store_si512(d.add(64 * i) as *mut __m512i, v);
+                        }
+                        _mm_store_si128(d.add(256) as *mut __m128i, m);
+                    }
+                    (u, m)
+                }
+            };
+            block::<T, RT>(wm, &x, &bs, &mut sc);
+            s[c * RT..(c + 1) * RT].copy_from_slice(&sc);
+        }
+        let dw = f16_lanes(words::<C>(cols, b * T::BYTES, offsets));
+        let dx = pattern_ps::<RT>(act.d_t.as_ptr().add(b * rows + r0));
+        let ddx = _mm256_mul_ps(dw, dx);
+        let ddx = if T::DDX_MUL != 1.0 { _mm256_mul_ps(ddx, _mm256_set1_ps(T::DDX_MUL)) } else { ddx };
+        acc = _mm256_fmadd_ps(ddx, _mm256_cvtepi32_ps(reduce8(&s)), acc);
+    }
+    lanes(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Isa;
+    use rand::{Rng, SeedableRng};
+    use tf_quant::reference::matmul::matmul_ref;
+    use tf_quant::KSIGNS_IQ2XS;
+
+    /// The vector sign bytes equal `KSIGNS_IQ2XS` for every 7-bit field.
+    #[test]
+    fn ksigns_match_the_table() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        for start in (0..128).step_by(16) {
+            let f: [i32; 16] = std::array::from_fn(|i| start + i as i32);
+            let mut got = [0u8; 16];
+            // SAFETY: AVX-512 checked above.
+            unsafe {
+                let v = _mm512_loadu_si512(f.as_ptr() as *const __m512i);
+                _mm_storeu_si128(got.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(ksigns(v)));
+            }
+            let want: [u8; 16] = std::array::from_fn(|i| KSIGNS_IQ2XS[start as usize + i]);
+            assert_eq!(got, want);
+        }
+    }
+
+    /// Blocks at the bounds of the integer sums (the largest grid value everywhere, every scale 15, all signs
+    /// equal, activations all ±127) and random blocks: every tile shape (1, 2, 4 and 8 rows) equals the
+    /// reference bit for bit.
+    #[test]
+    fn extreme_and_random_blocks_equal_the_reference() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        let seed: u64 = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+        eprintln!("TF_SEED={seed}");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        // (type, block bytes, index of a largest grid entry's low bits and the `qh` bits for IQ3_S)
+        let max3s = (0..512).max_by_key(|&i| IQ3S_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
+        let max3xxs = (0..256).max_by_key(|&i| IQ3XXS_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
+        let (max3s, max3xxs) = (max3s.unwrap(), max3xxs.unwrap());
+        for (dtype, bytes) in [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES)] {
+            let kernel = kernel(dtype).unwrap();
+            for case in 0..40 {
+                let (nb, out, rows) = (rng.gen_range(1..4), 8, 8);
+                let mut w = vec![0u8; out * nb * bytes];
+                rng.fill(&mut w[..]);
+                let extreme = case % 4;
+                for blk in w.chunks_exact_mut(bytes) {
+                    blk[..2].copy_from_slice(&(0x3c00u16 + rng.gen_range(0..0x400)).to_le_bytes());
+                    if extreme == 0 {
+                        continue;
+                    }
+                    let sign = if extreme == 1 { 0x00 } else { 0xff };
+                    if dtype == DType::IQ3S {
+                        blk[2..66].fill(max3s as u8);
+                        blk[66..74].fill(if max3s >= 256 { 0xff } else { 0 });
+                        blk[74..106].fill(sign);
+                        blk[106..110].fill(0xff);
+                    } else {
+                        blk[2..66].fill(max3xxs as u8);
+                        let aux = 0xf000_0000u32 | if sign == 0 { 0 } else { 0x0fff_ffff };
+                        for j in 0..8 {
+                            blk[66 + 4 * j..70 + 4 * j].copy_from_slice(&aux.to_le_bytes());
+                        }
+                    }
+                }
+                let k = 256 * nb;
+                let x: Vec<f32> = (0..rows * k)
+                    .map(|i| match extreme {
+                        0 => rng.gen_range(-1.0f32..1.0),
+                        3 => {
+                            if (i / k) % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        }
+                        _ => 1.0,
+                    })
+                    .collect();
+                let want = matmul_ref(tf_core::Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
+                let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
+                let row = |c: usize| &w[c * nb * bytes..(c + 1) * nb * bytes];
+                for rt in [1, 2, 4, 8] {
+                    for r0 in (0..rows).step_by(rt) {
+                        for s0 in (0..out).step_by(8 / rt) {
+                            let cols: [&[u8]; 8] = std::array::from_fn(|i| row((s0 + i).min(out - 1)));
+                            let got = kernel(&cols, &act, r0, rt);
+                            for ci in 0..8 / rt {
+                                for ri in 0..rt {
+                                    let want = want[(r0 + ri) * out + s0 + ci];
+                                    assert_eq!(
+                                        got[ci * rt + ri].to_bits(),
+                                        want.to_bits(),
+                                        "{dtype} case {case} rt={rt} row {} col {} (TF_SEED={seed})",
+                                        r0 + ri,
+                                        s0 + ci
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
