@@ -114,18 +114,16 @@ pub struct ModelArgs {
     /// Seed of the dummy weights (the same seed gives the same bits).
     #[arg(long, default_value_t = 0)]
     pub dummy_seed: u64,
-    /// Matrix type of the dummy weights: bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, iq2_xxs, iq2_xs,
-    /// iq2_s (default: the config's torch_dtype).
+    /// Matrix type of the dummy weights: bf16, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k,
+    /// q6_k, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s (default: the config's torch_dtype).
     #[arg(long, value_parser = parse_dummy_dtype)]
     pub dummy_dtype: Option<DType>,
 }
 
 fn parse_dummy_dtype(s: &str) -> Result<DType, String> {
     tf_loader::dummy::DUMMY_DTYPES.into_iter().find(|d| d.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
-        format!(
-            "'{s}' is not a dummy weight type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, iq4_nl, iq4_xs, iq2_xxs, \
-             iq2_xs, iq2_s)"
-        )
+        let names: Vec<String> = tf_loader::dummy::DUMMY_DTYPES.iter().map(|d| d.name().to_lowercase()).collect();
+        format!("'{s}' is not a dummy weight type ({})", names.join(", "))
     })
 }
 

@@ -41,13 +41,19 @@ pub struct DummyWeights {
 }
 
 /// The weight types dummy matrices can have: the float types of HF checkpoints and the common GGUF blocks.
-pub const DUMMY_DTYPES: [DType; 12] = [
+pub const DUMMY_DTYPES: [DType; 18] = [
     DType::BF16,
     DType::F16,
     DType::F32,
     DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
     DType::IQ4NL,
     DType::IQ4XS,
@@ -385,15 +391,19 @@ fn fill(dtype: DType, role: Role, r: &mut Rng, out: &mut [u8]) {
                 let v = r.next().to_le_bytes();
                 c.copy_from_slice(&v[..c.len()]);
             }
+            // Byte offsets of the f16 scales in a block: d (and m or dmin after it).
             let fields: &[usize] = match dtype {
                 DType::Q4_0
+                | DType::Q5_0
                 | DType::Q8_0
                 | DType::IQ4NL
                 | DType::IQ4XS
                 | DType::IQ2XXS
                 | DType::IQ2XS
                 | DType::IQ2S => &[0],
-                DType::Q4K => &[0, 2],
+                DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
+                DType::Q2K => &[80, 82],
+                DType::Q3K => &[108],
                 DType::Q6K => &[208],
                 _ => unreachable!("checked against DUMMY_DTYPES"),
             };
