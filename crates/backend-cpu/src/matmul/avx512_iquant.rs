@@ -1,6 +1,5 @@
-//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the grid i-quants IQ3_S and IQ3_XXS: each weight block is
-//! decoded once per tile into unsigned bytes, and every activation row of the tile then costs `vpdpbusd` and
-//! `vpdpwssd` only, as in `avx512_kquant`.
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the grid i-quants IQ3_S and IQ3_XXS: weight blocks are
+//! decoded into unsigned bytes once, and every activation row then costs `vpdpbusd` and a multiply per sub-block.
 //!
 //! Decoding, per block of one weight row, 64 elements (16 grid entries of 4 values, sub-blocks `2 c` and
 //! `2 c + 1`) at a time into one 512-bit register: the 16 grid indices are widened to i32 lanes and the entries
@@ -12,15 +11,24 @@
 //!   `OFF = 32`, so `u` is in `1..=63`; the sign bytes `KSIGNS_IQ2XS[f]` of the 7-bit fields `f` of the eight
 //!   scale words are formed in vectors as `f | parity(f) << 7` (the table's rule, tested for all 128 fields).
 //!
-//! Per activation row (values `x` in `-127..=127`), `vpdpbusd(u, x)` from zero gives i32 lanes that are each the
-//! sum of four products of one sub-block, `|p| ≤ 4·63·127 = 32004`, so two chunks pack to i16 (`vpackssdw`,
-//! never saturating) and `vpdpwssd` multiplies each lane by its sub-block's multiplier `m_j = DIV·(1 + 2 sc_j)`
-//! (≤ 62) in the lane order of `avx512_kquant`'s K-quant pairs. The offset comes off through the row's bsums:
-//! the accumulator starts at `−OFF·Σ_j m_j·(bsum[2 j] + bsum[2 j + 1])`, so it ends at
-//! `Σ_j m_j·Σ_{i∈j} (u_i − OFF)·x_i = Σ_j (1 + 2 sc_j)·Σ_{i∈j} (±grid_i)·x_i`, the reference's `S`. Every partial
-//! sum is exact: the products total at most `256·63·127·62 < 2^28`, the offset term `32·62·256·127 < 2^26`.
+//! The sub-block multiplier is `m_j = DIV·(1 + 2 sc_j)` (≤ 62), and the offset comes off through the activation
+//! row's bsums, so that `Σ_j m_j·Σ_{i∈j} (u_i − OFF)·x_i = Σ_j (1 + 2 sc_j)·Σ_{i∈j} (±grid_i)·x_i`, the
+//! reference's `S` (activations `x` in `-127..=127`). Two kernels form it, in exact integers either way:
+//! - From [`GROUP_ROWS`] activation rows, a chunk of output columns is computed 16 weight rows ("a group") at a
+//!   time, one per i32 lane: the group's blocks are decoded once into lines (a 16 × 16 transpose of the decoded
+//!   registers: line `l` holds every weight row's four bytes of elements `4 l..4 l + 4`), then per activation row,
+//!   block and sub-block `j`, `P_j = −OFF·(bsum[2 j] + bsum[2 j + 1]) + Σ_l vpdpbusd(line l, x[4 l..4 l + 4]
+//!   broadcast)` over its 8 lines and `S += m_j·P_j` (`vpmulld`): `|P_j| ≤ 32·63·127 + 32·32·127 < 2^19`,
+//!   `|S| ≤ 8·62·2^19 < 2^28`.
+//! - Fewer rows run the tile kernels (`C` weight rows × `RT` activation rows, as `avx512_kquant`): per activation
+//!   row, `vpdpbusd(u, x)` from zero gives i32 lanes that are each the sum of four products of one sub-block,
+//!   `|p| ≤ 4·63·127 = 32004`, so two chunks pack to i16 (`vpackssdw`, never saturating) and `vpdpwssd`
+//!   multiplies each lane by its `m_j` in the lane order of `avx512_kquant`'s K-quant pairs, from a starting value
+//!   of `−OFF·Σ_j m_j·(bsum[2 j] + bsum[2 j + 1])`: the products total at most `256·63·127·62 < 2^28`, the offset
+//!   term `32·62·256·127 < 2^26`. A tile's later row groups read the blocks its first one decoded ([`Cache`]).
+//!
 //! Then per lane, in floats, as the reference: `acc = fma(dw * dx, S, acc)` (IQ3_S) or
-//! `acc = fma((dw * dx) * 0.25, S, acc)` (IQ3_XXS).
+//! `acc = fma((dw * dx) * 0.25, S, acc)` (IQ3_XXS), blocks in order.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -31,9 +39,19 @@ use tf_quant::{IQ3S_GRID, IQ3XXS_GRID};
 use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
 use super::avx512_kquant::{f16_lanes, fold, pair, prefetch, Q45_IDX};
-use super::QuantKernel;
+use super::{chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
 
-/// The AVX-512 kernel of a grid i-quant `dtype`, if there is one.
+/// The AVX-512 chunk kernel of a grid i-quant `dtype`, if there is one: [`chunk`] from [`GROUP_ROWS`] activation
+/// rows, the tile kernels ([`kernel`]) below.
+pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
+    Some(match dtype {
+        DType::IQ3S => chunk::<IQ3S>,
+        DType::IQ3XXS => chunk::<IQ3XXS>,
+        _ => return None,
+    })
+}
+
+/// The AVX-512 tile kernel of a grid i-quant `dtype`, if there is one.
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::IQ3S => entry::<IQ3S>,
@@ -345,11 +363,185 @@ unsafe fn tile<T: GridQuant, const C: usize, const RT: usize>(
     lanes(acc)
 }
 
+/// Activation rows from which a chunk is computed by [`chunk`] (fewer run the tile kernels).
+const GROUP_ROWS: usize = 8;
+
+/// Weight rows of a group: the i32 lanes of a 512-bit register.
+const LANES: usize = 16;
+
+/// One 64-byte line of a decoded group.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// Lines of one decoded block of a group: 64 of weight bytes, 8 of multipliers, 1 of `dw`.
+const BLOCK_LINES: usize = 73;
+
+thread_local! {
+    /// The decoded group of [`chunk`]: `[nb][BLOCK_LINES]` lines.
+    static GROUP: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
+}
+
+fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+    if act.rows < GROUP_ROWS {
+        return chunk_quant::<8>(entry::<T>, w, act, c0, c1, out);
+    }
+    let (bytes, rb, nb, rows) = (w.bytes(), w.row_bytes, act.nb, act.rows);
+    assert!(act.block == 256 && rb == nb * T::BYTES && c0.is_multiple_of(LANES) && c1 * rb <= bytes.len());
+    assert!(act.qs.len() == rows * act.k && act.d_t.len() == rows * nb && act.sums.len() == rows * nb * 16);
+    assert!(c1 <= out.stride && rows <= out.rows, "i-quant chunk: output");
+    // The first group's rows now, each next group's while this one is computed (a share per pass of rows).
+    crate::simd::prefetch_l2(&bytes[c0 * rb..(c0 + LANES).min(c1) * rb]);
+    let passes = rows.div_ceil(4);
+    GROUP.with_borrow_mut(|group| {
+        if group.len() < nb * BLOCK_LINES {
+            group.resize(nb * BLOCK_LINES, Line([0; 64]));
+        }
+        for g0 in (c0..c1).step_by(LANES) {
+            let live = (c1 - g0).min(LANES);
+            // Lane `c`: weight row `g0 + c`, the last live one repeated past the chunk's end (its sums dropped).
+            let cols: [&[u8]; LANES] = std::array::from_fn(|c| {
+                let c = g0 + c.min(live - 1);
+                &bytes[c * rb..(c + 1) * rb]
+            });
+            let next = &bytes[((g0 + LANES) * rb).min(bytes.len())..((g0 + 2 * LANES) * rb).min(bytes.len())];
+            // SAFETY: `Kernel::Chunk` is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; every
+            // column holds `nb` blocks, `group` `nb` decoded blocks, `act` every row's data and `out` rows `rows`
+            // of columns `g0..g0 + live` (asserts above); this task owns columns `c0..c1` of `out`.
+            unsafe {
+                decode_group::<T>(&cols, nb, group.as_mut_ptr());
+                let dst = out.ptr.get().add(g0);
+                let mut r0 = 0;
+                while r0 < rows {
+                    let rt = (rows - r0).min(4);
+                    let pass = r0 / 4;
+                    crate::simd::prefetch_l2(&next[pass * next.len() / passes..(pass + 1) * next.len() / passes]);
+                    let g = group.as_ptr();
+                    match rt {
+                        4 => group_rows::<T, 4>(g, act, r0, dst, out.stride, live),
+                        3 => group_rows::<T, 3>(g, act, r0, dst, out.stride, live),
+                        2 => group_rows::<T, 2>(g, act, r0, dst, out.stride, live),
+                        _ => group_rows::<T, 1>(g, act, r0, dst, out.stride, live),
+                    }
+                    r0 += rt;
+                }
+            }
+        }
+    });
+}
+
+/// Step `s` (8, 4, 2, 1) of a 16 × 16 i32 transpose: for registers `r` and `r + s` (`r & s == 0`), lanes with bit
+/// `s` set of `r` swap with lanes with it clear of `r + s`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn transpose_step(v: &mut [__m512i; LANES], s: usize) {
+    let lo: [i32; 16] = std::array::from_fn(|c| if c & s == 0 { c as i32 } else { (16 + c - s) as i32 });
+    let hi: [i32; 16] = std::array::from_fn(|c| if c & s == 0 { (c + s) as i32 } else { (16 + c) as i32 });
+    let (lo, hi) =
+        (_mm512_loadu_si512(lo.as_ptr() as *const __m512i), _mm512_loadu_si512(hi.as_ptr() as *const __m512i));
+    for r in 0..LANES {
+        if r & s == 0 {
+            let (a, b) = (v[r], v[r + s]);
+            v[r] = _mm512_permutex2var_epi32(a, lo, b);
+            v[r + s] = _mm512_permutex2var_epi32(a, hi, b);
+        }
+    }
+}
+
+/// Decodes block `b` of the 16 weight rows `cols` into lines at `dst`: line `l` (0..64) holds, in i32 lane `c`, row
+/// `c`'s four bytes `u` of elements `4 l..4 l + 4`; line `64 + j` its multiplier `m_j` (i32 lanes); line 72 its
+/// `dw` (f32 lanes, `vcvtph2ps` as [`f16_lanes`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn decode_group<T: GridQuant>(cols: &[&[u8]; LANES], nb: usize, dst: *mut Line) {
+    for b in 0..nb {
+        let dst = dst.add(b * BLOCK_LINES) as *mut __m512i;
+        let mut u = [[_mm512_setzero_si512(); LANES]; 4];
+        let mut m = [[0i16; 8]; LANES];
+        let mut d = [0u16; LANES];
+        for c in 0..LANES {
+            let blk = cols[c].as_ptr().add(b * T::BYTES);
+            let (w, mc) = T::decode(blk);
+            for q in 0..4 {
+                u[q][c] = w[q];
+            }
+            _mm_storeu_si128(m[c].as_mut_ptr() as *mut __m128i, mc);
+            d[c] = (blk as *const u16).read_unaligned();
+        }
+        for (q, v) in u.iter_mut().enumerate() {
+            for s in [8, 4, 2, 1] {
+                transpose_step(v, s);
+            }
+            for (i, &line) in v.iter().enumerate() {
+                _mm512_store_si512(dst.add(16 * q + i), line);
+            }
+        }
+        let mt: [[i32; LANES]; 8] = std::array::from_fn(|j| std::array::from_fn(|c| m[c][j] as i32));
+        for (j, mj) in mt.iter().enumerate() {
+            _mm512_store_si512(dst.add(64 + j), _mm512_loadu_si512(mj.as_ptr() as *const __m512i));
+        }
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
+        _mm512_store_ps(dst.add(72) as *mut f32, dw);
+    }
+}
+
+/// Activation rows `r0..r0 + RT` against the decoded group at `g`, into the first `live` columns from `dst` of
+/// rows `r0..r0 + RT` (`stride` apart). Per
+/// block, row and sub-block `j`: `P = −OFF·(bsum[2 j] + bsum[2 j + 1]) + Σ_l vpdpbusd(line l, x[4 l..4 l + 4])`
+/// over its 8 lines (two partial sums of 4), then `S += m_j · P` (`vpmulld`); `acc = fma(dw * dx, S, acc)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn group_rows<T: GridQuant, const RT: usize>(
+    g: *const Line,
+    act: &ActQ,
+    r0: usize,
+    dst: *mut f32,
+    stride: usize,
+    live: usize,
+) {
+    let (k, rows, nb) = (act.k, act.rows, act.nb);
+    let mut acc = [_mm512_setzero_ps(); RT];
+    for b in 0..nb {
+        let lines = g.add(b * BLOCK_LINES) as *const __m512i;
+        let x: [*const i32; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b) as *const i32);
+        let bs: [*const i16; RT] = std::array::from_fn(|r| act.sums.as_ptr().add(((r0 + r) * nb + b) * 16));
+        let mut s = [_mm512_setzero_si512(); RT];
+        for j in 0..8 {
+            let mut p: [[__m512i; 2]; RT] = std::array::from_fn(|r| {
+                let bsum = *bs[r].add(2 * j) as i32 + *bs[r].add(2 * j + 1) as i32;
+                [_mm512_set1_epi32(-(T::OFF as i32) * bsum), _mm512_setzero_si512()]
+            });
+            for i in 0..8 {
+                let line = _mm512_load_si512(lines.add(8 * j + i));
+                for r in 0..RT {
+                    let xv = _mm512_set1_epi32(x[r].add(8 * j + i).read_unaligned());
+                    p[r][i % 2] = _mm512_dpbusd_epi32(p[r][i % 2], line, xv);
+                }
+            }
+            let mj = _mm512_load_si512(lines.add(64 + j));
+            for r in 0..RT {
+                s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(_mm512_add_epi32(p[r][0], p[r][1]), mj));
+            }
+        }
+        let dw = _mm512_load_ps(lines.add(72) as *const f32);
+        for r in 0..RT {
+            let ddx = _mm512_mul_ps(dw, _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r)));
+            let ddx = if T::DDX_MUL != 1.0 { _mm512_mul_ps(ddx, _mm512_set1_ps(T::DDX_MUL)) } else { ddx };
+            acc[r] = _mm512_fmadd_ps(ddx, _mm512_cvtepi32_ps(s[r]), acc[r]);
+        }
+    }
+    let mask = ((1u32 << live) - 1) as __mmask16;
+    for (r, &a) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(dst.add((r0 + r) * stride), mask, a);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::isa::Isa;
+    use crate::matmul::matmul;
+    use crate::Pool;
     use rand::{Rng, SeedableRng};
+    use tf_core::{Precision, Tensor, TensorInfo};
     use tf_quant::reference::matmul::matmul_ref;
     use tf_quant::KSIGNS_IQ2XS;
 
@@ -390,7 +582,7 @@ mod tests {
         for (dtype, bytes) in [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES)] {
             let kernel = kernel(dtype).unwrap();
             for case in 0..40 {
-                let (nb, out, rows) = (rng.gen_range(1..4), 8, 8);
+                let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40][case % 3], [8, 13, 4, 64][case % 4]);
                 let mut w = vec![0u8; out * nb * bytes];
                 rng.fill(&mut w[..]);
                 let extreme = case % 4;
@@ -427,15 +619,15 @@ mod tests {
                         _ => 1.0,
                     })
                     .collect();
-                let want = matmul_ref(tf_core::Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
+                let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
                 let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
                 let row = |c: usize| &w[c * nb * bytes..(c + 1) * nb * bytes];
                 for rt in [1, 2, 4, 8] {
-                    for r0 in (0..rows).step_by(rt) {
+                    for r0 in (0..rows - rows % rt).step_by(rt) {
                         for s0 in (0..out).step_by(8 / rt) {
                             let cols: [&[u8]; 8] = std::array::from_fn(|i| row((s0 + i).min(out - 1)));
                             let got = kernel(&cols, &act, r0, rt);
-                            for ci in 0..8 / rt {
+                            for ci in 0..(8 / rt).min(out - s0) {
                                 for ri in 0..rt {
                                     let want = want[(r0 + ri) * out + s0 + ci];
                                     assert_eq!(
@@ -449,6 +641,14 @@ mod tests {
                             }
                         }
                     }
+                }
+                // The whole matmul: the chunk kernel from 8 rows, with ragged groups of 16 weight rows.
+                let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
+                let wt = CpuWeight::from_bytes(&info, &w).unwrap();
+                let xt = Tensor::host(rows, k, x.clone());
+                let got = matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &xt, &wt, None);
+                for (i, (g, e)) in got.host.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), e.to_bits(), "{dtype} case {case} matmul element {i} (TF_SEED={seed})");
                 }
             }
         }

@@ -380,6 +380,8 @@ pub fn matmul_many(
             Job::Quant { kernel: Kernel::Lanes16(_), .. } => 16,
             #[cfg(target_arch = "x86_64")]
             Job::Quant { kernel: Kernel::Wide, .. } => 16,
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { kernel: Kernel::Chunk(_), .. } => 16,
             _ => TILE_COLS,
         };
         let tiles = n.div_ceil(tile);
@@ -413,6 +415,8 @@ pub fn matmul_many(
                 });
                 avx512_wide::chunk(packed, next, act, c0, c1, out)
             }
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::Chunk(kernel) } => kernel(w, act, c0, c1, out),
         }
         if let Some(b) = &p.bias {
             for r in 0..rows {
@@ -592,7 +596,15 @@ enum Kernel {
     /// The wide AVX-512 kernel of a packed weight (x86_64 only): 16 weight rows per register lane group.
     #[cfg(target_arch = "x86_64")]
     Wide,
+    /// A kernel that computes a whole chunk of columns (`c0` a multiple of 16) of the weight as stored (x86_64
+    /// only: the AVX-512 i-quant kernels).
+    #[cfg(target_arch = "x86_64")]
+    Chunk(ChunkKernel),
 }
+
+/// Checkpoint mode over output columns `c0..c1` of `out` for every activation row.
+#[cfg(target_arch = "x86_64")]
+type ChunkKernel = fn(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out);
 
 /// The checkpoint kernel for `w` on `isa`, any row count (every choice gives the same bits).
 fn pick_quant_kernel(isa: Isa, w: &CpuWeight) -> Kernel {
@@ -605,6 +617,9 @@ fn pick_quant_kernel(isa: Isa, w: &CpuWeight) -> Kernel {
     if isa == Isa::Avx512 {
         if let Some(k) = avx512_legacy::kernel16(dtype) {
             return Kernel::Lanes16(k);
+        }
+        if let Some(k) = avx512_iquant::chunk_kernel(dtype) {
+            return Kernel::Chunk(k);
         }
         if let Some(k) = avx512_kquant::kernel(dtype) {
             return Kernel::Lanes8(k);
