@@ -1,13 +1,14 @@
-// Checkpoint-precision matmul of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the tensor cores (`mmqt_<type>`),
-// for many rows (prefill chunks, wide windows): bit-equal to `mmq_<type>` (kernels/matmul_q.cu) and so to
-// tf_quant::reference::matmul::matmul_ref.
+// Checkpoint-precision matmul of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights on the
+// tensor cores (`mmqt_<type>`), for many rows (prefill chunks, wide windows): bit-equal to `mmq_<type>`
+// (kernels/matmul_q.cu) and so to tf_quant::reference::matmul::matmul_ref.
 //
 // Why the bits are the reference's: a checkpoint block's terms are integer sums (an int8 activation block times the
 // weight's integers, times the sub-block scales), exact in any order, then one or two float fmas per block in block
 // order. Here `mma.sync` on int8 fragments gives each (row, column, sub-block) integer dot product exactly (m16n8k32;
-// m16n8k16 for Q6_K's 16-element sub-blocks); the thread that holds a (row, column) pair in its accumulator fragment
-// scales and adds the sub-blocks' integers, then folds the block's float terms into its own accumulator in
-// increasing block order, as `mmq_*`'s fold lane does. A row's result never depends on another row or on the tile.
+// m16n8k16 for the 16-element sub-blocks of Q2_K, Q3_K and Q6_K); the thread that holds a (row, column) pair in its
+// accumulator fragment scales and adds the sub-blocks' integers, then folds the block's float terms into its own
+// accumulator in increasing block order, as `mmq_*`'s fold lane does. A row's result never depends on another row
+// or on the tile.
 //
 // Tile: QT_M = 64 activation rows × QT_N = 64 weight columns per block of 4 warps (2 × 2, each 32 × 32: two m16 and
 // four n8 fragments). The K loop walks stages of 256 elements (8 legacy blocks or one K-quant block): the stage's
@@ -71,12 +72,28 @@ struct QtSpec<DT_Q5_0> {
     static constexpr int BB = 22, BE = 32;
 };
 template <>
+struct QtSpec<DT_Q5_1> {
+    static constexpr int BB = 24, BE = 32;
+};
+template <>
 struct QtSpec<DT_Q4K> {
     static constexpr int BB = 144, BE = 256;
 };
 template <>
 struct QtSpec<DT_Q6K> {
     static constexpr int BB = 210, BE = 256;
+};
+template <>
+struct QtSpec<DT_Q5K> {
+    static constexpr int BB = 176, BE = 256;
+};
+template <>
+struct QtSpec<DT_Q3K> {
+    static constexpr int BB = 110, BE = 256;
+};
+template <>
+struct QtSpec<DT_Q2K> {
+    static constexpr int BB = 84, BE = 256;
 };
 
 template <int DT>
@@ -85,14 +102,17 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
     typedef QtSpec<DT> S;
     constexpr bool LEGACY = S::BE == 32;
     constexpr int BPS = QT_K / S::BE;  // blocks per stage: 8 or 1
+    constexpr bool LMIN = DT == DT_Q4_1 || DT == DT_Q5_1;  // legacy with m: fma(mw * dx, Σ qx)
+    constexpr bool SUB32 = DT == DT_Q4K || DT == DT_Q5K;  // K-quants of 8 sub-blocks of 32 (the others: 16 of 16)
+    constexpr bool KMIN = SUB32 || DT == DT_Q2K;           // K-quants with mins: fma(-(dmin * dx), M)
     __shared__ __align__(16) u8 xs[QT_M * QT_LD];   // activations [64 rows, 256], int8
     __shared__ __align__(16) u8 ws[QT_N * QT_LD];   // weights decoded [64 columns, 256], int8
     __shared__ float dxs[QT_M][BPS];                // activation block scales
-    __shared__ i16 xsum[QT_M][16];                  // Q4_1: the block's Σq per block; Q4_K: Σq per 16 elements
+    __shared__ i16 xsum[QT_M][16];                  // Q4_1/Q5_1: the block's Σq per block; K-quants: Σq per 16
     __shared__ float dws[QT_N][BPS];                // weight block scale d
-    __shared__ float mws[QT_N][BPS];                // Q4_1 m, Q4_K dmin
-    __shared__ i8 scs[QT_N][16];                    // Q4_K scales (8), Q6_K scales (16)
-    __shared__ u8 mins[QT_N][8];                    // Q4_K mins
+    __shared__ float mws[QT_N][BPS];                // Q4_1/Q5_1 m, Q2_K/Q4_K/Q5_K dmin
+    __shared__ i8 scs[QT_N][16];                    // Q4_K/Q5_K scales (8), Q2_K/Q3_K/Q6_K scales (16)
+    __shared__ u8 mins[QT_N][DT == DT_Q2K ? 16 : 8];  // Q4_K/Q5_K mins (8), Q2_K mins (16)
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int g = lane / 4, t = lane % 4;
     int r0 = blockIdx.y * QT_M, n0 = blockIdx.x * QT_N;
@@ -125,10 +145,10 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
             i64 r = min(r0 + row, R - 1);
             if (bl < cnt) {
                 dxs[row][bl] = d[r * nb + b0 + bl];
-                if constexpr (DT == DT_Q4_1) xsum[row][bl] = sums[r * nb + b0 + bl];
+                if constexpr (LMIN) xsum[row][bl] = sums[r * nb + b0 + bl];
             }
         }
-        if constexpr (DT == DT_Q4K) {
+        if constexpr (KMIN) {
             for (int i = tid; i < QT_M * 16; i += 128) {
                 int row = i / 16, j = i % 16;
                 i64 r = min(r0 + row, R - 1);
@@ -144,20 +164,24 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                 u32* dst = (u32*)(ws + c * QT_LD + bl * 32);
                 u32 hd = ld2w(p);
                 dws[c][bl] = f16_bits_to_f32(hd & 0xffffu);
-                if constexpr (DT == DT_Q4_1) mws[c][bl] = f16_bits_to_f32(hd >> 16);
+                if constexpr (LMIN) mws[c][bl] = f16_bits_to_f32(hd >> 16);
                 if constexpr (DT == DT_Q8_0) {
 #pragma unroll
                     for (int k = 0; k < 8; k++) dst[k] = ld2w(p + 2 + 4 * k);
                 } else {
-                    constexpr int QS = DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : 6);
-                    u32 qh = DT == DT_Q5_0 ? ld2w(p + 2) : 0u;
+                    // qs at byte 2 (Q4_0), 4 (Q4_1), 6 (Q5_0), 8 (Q5_1); qh at 2 (Q5_0), 4 (Q5_1): elements 4k..4k+3 of
+                    // the low nibbles take qh bits 4k.., those of the high nibbles (16 + 4k..) bits 16 + 4k...
+                    constexpr int QS = DT == DT_Q4_0 ? 2 : (DT == DT_Q4_1 ? 4 : (DT == DT_Q5_0 ? 6 : 8));
+                    u32 qh = DT == DT_Q5_0 ? ld2w(p + 2) : (DT == DT_Q5_1 ? ld2w(p + 4) : 0u);
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
                         u32 v = ld2w(p + QS + 4 * k);
                         u32 lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
-                        if constexpr (DT == DT_Q5_0) {
+                        if constexpr (DT == DT_Q5_0 || DT == DT_Q5_1) {
                             lo |= ((((qh >> (4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
                             hi |= ((((qh >> (16 + 4 * k)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+                        }
+                        if constexpr (DT == DT_Q5_0) {
                             lo = __vsub4(lo, 0x10101010u);
                             hi = __vsub4(hi, 0x10101010u);
                         } else if constexpr (DT == DT_Q4_0) {
@@ -169,17 +193,25 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                     }
                 }
             }
-        } else if constexpr (DT == DT_Q4K) {
-            // Part p: qs bytes [32p, 32p + 32): low nibbles are sub-block 2p, high ones 2p + 1.
+        } else if constexpr (SUB32) {
+            // Part p: qs bytes [32p, 32p + 32) (Q4_K's qs at byte 16, Q5_K's at 48): low nibbles are sub-block 2p,
+            // high ones 2p + 1. Q5_K: element 32j + l takes bit j of qh[l] (qh at byte 16) as its bit 4.
+            constexpr int QS = DT == DT_Q4K ? 16 : 48;
             for (int i = tid; i < QT_N * 4; i += 128) {
                 int c = i / 4, part = i % 4;
                 const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
                 u32* dst = (u32*)(ws + c * QT_LD + 64 * part);
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
-                    u32 v = ld2w(p + 16 + 32 * part + 4 * k);
-                    dst[k] = v & 0x0f0f0f0fu;
-                    dst[8 + k] = (v >> 4) & 0x0f0f0f0fu;
+                    u32 v = ld2w(p + QS + 32 * part + 4 * k);
+                    u32 lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+                    if constexpr (DT == DT_Q5K) {
+                        u32 qh = ld2w(p + 16 + 4 * k);
+                        lo |= ((qh >> (2 * part)) & 0x01010101u) << 4;
+                        hi |= ((qh >> (2 * part + 1)) & 0x01010101u) << 4;
+                    }
+                    dst[k] = lo;
+                    dst[8 + k] = hi;
                 }
             }
             if (tid < QT_N) {
@@ -192,6 +224,44 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                 for (int j = 0; j < 8; j++) {
                     scs[c][j] = (i8)q4k_scale(p + 4, j);
                     mins[c][j] = (u8)q4k_min(p + 4, j);
+                }
+            }
+        } else if constexpr (DT == DT_Q3K || DT == DT_Q2K) {
+            // Part p = 2h + lh: elements 128h + 32s + 16lh + i (s < 4, i < 16) are (qs[32h + 16lh + i] >> 2s) & 3
+            // (qs at byte 16 in Q2_K, 32 in Q3_K); Q3_K adds bit 4h + s of hmask[16lh + i] (byte 0) times 4, minus 4.
+            constexpr int QS = DT == DT_Q2K ? 16 : 32;
+            for (int i = tid; i < QT_N * 4; i += 128) {
+                int c = i / 4, part = i % 4, h = part >> 1, lh = part & 1;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+                u32* dst = (u32*)(ws + c * QT_LD + 128 * h + 16 * lh);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    u32 qa = ld2w(p + QS + 32 * h + 16 * lh + 4 * k);
+                    u32 hm = DT == DT_Q3K ? ld2w(p + 16 * lh + 4 * k) : 0u;
+#pragma unroll
+                    for (int s = 0; s < 4; s++) {
+                        u32 v = (qa >> (2 * s)) & 0x03030303u;
+                        if constexpr (DT == DT_Q3K)
+                            v = __vsub4(v | (((hm >> (4 * h + s)) & 0x01010101u) << 2), 0x04040404u);
+                        dst[8 * s + k] = v;
+                    }
+                }
+            }
+            if (tid < QT_N) {
+                int c = tid;
+                const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
+                if constexpr (DT == DT_Q3K) {
+#pragma unroll
+                    for (int j = 0; j < 16; j++) scs[c][j] = (i8)q3k_scale(p + 96, j);
+                    dws[c][0] = ld_f16(p + 108);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 16; j++) {
+                        scs[c][j] = (i8)(p[j] & 15);
+                        mins[c][j] = p[j] >> 4;
+                    }
+                    dws[c][0] = ld_f16(p + 80);
+                    mws[c][0] = ld_f16(p + 82);
                 }
             }
         } else {  // DT_Q6K
@@ -256,7 +326,7 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                             int row = wm + mi * 16 + g + (e >> 1) * 8, c = wn + ni * 8 + 2 * t + (e & 1);
                             float dx = dxs[row][bl];
                             acc[mi][ni][e] = fmaf(dws[c][bl] * dx, (float)dot[e], acc[mi][ni][e]);
-                            if constexpr (DT == DT_Q4_1)
+                            if constexpr (LMIN)
                                 acc[mi][ni][e] = fmaf(mws[c][bl] * dx, (float)xsum[row][bl], acc[mi][ni][e]);
                         }
                     }
@@ -270,17 +340,17 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                 for (int ni = 0; ni < 4; ni++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) sv[mi][ni][e] = 0;
-            constexpr int SUBS = DT == DT_Q4K ? 8 : 16;
+            constexpr int SUBS = SUB32 ? 8 : 16;
 #pragma unroll 1
             for (int j = 0; j < SUBS; j++) {
-                int kk = j * (DT == DT_Q4K ? 32 : 16);
+                int kk = j * (SUB32 ? 32 : 16);
                 u32 a[2][4], bf[4][2];
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     const u8* pa = xa + mi * 16 * QT_LD + kk;
                     a[mi][0] = *(const u32*)pa;
                     a[mi][1] = *(const u32*)(pa + 8 * QT_LD);
-                    if constexpr (DT == DT_Q4K) {
+                    if constexpr (SUB32) {
                         a[mi][2] = *(const u32*)(pa + 16);
                         a[mi][3] = *(const u32*)(pa + 8 * QT_LD + 16);
                     }
@@ -289,14 +359,14 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                 for (int ni = 0; ni < 4; ni++) {
                     const u8* pb = wb + ni * 8 * QT_LD + kk;
                     bf[ni][0] = *(const u32*)pb;
-                    if constexpr (DT == DT_Q4K) bf[ni][1] = *(const u32*)(pb + 16);
+                    if constexpr (SUB32) bf[ni][1] = *(const u32*)(pb + 16);
                 }
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++) {
                         int dot[4];
-                        if constexpr (DT == DT_Q4K) {
+                        if constexpr (SUB32) {
                             qt_mma32(dot, a[mi][0], a[mi][1], a[mi][2], a[mi][3], bf[ni][0], bf[ni][1]);
                         } else {
                             qt_mma16(dot, a[mi][0], a[mi][1], bf[ni][0]);
@@ -318,11 +388,16 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                         int row = wm + mi * 16 + g + (e >> 1) * 8, c = wn + ni * 8 + 2 * t + (e & 1);
                         float dx = dxs[row][0];
                         acc[mi][ni][e] = fmaf(dws[c][0] * dx, (float)sv[mi][ni][e], acc[mi][ni][e]);
-                        if constexpr (DT == DT_Q4K) {
+                        if constexpr (KMIN) {
                             int mv = 0;
+                            if constexpr (SUB32) {
 #pragma unroll
-                            for (int jj = 0; jj < 8; jj++)
-                                mv += (int)mins[c][jj] * ((int)xsum[row][2 * jj] + (int)xsum[row][2 * jj + 1]);
+                                for (int jj = 0; jj < 8; jj++)
+                                    mv += (int)mins[c][jj] * ((int)xsum[row][2 * jj] + (int)xsum[row][2 * jj + 1]);
+                            } else {
+#pragma unroll
+                                for (int jj = 0; jj < 16; jj++) mv += (int)mins[c][jj] * (int)xsum[row][jj];
+                            }
                             acc[mi][ni][e] = fmaf(-(mws[c][0] * dx), (float)mv, acc[mi][ni][e]);
                         }
                     }
@@ -379,4 +454,24 @@ extern "C" __global__ void __launch_bounds__(128) mmqt_q6k(const i8* q, const fl
                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
                                                            float* y) {
     mmqt<DT_Q6K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q5_1(const i8* q, const float* d, const i16* sums, int R,
+                                                            int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                            float* y) {
+    mmqt<DT_Q5_1>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q5k(const i8* q, const float* d, const i16* sums, int R,
+                                                           int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                           float* y) {
+    mmqt<DT_Q5K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q3k(const i8* q, const float* d, const i16* sums, int R,
+                                                           int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                           float* y) {
+    mmqt<DT_Q3K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
+}
+extern "C" __global__ void __launch_bounds__(128) mmqt_q2k(const i8* q, const float* d, const i16* sums, int R,
+                                                           int K, const u8* w, int N, const u8* bias, int bias_dt,
+                                                           float* y) {
+    mmqt<DT_Q2K>(q, d, sums, R, K, w, N, bias, bias_dt, y);
 }

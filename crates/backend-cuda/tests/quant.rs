@@ -1,5 +1,5 @@
-//! The streaming checkpoint kernels (kernels/matmul_q.cu: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) against the CPU backend, bit for bit,
-//! and row-exact: shapes whose weight rows start at every 2-byte alignment, rows of one to many steps with a
+//! The streaming checkpoint kernels (kernels/matmul_q.cu: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
+//! Q6_K) against the CPU backend, bit for bit, and row-exact: shapes whose weight rows start at every 2-byte alignment, rows of one to many steps with a
 //! partial last step, column counts that leave a block's warps idle, 1 to 256 rows (several row groups), with and
 //! without a bias, equal to `matmul_quant` (`CudaTuning::quant_stream` off) and with the tensor-core kernels
 //! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0); `matmul_add` (the add
@@ -42,8 +42,10 @@ fn random_weight(dtype: DType, out: usize, inn: usize, rng: &mut StdRng) -> Vec<
     rng.fill(&mut w[..]);
     let fields: &[usize] = match dtype {
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 => &[0, 2],
-        DType::Q4K => &[0, 2],
+        DType::Q4_1 | DType::Q5_1 | DType::Q8_1 => &[0, 2],
+        DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
         DType::Q6K => &[208],
         other => panic!("no generator for {other}"),
     };
@@ -71,8 +73,9 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
     let mut rng = rng();
     let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let c = CpuBackend::new(4, Precision::Checkpoint);
-    // (type, N, K): odd row lengths in bytes (Q6_K 630 and 7,770, Q8_0 170 and 1,054, Q4_0 90, Q5_0 110) put row
-    // starts at every even offset; K of one block, of one step and a partial one, of many steps.
+    // (type, N, K): odd row lengths in bytes (Q6_K 630 and 7,770, Q8_0 170 and 1,054, Q4_0 90, Q5_0 110, Q3_K 330
+    // and 4,070; Q5_1 120 and Q2_K 252 at multiples of 8 and 4) put row starts at every even offset; K of one block,
+    // of one step and a partial one, of many steps.
     let cases = [
         (DType::Q8_0, 37, 32 * 5),
         (DType::Q8_0, 6, 32 * 31),
@@ -89,6 +92,17 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
         (DType::Q6K, 37, 256 * 3),
         (DType::Q6K, 3, 256 * 37),
         (DType::Q6K, 8, 256 * 9),
+        (DType::Q5_1, 37, 32 * 5),
+        (DType::Q5_1, 6, 32 * 77),
+        (DType::Q5K, 37, 256 * 3),
+        (DType::Q5K, 5, 256),
+        (DType::Q5K, 11, 256 * 37),
+        (DType::Q3K, 37, 256 * 3),
+        (DType::Q3K, 3, 256 * 37),
+        (DType::Q3K, 8, 256 * 9),
+        (DType::Q2K, 37, 256 * 3),
+        (DType::Q2K, 5, 256),
+        (DType::Q2K, 11, 256 * 37),
         // More columns than one tensor-core tile (64), a partial last tile.
         (DType::Q8_0, 70, 32 * 9),
         (DType::Q4_0, 64, 32 * 8),
@@ -96,6 +110,10 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
         (DType::Q5_0, 129, 32 * 10),
         (DType::Q4K, 130, 256 * 2),
         (DType::Q6K, 65, 256 * 2),
+        (DType::Q5_1, 70, 32 * 9),
+        (DType::Q5K, 130, 256 * 2),
+        (DType::Q3K, 65, 256 * 3),
+        (DType::Q2K, 129, 256 * 2),
     ];
     for (i, (dtype, n, k)) in cases.into_iter().enumerate() {
         let pool = 300;
@@ -145,9 +163,10 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
     let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let c = CpuBackend::new(4, Precision::Checkpoint);
     let k = 256 * 4;
-    let sets: [&[(DType, usize)]; 9] = [
+    let sets: [&[(DType, usize)]; 14] = [
         &[(DType::Q4K, 96), (DType::Q4K, 16), (DType::Q6K, 16)],
-        &[(DType::Q8_0, 40), (DType::Q4_0, 40), (DType::Q5_1, 8)],
+        // Q8_1 takes matmul_quant.
+        &[(DType::Q8_0, 40), (DType::Q4_0, 40), (DType::Q8_1, 8)],
         &[(DType::Q6K, 7), (DType::Q4K, 9)],
         // One type (one launch of mmq_many_*): q/k/v-like and gate/up-like sets, a partial block of warps each.
         &[(DType::Q4K, 96), (DType::Q4K, 16), (DType::Q4K, 18)],
@@ -156,6 +175,11 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
         &[(DType::Q4_0, 13), (DType::Q4_0, 5), (DType::Q4_0, 64)],
         &[(DType::Q4_1, 6), (DType::Q4_1, 70)],
         &[(DType::Q5_0, 3), (DType::Q5_0, 3), (DType::Q5_0, 3)],
+        &[(DType::Q5_1, 40), (DType::Q5_1, 9), (DType::Q5_1, 5)],
+        &[(DType::Q5K, 96), (DType::Q5K, 16), (DType::Q5K, 18)],
+        &[(DType::Q3K, 7), (DType::Q3K, 9), (DType::Q3K, 33)],
+        &[(DType::Q2K, 13), (DType::Q2K, 70)],
+        &[(DType::Q5K, 9), (DType::Q6K, 7), (DType::Q3K, 5)],
     ];
     for set in sets {
         let mut wg = Vec::new();
@@ -195,9 +219,16 @@ fn matmul_glu_of_quantized_weights_equals_the_cpu() {
     let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let c = CpuBackend::new(4, Precision::Checkpoint);
     let types = [(DType::Q4K, 256 * 3), (DType::Q6K, 256 * 2), (DType::Q8_0, 32 * 9), (DType::Q4_0, 32 * 7)];
-    let more = [(DType::Q4_1, 32 * 5), (DType::Q5_0, 32 * 11)];
+    let more = [
+        (DType::Q4_1, 32 * 5),
+        (DType::Q5_0, 32 * 11),
+        (DType::Q5_1, 32 * 7),
+        (DType::Q5K, 256 * 3),
+        (DType::Q3K, 256 * 2),
+        (DType::Q2K, 256 * 3),
+    ];
     for (i, &(dtype, k)) in types.iter().chain(&more).enumerate() {
-        let n = [37, 64, 5, 130, 9, 66][i];
+        let n = [37, 64, 5, 130, 9, 66, 38, 37, 65, 7][i];
         let (gw, uw) = (random_weight(dtype, n, k, &mut rng), random_weight(dtype, n, k, &mut rng));
         let (gg, gu) = (up(&g, dtype, n, k, &gw), up(&g, dtype, n, k, &uw));
         let (cg, cu) = (up(&c, dtype, n, k, &gw), up(&c, dtype, n, k, &uw));

@@ -1,8 +1,8 @@
 //! Checkpoint-precision matmuls of quantized weights: the rows are quantized once per input (`quantize_rows`, shared
-//! by every weight of a `matmul_many`), then Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights take the streaming
-//! kernels of kernels/matmul_q.cu (`mmq_*`: each weight row read once per group of `QD_ROWS` rows) below
-//! `CudaTuning::quant_tiles` rows and the tensor-core kernels of kernels/matmul_qt.cu (`mmqt_*`: int8 `mma` tiles
-//! of 64 rows × 64 columns) from there, and the other types `matmul_quant`. Every kernel here gives the
+//! by every weight of a `matmul_many`), then Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights
+//! take the streaming kernels of kernels/matmul_q.cu (`mmq_*`: each weight row read once per group of `QD_ROWS`
+//! rows) below `CudaTuning::quant_tiles` rows and the tensor-core kernels of kernels/matmul_qt.cu (`mmqt_*`: int8
+//! `mma` tiles of 64 rows × 64 columns) from there, and the other types `matmul_quant`. Every kernel here gives the
 //! reference's bits (docs/arithmetic.md), whatever the row count.
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
@@ -20,6 +20,10 @@ fn tiles_kernel(mmq: &str) -> &'static str {
         "mmq_q8_0" => "mmqt_q8_0",
         "mmq_q4k" => "mmqt_q4k",
         "mmq_q6k" => "mmqt_q6k",
+        "mmq_q5_1" => "mmqt_q5_1",
+        "mmq_q5k" => "mmqt_q5k",
+        "mmq_q3k" => "mmqt_q3k",
+        "mmq_q2k" => "mmqt_q2k",
         other => unreachable!("no tensor-core kernel for {other}"),
     }
 }
@@ -35,7 +39,8 @@ pub(super) struct QuantRows {
 
 impl CudaBackend {
     /// The streaming kernel of `cw`'s type, if it has one and `CudaTuning::quant_stream` is on: Q4_0, Q4_1,
-    /// Q5_0, Q8_0, Q4_K or Q6_K rows in the file's block order (the kernels read 16-byte pieces from a 16-byte aligned start).
+    /// Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K rows in the file's block order (the kernels read 16-byte
+    /// pieces from a 16-byte aligned start).
     fn mmq_kernel(&self, cw: &CudaWeight) -> Option<&'static str> {
         let kernel = match cw.dtype {
             DType::Q4_0 => "mmq_q4_0",
@@ -44,6 +49,10 @@ impl CudaBackend {
             DType::Q8_0 => "mmq_q8_0",
             DType::Q4K => "mmq_q4k",
             DType::Q6K => "mmq_q6k",
+            DType::Q5_1 => "mmq_q5_1",
+            DType::Q5K => "mmq_q5k",
+            DType::Q3K => "mmq_q3k",
+            DType::Q2K => "mmq_q2k",
             _ => return None,
         };
         let on = !self.tune.no_quant_stream.load(std::sync::atomic::Ordering::Relaxed);
@@ -162,7 +171,12 @@ impl CudaBackend {
             "mmq_q5_0" => "mmq_many_q5_0",
             "mmq_q8_0" => "mmq_many_q8_0",
             "mmq_q4k" => "mmq_many_q4k",
-            _ => "mmq_many_q6k",
+            "mmq_q6k" => "mmq_many_q6k",
+            "mmq_q5_1" => "mmq_many_q5_1",
+            "mmq_q5k" => "mmq_many_q5k",
+            "mmq_q3k" => "mmq_many_q3k",
+            "mmq_q2k" => "mmq_many_q2k",
+            other => unreachable!("no mmq_many kernel for {other}"),
         };
         let fits = (2..=3).contains(&ws.len())
             && ws.iter().all(|(w, _)| weight(w).dtype == first.dtype && self.streams(weight(w), qx.rows));
@@ -198,7 +212,12 @@ impl CudaBackend {
             "mmq_q5_0" => "mmq_glu_q5_0",
             "mmq_q8_0" => "mmq_glu_q8_0",
             "mmq_q4k" => "mmq_glu_q4k",
-            _ => "mmq_glu_q6k",
+            "mmq_q6k" => "mmq_glu_q6k",
+            "mmq_q5_1" => "mmq_glu_q5_1",
+            "mmq_q5k" => "mmq_glu_q5k",
+            "mmq_q3k" => "mmq_glu_q3k",
+            "mmq_q2k" => "mmq_glu_q2k",
+            other => unreachable!("no mmq_glu kernel for {other}"),
         };
         let fits = matches!(act, GluAct::Silu | GluAct::GeluTanh)
             && x.rows > 0
