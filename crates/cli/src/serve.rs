@@ -81,9 +81,10 @@ pub struct ServeArgs {
     /// forward). 1 runs one request at a time (with tree windows when --draft-branches > 1).
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// Most rows in one shared round (decode windows first, then prompt chunks).
-    #[arg(long, default_value_t = 256)]
-    pub max_rows: usize,
+    /// Most rows in one shared round (decode windows first, then prompt chunks). Default: the backend's, 256 on
+    /// the CPU and 1024 on CUDA.
+    #[arg(long)]
+    pub max_rows: Option<usize>,
     /// Requests that may wait while others run; more get 429.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
@@ -206,6 +207,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     let backend = s.backend.describe();
     let drafting = args.drafting.resolve(&s, context, BLOCK_SIZE)?;
     let token_limit = s.token_limit();
+    let max_rows = args.max_rows.unwrap_or_else(|| s.backend.default_round_rows()).max(1);
     let Session { backend: be, model, tokenizer, template, .. } = s;
     let engine = EngineHandle::spawn(
         be,
@@ -221,7 +223,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
             run_ahead: true,
             token_limit,
             parallel: args.parallel.max(1),
-            max_rows: args.max_rows.max(1),
+            max_rows,
         },
     )
     .map_err(|e| format!("cannot start the engine: {e}"))?;

@@ -292,6 +292,11 @@ pub trait Backend: Send + Sync {
     /// "cpu (avx2, 2 threads)" and the like.
     fn describe(&self) -> String;
     fn precision(&self) -> Precision;
+    /// Rows per forward a server should allow by default (prompt chunks and windows share them): past about this
+    /// many a row costs little less. 256 by default.
+    fn default_round_rows(&self) -> usize {
+        256
+    }
 
     /// Uploads a checkpoint tensor as stored (`bytes` are its raw little-endian data).
     fn upload(&self, info: &TensorInfo, bytes: &[u8]) -> Result<Weight, BackendError>;
