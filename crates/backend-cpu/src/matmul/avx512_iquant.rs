@@ -1,8 +1,8 @@
-//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the grid i-quants IQ3_S and IQ3_XXS: weight blocks are
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for the grid i-quants IQ3_S, IQ3_XXS and IQ2_XXS: weight blocks are
 //! decoded into unsigned bytes once, and every activation row then costs `vpdpbusd` and a multiply per sub-block.
 //!
 //! Decoding, per block of one weight row: the grid is held as u16 codes, the four values of an entry in its four
-//! nibbles ([`Codes`]: the value itself for IQ3_S, its index among the 8 values for IQ3_XXS); 32 grid indices at a
+//! nibbles ([`Codes`]: the value itself for IQ3_S, its index among the 8 values for IQ3_XXS; IQ2_XXS below); 32 grid indices at a
 //! time (u16 lanes) fetch their codes by `vpermt2w` over each 64 table entries and blends on the index's upper
 //! bits ([`codes`]), a table lookup in registers (on Zen 4 about twice as fast as `vpgatherdd` from a u32 grid).
 //! Then 64 elements (16 entries, sub-blocks `2 c` and `2 c + 1`) at a time in one 512-bit register: the codes
@@ -15,6 +15,10 @@
 //!   from the code), `DIV = 2`, `OFF = 32`, so `u` is in `1..=63`; the sign bytes `KSIGNS_IQ2XS[f]` of the 7-bit
 //!   fields `f` of the eight scale words are formed in vectors as `f | parity(f) << 7` (the table's rule, tested
 //!   for all 128 fields).
+//! - IQ2_XXS (8 values per grid entry, each 8, 25 or 43: a 2-bit code; 8 entries per register, widened to u64
+//!   lanes): `g` the grid value, `DIV = 1`, `OFF = 44`, so `u` is in `1..=87`; indices, signs and scales as
+//!   IQ3_XXS from the eight (index word, scale word) pairs. Its `u` is too large for the tile kernels' i16 pairs
+//!   (`4·87·127 > 2^15`): only the chunk kernel runs it, and `avx2_kquant` below [`GROUP_ROWS`] rows.
 //!
 //! The sub-block multiplier is `m_j = DIV·(1 + 2 sc_j)` (≤ 62), and the offset comes off through the activation
 //! row's bsums, so that `Σ_j m_j·Σ_{i∈j} (u_i − OFF)·x_i = Σ_j (1 + 2 sc_j)·Σ_{i∈j} (±grid_i)·x_i`, the
@@ -23,8 +27,8 @@
 //!   time, one per i32 lane: the group's blocks are decoded once into lines (a 16 × 16 transpose of the decoded
 //!   registers: line `l` holds every weight row's four bytes of elements `4 l..4 l + 4`), then per activation row,
 //!   block and sub-block `j`, `P_j = −OFF·(bsum[2 j] + bsum[2 j + 1]) + Σ_l vpdpbusd(line l, x[4 l..4 l + 4]
-//!   broadcast)` over its 8 lines and `S += m_j·P_j` (`vpmulld`): `|P_j| ≤ 32·63·127 + 32·32·127 < 2^19`,
-//!   `|S| ≤ 8·62·2^19 < 2^28`.
+//!   broadcast)` over its 8 lines and `S += m_j·P_j` (`vpmulld`): `|P_j| ≤ 32·87·127 + 32·44·127 < 2^20`,
+//!   `|S| ≤ 8·62·2^20 < 2^29`.
 //! - Fewer rows run the tile kernels (`C` weight rows × `RT` activation rows, as `avx512_kquant`): per activation
 //!   row, `vpdpbusd(u, x)` from zero gives i32 lanes that are each the sum of four products of one sub-block,
 //!   `|p| ≤ 4·63·127 = 32004`, so two chunks pack to i16 (`vpackssdw`, never saturating) and `vpdpwssd`
@@ -39,12 +43,12 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use tf_core::DType;
-use tf_quant::{IQ3S_GRID, IQ3XXS_GRID};
+use tf_quant::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
 use super::avx512_kquant::{f16_lanes, fold, pair, prefetch, Q45_IDX};
-use super::{chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
+use super::{avx2_kquant, chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
 
 /// The AVX-512 chunk kernel of a grid i-quant `dtype`, if there is one: [`chunk`] from [`GROUP_ROWS`] activation
 /// rows, the tile kernels ([`kernel`]) below.
@@ -52,6 +56,7 @@ pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     Some(match dtype {
         DType::IQ3S => chunk::<IQ3S>,
         DType::IQ3XXS => chunk::<IQ3XXS>,
+        DType::IQ2XXS => chunk::<IQ2XXS>,
         _ => return None,
     })
 }
@@ -72,6 +77,8 @@ trait GridQuant {
     const OFF: i16;
     /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1.
     const DDX_MUL: f32;
+    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx2_kquant`'s do).
+    const TILE: bool = true;
     /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the eight sub-block
     /// multipliers `m_j = DIV·(1 + 2 sc_j)` as i16 lanes 0..8.
     ///
@@ -82,8 +89,10 @@ trait GridQuant {
 
 struct IQ3S;
 struct IQ3XXS;
+struct IQ2XXS;
 
-/// A grid of 4-value entries as u16 codes, value `k` of entry `i` in nibble `k`, 64-byte aligned for the loads.
+/// A grid as one u16 code per entry (four values in nibbles, or eight in 2-bit fields), 64-byte aligned for the
+/// loads.
 #[repr(C, align(64))]
 struct Codes<const N: usize>([u16; N]);
 
@@ -222,6 +231,104 @@ unsafe fn ksigns(f: __m512i) -> __m512i {
     _mm512_or_si512(f, _mm512_and_si512(_mm512_slli_epi32::<7>(p), _mm512_set1_epi32(0x80)))
 }
 
+/// The sign masks of the eight sub-blocks whose words `aux_j` are the i32 lanes of `aux` (signs of 8-element group
+/// `k` of sub-block `j`: `KSIGNS_IQ2XS[(aux_j >> 7 k) & 127]`), 64 elements per mask. i32 lane `4 j' + k` of half
+/// `h`: field `k` of `aux_{4 h + j'}`, then its sign byte; the 32 bytes in `(j, k)` order are the 256 sign bits in
+/// element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn sign_masks(aux: __m256i) -> [u64; 4] {
+    let a = _mm512_castsi256_si512(aux);
+    let shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+    let m127 = _mm512_set1_epi32(127);
+    let half = |h: i32| {
+        let words = _mm512_permutexvar_epi32(
+            _mm512_srli_epi32::<2>(_mm512_add_epi32(lane_ids(), _mm512_set1_epi32(16 * h))),
+            a,
+        );
+        _mm512_cvtepi32_epi8(ksigns(_mm512_and_si512(_mm512_srlv_epi32(words, shifts), m127)))
+    };
+    let (s0, s1) = (half(0), half(1));
+    [
+        _mm_cvtsi128_si64(s0) as u64,
+        _mm_extract_epi64::<1>(s0) as u64,
+        _mm_cvtsi128_si64(s1) as u64,
+        _mm_extract_epi64::<1>(s1) as u64,
+    ]
+}
+
+/// The values of `IQ2XXS_GRID` (code `k` is value `XXS2_VALUES[k]`), then zeros: the `vpshufb` table from codes.
+static XXS2_VALUES: [u8; 16] = [8, 25, 43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// `IQ2XXS_GRID` as codes: value `k` of entry `i` (of 8) as its index in `XXS2_VALUES`, in bits `2 k..2 k + 2`.
+static CODES_2XXS: Codes<256> = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut k = 0;
+        while k < 8 {
+            let v = ((IQ2XXS_GRID[i] >> (8 * k)) & 255) as u8;
+            let mut c = 0;
+            while XXS2_VALUES[c] != v {
+                c += 1;
+            }
+            assert!(c < 3, "IQ2_XXS grid values are 8, 25 and 43");
+            t[i] |= (c as u16) << (2 * k);
+            k += 1;
+        }
+        i += 1;
+    }
+    Codes(t)
+};
+
+impl GridQuant for IQ2XXS {
+    const BYTES: usize = 66;
+    const OFF: i16 = 44;
+    const DDX_MUL: f32 = 0.125;
+    const TILE: bool = false;
+    /// Layout: `d` (f16), then per sub-block `j` two u32 at `2 + 8 j`: the grid indices of its four 8-element
+    /// groups (one byte each), and `aux_j`: scale `aux_j >> 28`, signs of group `k` `KSIGNS_IQ2XS[(aux_j >> 7 k)
+    /// & 127]`. `g` is the grid value (8, 25 or 43), `DIV = 1`, `OFF = 44`, so `u` is in `1..=87` (more than the
+    /// tile kernels' i16 pairs hold: only the chunk kernel runs this type).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+        let v = _mm512_loadu_si512(blk.add(2) as *const __m512i);
+        let idx = _mm512_cvtepu8_epi16(_mm512_cvtepi64_epi32(v));
+        let aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64::<32>(v));
+        // m_j = 1 + 2 sc_j.
+        let sc = _mm256_srli_epi32::<28>(aux);
+        let m = _mm256_cvtepi32_epi16(_mm256_add_epi32(_mm256_add_epi32(sc, sc), _mm256_set1_epi32(1)));
+        let neg = sign_masks(aux);
+        let off = _mm512_set1_epi8(Self::OFF as i8);
+        let values = _mm512_broadcast_i32x4(_mm_loadu_si128(XXS2_VALUES.as_ptr() as *const __m128i));
+        let codes = codes(&CODES_2XXS, idx);
+        let w = std::array::from_fn(|c| {
+            // Entries 8 c..8 c + 8 (u16 lanes of `codes`) to u64 lanes, their 2-bit fields to bytes.
+            let e = _mm512_cvtepu16_epi64(match c {
+                0 => _mm512_extracti32x4_epi32::<0>(codes),
+                1 => _mm512_extracti32x4_epi32::<1>(codes),
+                2 => _mm512_extracti32x4_epi32::<2>(codes),
+                _ => _mm512_extracti32x4_epi32::<3>(codes),
+            });
+            let e = _mm512_and_si512(
+                _mm512_or_si512(e, _mm512_slli_epi64::<24>(e)),
+                _mm512_set1_epi64(0x0000_00ff_0000_00ff),
+            );
+            let e = _mm512_and_si512(
+                _mm512_or_si512(e, _mm512_slli_epi64::<12>(e)),
+                _mm512_set1_epi64(0x000f_000f_000f_000f),
+            );
+            let e = _mm512_and_si512(
+                _mm512_or_si512(e, _mm512_slli_epi64::<6>(e)),
+                _mm512_set1_epi64(0x0303_0303_0303_0303),
+            );
+            offset_signed(_mm512_shuffle_epi8(values, e), neg[c], off)
+        });
+        (w, m)
+    }
+}
+
 impl GridQuant for IQ3XXS {
     const BYTES: usize = 98;
     const OFF: i16 = 32;
@@ -236,25 +343,7 @@ impl GridQuant for IQ3XXS {
         // m_j = 2 (1 + 2 sc_j) = 4 sc_j + 2.
         let sc = _mm256_srli_epi32::<28>(aux);
         let m = _mm256_cvtepi32_epi16(_mm256_add_epi32(_mm256_slli_epi32::<2>(sc), _mm256_set1_epi32(2)));
-        // i32 lane 4 j' + k of half h: field k of aux_{4 h + j'}; its sign byte; the 32 bytes in (j, k) order are
-        // the 256 sign bits in element order, 64 per register of weights.
-        let a = _mm512_castsi256_si512(aux);
-        let shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
-        let m127 = _mm512_set1_epi32(127);
-        let half = |h: i32| {
-            let words = _mm512_permutexvar_epi32(
-                _mm512_srli_epi32::<2>(_mm512_add_epi32(lane_ids(), _mm512_set1_epi32(16 * h))),
-                a,
-            );
-            _mm512_cvtepi32_epi8(ksigns(_mm512_and_si512(_mm512_srlv_epi32(words, shifts), m127)))
-        };
-        let (s0, s1) = (half(0), half(1));
-        let neg = [
-            _mm_cvtsi128_si64(s0) as u64,
-            _mm_extract_epi64::<1>(s0) as u64,
-            _mm_cvtsi128_si64(s1) as u64,
-            _mm_extract_epi64::<1>(s1) as u64,
-        ];
+        let neg = sign_masks(aux);
         let off = _mm512_set1_epi8(Self::OFF as i8);
         // Codes of entries 32 h..32 h + 32, to bytes, to half the grid value (exact: every value is even).
         let halves = _mm512_broadcast_i32x4(_mm_loadu_si128(XXS_HALVES.as_ptr() as *const __m128i));
@@ -471,7 +560,8 @@ thread_local! {
 
 fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     if act.rows < GROUP_ROWS {
-        return chunk_quant::<8>(entry::<T>, w, act, c0, c1, out);
+        let tile = if T::TILE { entry::<T> } else { avx2_kquant::kernel(w.dtype).expect("an AVX2 kernel") };
+        return chunk_quant::<8>(tile, w, act, c0, c1, out);
     }
     let (bytes, rb, nb, rows) = (w.bytes(), w.row_bytes, act.nb, act.rows);
     assert!(act.block == 256 && rb == nb * T::BYTES && c0.is_multiple_of(LANES) && c1 * rb <= bytes.len());
@@ -698,9 +788,11 @@ mod tests {
         // (type, block bytes, index of a largest grid entry's low bits and the `qh` bits for IQ3_S)
         let max3s = (0..512).max_by_key(|&i| IQ3S_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
         let max3xxs = (0..256).max_by_key(|&i| IQ3XXS_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
-        let (max3s, max3xxs) = (max3s.unwrap(), max3xxs.unwrap());
-        for (dtype, bytes) in [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES)] {
-            let kernel = kernel(dtype).unwrap();
+        let max2xxs = (0..256).max_by_key(|&i| IQ2XXS_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
+        let (max3s, max3xxs, max2xxs) = (max3s.unwrap(), max3xxs.unwrap(), max2xxs.unwrap());
+        for (dtype, bytes) in [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES), (DType::IQ2XXS, 66)] {
+            // IQ2_XXS has only the chunk kernel (the matmul below).
+            let kernel = kernel(dtype);
             for case in 0..40 {
                 let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40][case % 3], [8, 13, 4, 64][case % 4]);
                 let mut w = vec![0u8; out * nb * bytes];
@@ -718,10 +810,15 @@ mod tests {
                         blk[74..106].fill(sign);
                         blk[106..110].fill(0xff);
                     } else {
-                        blk[2..66].fill(max3xxs as u8);
                         let aux = 0xf000_0000u32 | if sign == 0 { 0 } else { 0x0fff_ffff };
                         for j in 0..8 {
-                            blk[66 + 4 * j..70 + 4 * j].copy_from_slice(&aux.to_le_bytes());
+                            if dtype == DType::IQ3XXS {
+                                blk[2 + 8 * j..10 + 8 * j].fill(max3xxs as u8);
+                                blk[66 + 4 * j..70 + 4 * j].copy_from_slice(&aux.to_le_bytes());
+                            } else {
+                                blk[2 + 8 * j..6 + 8 * j].fill(max2xxs as u8);
+                                blk[6 + 8 * j..10 + 8 * j].copy_from_slice(&aux.to_le_bytes());
+                            }
                         }
                     }
                 }
@@ -742,7 +839,8 @@ mod tests {
                 let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
                 let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
                 let row = |c: usize| &w[c * nb * bytes..(c + 1) * nb * bytes];
-                for rt in [1, 2, 4, 8] {
+                for rt in if kernel.is_some() { &[1, 2, 4, 8][..] } else { &[] } {
+                    let (kernel, rt) = (kernel.unwrap(), *rt);
                     for r0 in (0..rows - rows % rt).step_by(rt) {
                         for s0 in (0..out).step_by(8 / rt) {
                             let cols: [&[u8]; 8] = std::array::from_fn(|i| row((s0 + i).min(out - 1)));
