@@ -14,36 +14,6 @@
 
 #define QD_ROWS 8
 #define QD_WARPS 4
-#ifdef QD_STAGES
-#define QD_STAGES_DEF QD_STAGES
-#else
-#define QD_STAGES_DEF 3
-#endif
-#if __CUDA_ARCH__ < 800
-#undef QD_STAGES_DEF
-#define QD_STAGES_DEF 0
-#endif
-#define QD_SLOTS (QD_STAGES_DEF >= 2 ? QD_STAGES_DEF : 1)
-
-// 16 bytes global → shared without registers or L1 (sm_80+), in the thread's current commit group.
-__device__ __forceinline__ void cp_async16(u32* dst, const void* src) {
-#if __CUDA_ARCH__ >= 800
-    u32 a = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Waits until at most N of the thread's commit groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
 
 // 32-bit word at an even byte offset of a shared stage (the word after it is readable).
 __device__ __forceinline__ u32 st_word(const u32* s, int off) {
@@ -416,59 +386,16 @@ __device__ __forceinline__ u64 mmq_step_base(const u8* wr, int nb, int s, u64* a
 // One warp's column: rows r0 .. r0 + nr of x · wrᵀ for the weight row `wr` (K elements), the result of row r0 + lane
 // in lane `lane` (lanes >= nr: unspecified), for W weight rows one after the other (acc[i] for row wrs[i]; the
 // GLU's gate and up). `stage` and `fold` are the warp's shared memory (QdSmem sizes); the first step's weights
-// are requested before griddep_wait.
-//
-// QD_STAGES (a kernel define, default 3) ≥ 2, on sm_80 and later: a ring of that many stages filled by cp.async
-// (global → shared, not through L1 or registers), QD_STAGES - 1 steps in flight while one is computed, the steps
-// of all W rows in one stream. 0 or 1: one step in flight, loaded through registers. The arithmetic is the same.
+// are requested before griddep_wait. One step (1.5 KB of K-quant blocks) is in flight while one is computed: a
+// ring of three shared stages filled by cp.async (two in flight) decoded 12% slower (H100, 7B Q4_K_M).
 template <int DT, int W>
 __device__ __forceinline__ void mmq_cols(const i8* q, const float* d, const i16* sums, int K, const u8* const* wrs,
                                          int r0, int nr, int lane, u32* stage, float* fold, float* acc) {
     typedef QdSpec<DT> S;
-    constexpr int STAGE = QdSmem<DT>::STAGE;
     int nb = K / S::BE;
     int steps = (nb + S::BPS - 1) / S::BPS;
 #pragma unroll
     for (int i = 0; i < W; i++) acc[i] = 0.0f;
-#if QD_STAGES_DEF >= 2
-    constexpr int NST = QD_STAGES_DEF;
-    int total = W * steps;
-    // Step t (row t / steps) into ring slot t % NST; one commit group per step, empty past the last.
-    auto issue = [&](int t) {
-        if (t < total) {
-            u64 a1;
-            u64 base = mmq_step_base<DT>(wrs[t / steps], nb, t % steps, &a1);
-            u32* slot = stage + (t % NST) * STAGE;
-#pragma unroll
-            for (int u = 0; u < S::LOADS; u++) {
-                u64 p = base + 16 * (u64)(lane + 32 * u);
-                if (p < a1) cp_async16(slot + 4 * (lane + 32 * u), (const void*)p);
-            }
-        }
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int t = 0; t < NST - 1; t++) issue(t);
-    griddep_wait();
-    float cur = 0.0f;
-    for (int t = 0; t < total; t++) {
-        cp_async_wait<NST - 2>();
-        // Every lane's pieces of step t have landed, and every lane is done with step t - 1's slot and fold.
-        __syncwarp();
-        issue(t + NST - 1);
-        int row = t / steps, s = t % steps;
-        const u8* wr = wrs[row];
-        int cnt = min(S::BPS, nb - s * S::BPS);
-        int off0 = (int)((u64)(wr + (i64)s * S::BPS * S::BB) & 15);
-        mmq_step<DT>(q, d, sums, K, nb, s, cnt, off0, r0, nr, lane, stage + (t % NST) * STAGE, fold, cur);
-        if (s == steps - 1) {
-#pragma unroll
-            for (int i = 0; i < W; i++)
-                if (i == row) acc[i] = cur;
-            cur = 0.0f;
-        }
-    }
-#else
 #pragma unroll
     for (int i = 0; i < W; i++) {
         const u8* wr = wrs[i];
@@ -496,7 +423,6 @@ __device__ __forceinline__ void mmq_cols(const i8* q, const float* d, const i16*
         }
         __syncwarp();
     }
-#endif
 }
 
 // Output n of rows r0 .. r0 + nr: + bias, then with EPI_ADD in bias_dt added into y (add's arithmetic), stored.
@@ -515,7 +441,7 @@ template <int DT>
 __device__ __forceinline__ void mmq_dec_at(int bx, const i8* q, const float* d, const i16* sums, int R, int K,
                                            const u8* w, int N, const u8* bias, int bias_dt, float* y) {
     typedef QdSpec<DT> S;
-    __shared__ __align__(16) u32 stage_all[QD_WARPS][QD_SLOTS * QdSmem<DT>::STAGE];
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
     __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n = bx * QD_WARPS + warp;
@@ -540,7 +466,7 @@ template <int DT>
 __device__ __forceinline__ void mmq_glu(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate,
                                         const u8* up, int N, int act, float* out) {
     typedef QdSpec<DT> S;
-    __shared__ __align__(16) u32 stage_all[QD_WARPS][QD_SLOTS * QdSmem<DT>::STAGE];
+    __shared__ __align__(16) u32 stage_all[QD_WARPS][QdSmem<DT>::STAGE];
     __shared__ __align__(16) float fold_all[QD_WARPS][QD_ROWS * QdSmem<DT>::FOLD];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n = blockIdx.x * QD_WARPS + warp;

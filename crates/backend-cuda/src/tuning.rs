@@ -30,11 +30,12 @@ pub struct CudaTuning {
     pub add_deep: Option<bool>,
     /// Query heads of one KV group per attention block: 0 by block count (the default), 1..=7 at most that many.
     pub attn_heads: usize,
-    /// Checkpoint matmuls of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on the streaming kernels (kernels/matmul_q.cu); off:
-    /// `matmul_quant`, as every other type. Default on.
+    /// Checkpoint matmuls of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights on the
+    /// streaming kernels (kernels/matmul_q.cu); off: `matmul_quant`, as every other type. Default on.
     pub quant_stream: bool,
     /// Row count from which those checkpoint matmuls run on the tensor cores instead (kernels/matmul_qt.cu, the
-    /// same bits; needs sm_80 or newer); 0: never. Default 32.
+    /// same bits; needs sm_80 or newer); 0: never. Default 24: near where a forward of the 7B Q4_K_M shape costs
+    /// the same both ways (H100, docs/benchmarks.md).
     pub quant_tiles: u32,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
@@ -51,7 +52,7 @@ impl Default for CudaTuning {
             add_deep: None,
             attn_heads: 0,
             quant_stream: true,
-            quant_tiles: 32,
+            quant_tiles: 24,
             defines: Vec::new(),
         }
     }
@@ -61,21 +62,9 @@ impl Default for CudaTuning {
 /// software-pipelined weight loads), `IL_DEPTH` 4, `IL1_DEPTH` 6, `GLU_DEPTH` and `MANY_DEPTH` (loads in flight per
 /// lane), `BULK_PF` 0 (bulk L2 prefetch of the next weight rows), `PRE_WAIT` 1 (kernels/common.cu: loads before
 /// the programmatic-launch wait), `NORM_PER` 4 (kernels/ops.cu: elements per thread of the norms), `ATTN_VSPLIT` 2
-/// (kernels/attention.cu: blocks per head of the one-row attention kernel), `QD_STAGES` 3 (kernels/matmul_q.cu:
-/// the streaming quantized matmuls' cp.async ring; 0 or 1: one step loaded through registers). None changes an
-/// output's bits.
-pub const KERNEL_DEFINES: [&str; 10] = [
-    "IL_PIPE",
-    "IL_DEPTH",
-    "IL1_DEPTH",
-    "GLU_DEPTH",
-    "MANY_DEPTH",
-    "BULK_PF",
-    "PRE_WAIT",
-    "NORM_PER",
-    "ATTN_VSPLIT",
-    "QD_STAGES",
-];
+/// (kernels/attention.cu: blocks per head of the one-row attention kernel). None changes an output's bits.
+pub const KERNEL_DEFINES: [&str; 9] =
+    ["IL_PIPE", "IL_DEPTH", "IL1_DEPTH", "GLU_DEPTH", "MANY_DEPTH", "BULK_PF", "PRE_WAIT", "NORM_PER", "ATTN_VSPLIT"];
 
 /// One kernel define `NAME=VALUE`, NAME one of [`KERNEL_DEFINES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
