@@ -269,21 +269,13 @@ impl QuantBlock for BlockIQ2S {
     const DTYPE: DType = DType::IQ2S;
     const BLOCK: usize = QK_K;
 
-    /// As IQ2_XS: per sub-block of 16 `db = (d * (0.5 + f32(sc))) * 0.25`; then `x = (db * f32(grid)) * ±1`
-    /// (gguf-py `db * grid * signs`; the product by −1 as a negation that leaves a NaN as it is, as x86 does).
+    /// As IQ2_XS ([`crate::iq2xs::dequantize_by_16`]) with this block's scales, grid values and signs.
     #[inline]
     fn dequantize(&self, out: &mut [f32]) {
         let out: &mut [f32; QK_K] =
             out.try_into().expect("dequantize: `out` must hold exactly one super-block (256 elements)");
-        let d = f16_to_f32(self.d);
-        for (s, out) in out.chunks_exact_mut(16).enumerate() {
-            let db = d * (0.5 + self.scale(s) as f32) * 0.25;
-            for (i, o) in out.iter_mut().enumerate() {
-                let e = 16 * s + i;
-                let v = db * self.grid_value(e) as f32;
-                *o = if self.negative(e) && !v.is_nan() { -v } else { v };
-            }
-        }
+        let (scale, grid, negative) = (|s| self.scale(s), |e| self.grid_value(e), |e| self.negative(e));
+        crate::iq2xs::dequantize_by_16(f16_to_f32(self.d), scale, grid, negative, out);
     }
 }
 
