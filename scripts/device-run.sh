@@ -11,7 +11,9 @@
 # serial decode of the three shapes against the floor this machine's copy bandwidth
 # gives, in alternated rounds (bench/decode_floor.py). `peer-build`: llama.cpp's CUDA build (llama-bench) from the
 # packed llama-cpp-python source, then `peer`: TensorFold and llama-bench on the same random-weight GGUFs of the
-# Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick). The examples are crates/cuda-lab's.
+# Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick). `serve`: CPU == CUDA, drafted, streamed and
+# concurrent replies through `tensorfold serve` and the openai package, per matrix type (SERVE_TYPES).
+# The examples are crates/cuda-lab's.
 # Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
 set -uo pipefail
 OUT=${OUT:-.device/out}
@@ -285,6 +287,49 @@ e.record(); e.synchronize(); print(f"copy bandwidth (read + write): {2*x.numel()
             done
         done
     } 2>&1 | tee "$OUT/peer.log"
+fi
+if [ "$what" = serve ]; then
+    # Per matrix type (SERVE_TYPES), three servers of the tiny Qwen2 shape with dummy weights: the CPU serial and
+    # solo (the reference), CUDA serial and solo, CUDA drafting (--min-drafts 1) with 8 shared rounds; then
+    # crates/cli/tests/py/backends_client.py through the openai package (wheels in .whl, see docs/cuda.md).
+    {
+        if [ -d .whl ]; then
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+                export PYTHONPATH=/tmp/site
+        fi
+        start_server() { # name, args...: starts `tensorfold serve`, prints its base URL once it listens
+            local name=$1
+            shift
+            $B/tensorfold serve .device/tiny-qwen --load-format dummy --port 0 --context 1024 --kv-pool-gib 1 \
+                --no-prefix-cache --no-live-line --name tiny "$@" >"$OUT/serve-$name.log" 2>&1 &
+            echo $! >"$OUT/serve-$name.pid"
+            for _ in $(seq 1200); do
+                port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$OUT/serve-$name.log" | grep -o '[0-9]*$')
+                [ -n "$port" ] && { echo "http://127.0.0.1:$port/v1"; return 0; }
+                kill -0 "$(cat "$OUT/serve-$name.pid")" 2>/dev/null || break
+                sleep 0.1
+            done
+            echo "server $name did not start: $(tail -3 "$OUT/serve-$name.log")" >&2
+            return 1
+        }
+        for t in ${SERVE_TYPES:-q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k bf16}; do
+            prec=checkpoint
+            [ $t = bf16 ] && prec=full
+            D="--dummy-dtype $t --precision $prec"
+            ref=$(start_server "$t-ref" $D --backend cpu --threads 8 --no-drafts --parallel 1) &&
+                ser=$(start_server "$t-serial" $D --backend cuda --no-drafts --parallel 1) &&
+                tst=$(start_server "$t-test" $D --backend cuda --min-drafts 1 --parallel 8) &&
+                timeout 300 python3 crates/cli/tests/py/backends_client.py --ref "$ref" --serial "$ser" --test "$tst" \
+                    --model tiny >"$OUT/serve-$t.client.log" 2>&1
+            rc=$?
+            [ $rc -ne 0 ] && status=1
+            echo "serve $t rc=$rc: $(grep -E '^(ok|FAIL)|drafted tokens' "$OUT/serve-$t.client.log" | tr '\n' ' ')"
+            for n in ref serial test; do
+                kill "$(cat "$OUT/serve-$t-$n.pid" 2>/dev/null)" 2>/dev/null
+            done
+            wait
+        done
+    } 2>&1 | tee "$OUT/serve.log"
 fi
 if [ "$what" = floor ]; then
     python3 bench/decode_floor.py --rounds "${ROUNDS:-4}" --out "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log"

@@ -42,6 +42,12 @@ for m in llama llama3; do
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["max_position_embeddings"]=2048; print(json.dumps(c))' \
         "fixtures/tiny/$m/config.json" >".device/tiny-$m/config.json"
 done
+# The tiny Qwen2 shape (4 layers, 512 wide: K-quant rows) with the byte-level tokenizer, for `device-run.sh serve`
+# (dummy weights in every quantized type).
+mkdir -p .device/tiny-qwen
+cp fixtures/tiny/byte-tokenizer.json .device/tiny-qwen/tokenizer.json
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c.update(vocab_size=256, bos_token_id=2, eos_token_id=1, max_position_embeddings=2048); print(json.dumps(c))' \
+    bench/shapes/tiny-qwen.json >.device/tiny-qwen/config.json
 # Real model shapes (config.json only) for --load-format dummy and the gguf_shape example.
 cp -r bench/shapes .device/shapes
 # The peer: llama.cpp's source as PyPI's llama-cpp-python sdist vendors it (as bench/build-llama-server.sh gets it),

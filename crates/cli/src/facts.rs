@@ -127,6 +127,29 @@ impl ModelFacts {
         let cfg = HfConfig::from_dir(dir).map_err(|e| e.to_string())?;
         let st = SafetensorsModel::open_dir(dir).map_err(|e| e.to_string())?;
         let shards = st.shards().len();
+        let format = if shards == 1 { "safetensors".into() } else { format!("safetensors ({shards} shards)") };
+        Ok(ModelFacts::from_config(dir, &cfg, &st, format))
+    }
+
+    /// Facts of `--load-format dummy`: the config at `config` (a `config.json` or a directory holding one) with
+    /// random weights of `dtype` (default: the config's `torch_dtype`).
+    pub fn from_dummy(config: &Path, dtype: Option<DType>) -> Result<ModelFacts, String> {
+        let (dir, file) = if config.is_dir() {
+            (config, config.join("config.json"))
+        } else {
+            (config.parent().unwrap_or(Path::new(".")), config.to_owned())
+        };
+        let cfg = HfConfig::from_file(&file).map_err(|e| e.to_string())?;
+        let dtype = match dtype {
+            Some(d) => d,
+            None => tf_loader::dummy::config_dtype(&cfg).map_err(|e| e.to_string())?,
+        };
+        let src = tf_loader::dummy::DummyWeights::new(&cfg, dtype, 0).map_err(|e| e.to_string())?;
+        Ok(ModelFacts::from_config(dir, &cfg, &src, format!("dummy weights ({dtype})")))
+    }
+
+    /// Facts from a Hugging Face config and the weights `src` of the directory `dir`.
+    fn from_config(dir: &Path, cfg: &HfConfig, src: &dyn WeightSource, format: String) -> ModelFacts {
         let tokenizer_config: Option<serde_json::Value> =
             std::fs::read_to_string(dir.join("tokenizer_config.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
         let has_template = dir.join("chat_template.jinja").is_file()
@@ -134,7 +157,7 @@ impl ModelFacts {
             || tokenizer_config.as_ref().is_some_and(|c| !c["chat_template"].is_null());
         let mut f = ModelFacts {
             path: dir.display().to_string(),
-            format: if shards == 1 { "safetensors".into() } else { format!("safetensors ({shards} shards)") },
+            format,
             architecture: cfg.architectures.first().cloned().or_else(|| Some(cfg.model_type.clone())),
             name: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
             layers: Some(cfg.num_hidden_layers),
@@ -150,12 +173,12 @@ impl ModelFacts {
             chat_template: has_template,
             ..Default::default()
         };
-        f.count_tensors(&st);
+        f.count_tensors(src);
         f.finish();
         if f.family.is_none() {
             f.family = tf_models::family_for_hf_architecture(&cfg.model_type).map(|fam| fam.name.to_owned());
         }
-        Ok(f)
+        f
     }
 
     /// The human-readable report.

@@ -108,7 +108,8 @@ pub struct ModelArgs {
     pub kv_type: KvType,
     /// `auto` (the MODEL's files) or `dummy`: random weights with the shapes of MODEL's config.json (a directory
     /// or the file itself; no weight files are read), for timing real shapes such as Qwen2.5-7B without their
-    /// weights. Families llama, mistral, qwen2, qwen3, qwen3_moe, nemotron_h. The output is noise; the speed is real.
+    /// weights, or load tests of `serve`. Families llama, mistral, qwen2, qwen3, qwen3_moe, nemotron_h. The output
+    /// is noise; the speed and every exactness property are real.
     #[arg(long, default_value = "auto", value_parser = ["auto", "dummy"])]
     pub load_format: String,
     /// Seed of the dummy weights (the same seed gives the same bits).

@@ -123,17 +123,26 @@ pub struct ServeArgs {
 
 pub fn serve(args: &ServeArgs) -> Result<(), String> {
     crate::session::refuse_cuda_overrides("serve")?;
-    if args.model.dummy() {
-        return Err("--load-format dummy: serve needs real weights (use it with bench or run)".into());
-    }
-    let model_ref = model_ref::resolve(&args.model.model)?;
-    let facts = match &model_ref {
-        ModelRef::Gguf(p) => ModelFacts::from_gguf(&GgufFile::open(p).map_err(|e| e.to_string())?),
-        ModelRef::HfDir(d) => ModelFacts::from_hf_dir(d)?,
+    let kv_type = args.model.kv_type;
+    // (facts, session, default model id, the path the id aliases)
+    let (facts, s, default_name, path) = if args.model.dummy() {
+        // Random weights with the config's shapes (load tests, timing shapes one does not have): the replies are
+        // noise, and every exactness property holds as with real weights.
+        let p = std::path::Path::new(&args.model.model);
+        let facts = ModelFacts::from_dummy(p, args.model.dummy_dtype)?;
+        let dir = if p.is_dir() { p } else { p.parent().unwrap_or(std::path::Path::new(".")) };
+        let name = dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+        (facts, args.model.load()?, name.unwrap_or_else(|| "model".into()), p.display().to_string())
+    } else {
+        let model_ref = model_ref::resolve(&args.model.model)?;
+        let facts = match &model_ref {
+            ModelRef::Gguf(p) => ModelFacts::from_gguf(&GgufFile::open(p).map_err(|e| e.to_string())?),
+            ModelRef::HfDir(d) => ModelFacts::from_hf_dir(d)?,
+        };
+        let (threads, precision, arithmetic) = (args.model.threads(), args.model.precision, args.model.arithmetic);
+        let s = Session::load_on_kv(&model_ref, args.model.backend, threads, precision, arithmetic, kv_type)?;
+        (facts, s, default_id(&model_ref), model_ref.path().display().to_string())
     };
-    let threads = args.model.threads();
-    let (precision, arithmetic, kv_type) = (args.model.precision, args.model.arithmetic, args.model.kv_type);
-    let s = Session::load_on_kv(&model_ref, args.model.backend, threads, precision, arithmetic, kv_type)?;
     let model_ctx = s.model.context_length();
     let context = match args.context {
         Some(0) => return Err("--context must be at least 1".into()),
@@ -164,8 +173,9 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     };
     check.validate().map_err(|e| format!("--{}: {}", e.field.replace('_', "-"), e.message))?;
 
-    let id = args.name.clone().unwrap_or_else(|| default_id(&model_ref));
-    let path = model_ref.path().display().to_string();
+    let id = args.name.clone().unwrap_or(default_name);
+    // What the banner names: the model's path (with dummy weights, their type and seed).
+    let source = s.path.clone();
     let family = s.model.family().to_string();
     // Bytes of K and V per token as the backend stores them (`--kv-type`).
     let kv_bytes_per_token = facts.kv_bytes_per_token_as(kv_type);
@@ -262,7 +272,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), String> {
     }
     let state = AppState::new(served, engine, cfg);
     eprintln!(
-        "tensorfold: serving `{id}` from {path}\n  {family}, {quant}, {} parameters, weights {}, KV pool {} ({} \
+        "tensorfold: serving `{id}` from {source}\n  {family}, {quant}, {} parameters, weights {}, KV pool {} ({} \
          tokens; one request up to {context} tokens, {}), {precision} precision, {backend}{}{}",
         crate::facts::human_count(facts.parameters),
         human_bytes(facts.weight_bytes),

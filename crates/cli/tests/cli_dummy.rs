@@ -1,6 +1,9 @@
 //! `--load-format dummy`: a config.json alone (no weights, no tokenizer) in a temporary directory runs through
 //! `bench` (serial and `--streams`) and `run` on the CPU; the output says the weights are dummy; the same
-//! `--dummy-seed` gives the same token_sha and another seed a different one; `serve` refuses it in one line.
+//! `--dummy-seed` gives the same token_sha and another seed a different one; `serve` on dummy weights answers as
+//! `run` does.
+
+mod support;
 
 use std::path::Path;
 use std::process::Command;
@@ -101,8 +104,18 @@ fn dummy_weights_bench_and_run_from_a_config_alone() {
     assert_eq!(a, run_sha(dir.path(), "5"), "same seed, other tokens");
     assert_ne!(a, run_sha(dir.path(), "6"), "the seed changed nothing");
 
-    let (ok, _, err) = tensorfold(&["serve", d, "--load-format", "dummy", "--port", "0"]);
-    assert!(!ok && err.contains("dummy") && err.trim_end().lines().count() == 1, "{err}");
+    // serve: the same weights (seed 5) and the same request give `run`'s tokens; the banner says the weights are
+    // dummy.
+    let server =
+        support::Server::start_at(dir.path(), &["--load-format", "dummy", "--dummy-seed", "5", "--backend", "cpu"]);
+    let body = serde_json::json!({"prompt": "Hello there", "max_tokens": 12, "temperature": 1, "top_k": 0,
+        "top_p": 1, "min_p": 0, "seed": 3});
+    let r = server.post_json("/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["tensorfold"]["token_sha"].as_str(), Some(a.as_str()), "{v}");
+    assert!(server.output().contains("dummy weights: random BF16, seed 5"), "{}", server.output());
+    server.stop_cleanly();
     let (ok, help, _) = tensorfold(&["bench", "--help"]);
     assert!(ok && help.contains("--load-format") && help.contains("random weights"), "{help}");
 }
