@@ -38,6 +38,9 @@
 //!
 //! Then per lane, in floats, as the reference: `acc = fma(dw * dx, S, acc)` (IQ3_S) or
 //! `acc = fma((dw * dx) * 0.25, S, acc)` (IQ3_XXS), blocks in order.
+//!
+//! `avx512_iquant2` implements [`GridQuant`] for IQ2_XS, IQ2_S and IQ1_S on the same kernels; IQ2_XS and IQ2_S have
+//! 16 sub-blocks of 16 ([`GridQuant::SUBS`]): the chunk kernel then takes `P_j` over 4 lines with `bsum[j]`.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -66,25 +69,30 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::IQ3S => entry::<IQ3S>,
         DType::IQ3XXS => entry::<IQ3XXS>,
-        _ => return None,
+        _ => return super::avx512_iquant2::kernel(dtype),
     })
 }
 
 /// A grid i-quant layout: how a block decodes into the unsigned bytes `u = OFF ± g`.
-trait GridQuant {
+pub(super) trait GridQuant {
     const BYTES: usize;
+    /// Sub-blocks per block, each with one multiplier: 8 of 32 elements or 16 of 16 (chunk kernel only).
+    const SUBS: usize = 8;
+    /// Lines of one decoded block in [`chunk`]'s group: 64 of weight bytes, `SUBS` of multipliers, 1 of `dw`.
+    const LINES: usize = 65 + Self::SUBS;
     /// The offset added to every signed (and divided) grid value.
     const OFF: i16;
     /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1.
     const DDX_MUL: f32;
-    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx2_kquant`'s do).
+    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx2_kquant`'s do); only
+    /// with `SUBS = 8`.
     const TILE: bool = true;
-    /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the eight sub-block
-    /// multipliers `m_j = DIV·(1 + 2 sc_j)` as i16 lanes 0..8.
+    /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the `SUBS` sub-block
+    /// multipliers `m_j = DIV·(1 + 2 sc_j)` as i16 lanes `0..SUBS` (the others zero).
     ///
     /// # Safety
     /// AVX-512 F/BW/VL/VNNI; `blk` points at a whole block.
-    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i);
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m256i);
 }
 
 struct IQ3S;
@@ -94,7 +102,7 @@ struct IQ2XXS;
 /// A grid as one u16 code per entry (four values in nibbles, or eight in 2-bit fields), 64-byte aligned for the
 /// loads.
 #[repr(C, align(64))]
-struct Codes<const N: usize>([u16; N]);
+pub(super) struct Codes<const N: usize>([u16; N]);
 
 /// The values of `IQ3XXS_GRID` (code `k` is value `XXS_VALUES[k]`).
 const XXS_VALUES: [u8; 8] = [4, 12, 20, 28, 36, 44, 52, 62];
@@ -148,11 +156,11 @@ static CODES_3S: Codes<512> = {
     Codes(t)
 };
 
-/// The codes `table[i]` of the 32 indices `i` (u16 lanes, each below `N`, 256 or 512): `vpermt2w` over each 64
-/// entries, then blends on index bits 6, 7 (and 8).
+/// The codes `table[i]` of the 32 indices `i` (u16 lanes, each below `N`, 256, 512 or 1024): `vpermt2w` over each
+/// 64 entries, then blends on index bits 6, 7 (and 8, 9).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn codes<const N: usize>(table: &Codes<N>, idx: __m512i) -> __m512i {
+pub(super) unsafe fn codes<const N: usize>(table: &Codes<N>, idx: __m512i) -> __m512i {
     let t = table.0.as_ptr() as *const __m512i;
     let seg =
         |s: usize| _mm512_permutex2var_epi16(_mm512_load_si512(t.add(2 * s)), idx, _mm512_load_si512(t.add(2 * s + 1)));
@@ -163,10 +171,14 @@ unsafe fn codes<const N: usize>(table: &Codes<N>, idx: __m512i) -> __m512i {
         let q1 = _mm512_mask_blend_epi16(b6, seg(4 * p + 2), seg(4 * p + 3));
         _mm512_mask_blend_epi16(b7, q0, q1)
     };
-    if N == 256 {
-        pair(0)
-    } else {
-        _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), pair(0), pair(1))
+    let quad = |q: usize| {
+        _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(256)), pair(2 * q), pair(2 * q + 1))
+    };
+    match N {
+        256 => pair(0),
+        512 => quad(0),
+        1024 => _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, _mm512_set1_epi16(512)), quad(0), quad(1)),
+        _ => unreachable!("code tables of 256, 512 or 1024 entries"),
     }
 }
 
@@ -181,7 +193,7 @@ unsafe fn nibbles_to_bytes(c: __m512i) -> __m512i {
 /// `u = off + g` where bit `i` of `neg` is clear, `off − g` where it is set, per byte.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn offset_signed(g: __m512i, neg: u64, off: __m512i) -> __m512i {
+pub(super) unsafe fn offset_signed(g: __m512i, neg: u64, off: __m512i) -> __m512i {
     _mm512_mask_sub_epi8(_mm512_add_epi8(g, off), neg, off, g)
 }
 
@@ -194,7 +206,7 @@ impl GridQuant for IQ3S {
     /// sub-block `j`'s scale the nibble `(scales[j / 2] >> 4 (j % 2)) & 15`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m256i) {
         let (qs, qh, signs) = (blk.add(2), blk.add(66), blk.add(74));
         let off = _mm512_set1_epi8(Self::OFF as i8);
         let bit8 = _mm512_set1_epi16(256);
@@ -216,7 +228,7 @@ impl GridQuant for IQ3S {
         let l = (l | l << 8) & 0x00ff_00ff_00ff_00ff;
         let l = (l | l << 4) & 0x0f0f_0f0f_0f0f_0f0f;
         let sc = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(l as i64));
-        (w, _mm_add_epi16(_mm_add_epi16(sc, sc), _mm_set1_epi16(1)))
+        (w, _mm256_zextsi128_si256(_mm_add_epi16(_mm_add_epi16(sc, sc), _mm_set1_epi16(1))))
     }
 }
 
@@ -224,7 +236,7 @@ impl GridQuant for IQ3S {
 /// parity in bit 7.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn ksigns(f: __m512i) -> __m512i {
+pub(super) unsafe fn ksigns(f: __m512i) -> __m512i {
     let p = _mm512_xor_si512(f, _mm512_srli_epi32::<4>(f));
     let p = _mm512_xor_si512(p, _mm512_srli_epi32::<2>(p));
     let p = _mm512_xor_si512(p, _mm512_srli_epi32::<1>(p));
@@ -257,29 +269,50 @@ unsafe fn sign_masks(aux: __m256i) -> [u64; 4] {
     ]
 }
 
-/// The values of `IQ2XXS_GRID` (code `k` is value `XXS2_VALUES[k]`), then zeros: the `vpshufb` table from codes.
-static XXS2_VALUES: [u8; 16] = [8, 25, 43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// The values of the IQ2_XXS, IQ2_XS and IQ2_S grids (code `k` is value `XXS2_VALUES[k]`), then zeros: the
+/// `vpshufb` table from codes.
+pub(super) static XXS2_VALUES: [u8; 16] = [8, 25, 43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
-/// `IQ2XXS_GRID` as codes: value `k` of entry `i` (of 8) as its index in `XXS2_VALUES`, in bits `2 k..2 k + 2`.
-static CODES_2XXS: Codes<256> = {
-    let mut t = [0u16; 256];
+/// A grid of eight values 8, 25 or 43 per entry as codes: value `k` of entry `i` as its index in `XXS2_VALUES`, in
+/// bits `2 k..2 k + 2`.
+pub(super) const fn crumb_codes<const N: usize>(grid: &[u64; N]) -> Codes<N> {
+    let mut t = [0u16; N];
     let mut i = 0;
-    while i < 256 {
+    while i < N {
         let mut k = 0;
         while k < 8 {
-            let v = ((IQ2XXS_GRID[i] >> (8 * k)) & 255) as u8;
+            let v = ((grid[i] >> (8 * k)) & 255) as u8;
             let mut c = 0;
             while XXS2_VALUES[c] != v {
                 c += 1;
             }
-            assert!(c < 3, "IQ2_XXS grid values are 8, 25 and 43");
+            assert!(c < 3, "the grid values are 8, 25 and 43");
             t[i] |= (c as u16) << (2 * k);
             k += 1;
         }
         i += 1;
     }
     Codes(t)
-};
+}
+
+/// `IQ2XXS_GRID` as codes.
+static CODES_2XXS: Codes<256> = crumb_codes(&IQ2XXS_GRID);
+
+/// The 2-bit codes of entries `8 c..8 c + 8` (u16 lanes of `codes`) as 64 bytes in element order: entry `8 c + i`'s
+/// code `k` in byte `8 i + k`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn crumbs_to_bytes(codes: __m512i, c: usize) -> __m512i {
+    let e = _mm512_cvtepu16_epi64(match c {
+        0 => _mm512_extracti32x4_epi32::<0>(codes),
+        1 => _mm512_extracti32x4_epi32::<1>(codes),
+        2 => _mm512_extracti32x4_epi32::<2>(codes),
+        _ => _mm512_extracti32x4_epi32::<3>(codes),
+    });
+    let e = _mm512_and_si512(_mm512_or_si512(e, _mm512_slli_epi64::<24>(e)), _mm512_set1_epi64(0x0000_00ff_0000_00ff));
+    let e = _mm512_and_si512(_mm512_or_si512(e, _mm512_slli_epi64::<12>(e)), _mm512_set1_epi64(0x000f_000f_000f_000f));
+    _mm512_and_si512(_mm512_or_si512(e, _mm512_slli_epi64::<6>(e)), _mm512_set1_epi64(0x0303_0303_0303_0303))
+}
 
 impl GridQuant for IQ2XXS {
     const BYTES: usize = 66;
@@ -292,7 +325,7 @@ impl GridQuant for IQ2XXS {
     /// tile kernels' i16 pairs hold: only the chunk kernel runs this type).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m256i) {
         let v = _mm512_loadu_si512(blk.add(2) as *const __m512i);
         let idx = _mm512_cvtepu8_epi16(_mm512_cvtepi64_epi32(v));
         let aux = _mm512_cvtepi64_epi32(_mm512_srli_epi64::<32>(v));
@@ -303,29 +336,9 @@ impl GridQuant for IQ2XXS {
         let off = _mm512_set1_epi8(Self::OFF as i8);
         let values = _mm512_broadcast_i32x4(_mm_loadu_si128(XXS2_VALUES.as_ptr() as *const __m128i));
         let codes = codes(&CODES_2XXS, idx);
-        let w = std::array::from_fn(|c| {
-            // Entries 8 c..8 c + 8 (u16 lanes of `codes`) to u64 lanes, their 2-bit fields to bytes.
-            let e = _mm512_cvtepu16_epi64(match c {
-                0 => _mm512_extracti32x4_epi32::<0>(codes),
-                1 => _mm512_extracti32x4_epi32::<1>(codes),
-                2 => _mm512_extracti32x4_epi32::<2>(codes),
-                _ => _mm512_extracti32x4_epi32::<3>(codes),
-            });
-            let e = _mm512_and_si512(
-                _mm512_or_si512(e, _mm512_slli_epi64::<24>(e)),
-                _mm512_set1_epi64(0x0000_00ff_0000_00ff),
-            );
-            let e = _mm512_and_si512(
-                _mm512_or_si512(e, _mm512_slli_epi64::<12>(e)),
-                _mm512_set1_epi64(0x000f_000f_000f_000f),
-            );
-            let e = _mm512_and_si512(
-                _mm512_or_si512(e, _mm512_slli_epi64::<6>(e)),
-                _mm512_set1_epi64(0x0303_0303_0303_0303),
-            );
-            offset_signed(_mm512_shuffle_epi8(values, e), neg[c], off)
-        });
-        (w, m)
+        let w =
+            std::array::from_fn(|c| offset_signed(_mm512_shuffle_epi8(values, crumbs_to_bytes(codes, c)), neg[c], off));
+        (w, _mm256_zextsi128_si256(m))
     }
 }
 
@@ -337,7 +350,7 @@ impl GridQuant for IQ3XXS {
     /// at `66 + 4 j`: scale `aux_j >> 28`, signs of its 8-element group `k` `KSIGNS_IQ2XS[(aux_j >> 7 k) & 127]`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m128i) {
+    unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m256i) {
         let qs = blk.add(2);
         let aux = _mm256_loadu_si256(blk.add(66) as *const __m256i);
         // m_j = 2 (1 + 2 sc_j) = 4 sc_j + 2.
@@ -356,14 +369,14 @@ impl GridQuant for IQ3XXS {
             let g = _mm512_shuffle_epi8(halves, nibbles_to_bytes(_mm512_cvtepu16_epi32(e)));
             offset_signed(g, neg[c], off)
         });
-        (w, m)
+        (w, _mm256_zextsi128_si256(m))
     }
 }
 
 /// i32 lanes `0, 1, …, 15`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn lane_ids() -> __m512i {
+pub(super) unsafe fn lane_ids() -> __m512i {
     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 }
 
@@ -467,7 +480,8 @@ unsafe fn block<T: GridQuant, const RT: usize>(
     }
 }
 
-fn entry<T: GridQuant>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
+pub(super) fn entry<T: GridQuant>(cols: &[&[u8]; 8], act: &ActQ, r0: usize, rt: usize) -> [f32; 8] {
+    assert!(T::TILE && T::SUBS == 8, "i-quant tile: a type with 8 sub-blocks");
     assert!(act.block == 256 && r0 + rt <= act.rows, "i-quant tile: activation rows");
     assert!(cols.iter().all(|c| c.len() == act.nb * T::BYTES), "i-quant tile: weight rows");
     // SAFETY: this kernel is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; the asserts
@@ -517,6 +531,7 @@ unsafe fn tile<T: GridQuant, const C: usize, const RT: usize>(
                         prefetch(blk.wrapping_add(ahead), T::BYTES);
                     }
                     let (u, m) = T::decode(blk);
+                    let m = _mm256_castsi256_si128(m);
                     if let Some(slots) = slots {
                         let d = slots[c].0.add(b) as *mut u8;
                         for (i, &v) in u.iter().enumerate() {
@@ -550,15 +565,12 @@ const LANES: usize = 16;
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// Lines of one decoded block of a group: 64 of weight bytes, 8 of multipliers, 1 of `dw`.
-const BLOCK_LINES: usize = 73;
-
 thread_local! {
-    /// The decoded group of [`chunk`]: `[nb][BLOCK_LINES]` lines.
+    /// The decoded group of [`chunk`]: `[nb][T::LINES]` lines.
     static GROUP: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
 }
 
-fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+pub(super) fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     if act.rows < GROUP_ROWS {
         let tile = if T::TILE { entry::<T> } else { avx2_kquant::kernel(w.dtype).expect("an AVX2 kernel") };
         return chunk_quant::<8>(tile, w, act, c0, c1, out);
@@ -571,8 +583,8 @@ fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Ou
     crate::simd::prefetch_l2(&bytes[c0 * rb..(c0 + LANES).min(c1) * rb]);
     let passes = rows.div_ceil(4);
     GROUP.with_borrow_mut(|group| {
-        if group.len() < nb * BLOCK_LINES {
-            group.resize(nb * BLOCK_LINES, Line([0; 64]));
+        if group.len() < nb * T::LINES {
+            group.resize(nb * T::LINES, Line([0; 64]));
         }
         for g0 in (c0..c1).step_by(LANES) {
             let live = (c1 - g0).min(LANES);
@@ -626,14 +638,16 @@ unsafe fn transpose_step(v: &mut [__m512i; LANES], s: usize) {
 }
 
 /// Decodes block `b` of the 16 weight rows `cols` into lines at `dst`: line `l` (0..64) holds, in i32 lane `c`, row
-/// `c`'s four bytes `u` of elements `4 l..4 l + 4`; line `64 + j` its multiplier `m_j` (i32 lanes); line 72 its
-/// `dw` (f32 lanes, `vcvtph2ps` as [`f16_lanes`]).
+/// `c`'s four bytes `u` of elements `4 l..4 l + 4`; line `64 + j` its multiplier `m_j` (i32 lanes, `j < SUBS`); line
+/// `64 + SUBS` its `dw` (f32 lanes, `vcvtph2ps` as [`f16_lanes`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn decode_group<T: GridQuant>(cols: &[&[u8]; LANES], nb: usize, dst: *mut Line) {
     for b in 0..nb {
-        let dst = dst.add(b * BLOCK_LINES) as *mut __m512i;
+        let dst = dst.add(b * T::LINES) as *mut __m512i;
+        // `[4][LANES]` registers of 64 bytes `u` per weight row.
         let mut u = [[_mm512_setzero_si512(); LANES]; 4];
-        let mut m = [[0i16; 8]; LANES];
+        // `[LANES][16]` multipliers per weight row (the first `SUBS` used).
+        let mut m = [[0i16; 16]; LANES];
         let mut d = [0u16; LANES];
         for c in 0..LANES {
             let blk = cols[c].as_ptr().add(b * T::BYTES);
@@ -641,7 +655,7 @@ unsafe fn decode_group<T: GridQuant>(cols: &[&[u8]; LANES], nb: usize, dst: *mut
             for q in 0..4 {
                 u[q][c] = w[q];
             }
-            _mm_storeu_si128(m[c].as_mut_ptr() as *mut __m128i, mc);
+            _mm256_storeu_si256(m[c].as_mut_ptr() as *mut __m256i, mc);
             d[c] = (blk as *const u16).read_unaligned();
         }
         for (q, v) in u.iter_mut().enumerate() {
@@ -652,19 +666,21 @@ unsafe fn decode_group<T: GridQuant>(cols: &[&[u8]; LANES], nb: usize, dst: *mut
                 _mm512_store_si512(dst.add(16 * q + i), line);
             }
         }
-        let mt: [[i32; LANES]; 8] = std::array::from_fn(|j| std::array::from_fn(|c| m[c][j] as i32));
-        for (j, mj) in mt.iter().enumerate() {
+        // `[SUBS][LANES]`: multiplier `j` of every weight row.
+        let mt: [[i32; LANES]; 16] = std::array::from_fn(|j| std::array::from_fn(|c| m[c][j] as i32));
+        for (j, mj) in mt.iter().enumerate().take(T::SUBS) {
             _mm512_store_si512(dst.add(64 + j), _mm512_loadu_si512(mj.as_ptr() as *const __m512i));
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
-        _mm512_store_ps(dst.add(72) as *mut f32, dw);
+        _mm512_store_ps(dst.add(64 + T::SUBS) as *mut f32, dw);
     }
 }
 
 /// Activation rows `r0..r0 + RT` against the decoded group at `g`, into the first `live` columns from `dst` of
 /// rows `r0..r0 + RT` (`stride` apart). Per
 /// block, row and sub-block `j`: `P = −OFF·(bsum[2 j] + bsum[2 j + 1]) + Σ_l vpdpbusd(line l, x[4 l..4 l + 4])`
-/// over its 8 lines (two partial sums of 4), then `S += m_j · P` (`vpmulld`); `acc = fma(dw * dx, S, acc)`.
+/// over its 8 lines (two partial sums of 4; with 16 sub-blocks `−OFF·bsum[j]` and 4 lines, two partial sums of 2),
+/// then `S += m_j · P` (`vpmulld`); `acc = fma(dw * dx, S, acc)`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn group_rows<T: GridQuant, const RT: usize>(
     g: *const Line,
@@ -677,19 +693,25 @@ unsafe fn group_rows<T: GridQuant, const RT: usize>(
     let (k, rows, nb) = (act.k, act.rows, act.nb);
     let mut acc = [_mm512_setzero_ps(); RT];
     for b in 0..nb {
-        let lines = g.add(b * BLOCK_LINES) as *const __m512i;
+        let lines = g.add(b * T::LINES) as *const __m512i;
         let x: [*const i32; RT] = std::array::from_fn(|r| act.qs.as_ptr().add((r0 + r) * k + 256 * b) as *const i32);
         let bs: [*const i16; RT] = std::array::from_fn(|r| act.sums.as_ptr().add(((r0 + r) * nb + b) * 16));
         let mut s = [_mm512_setzero_si512(); RT];
-        for j in 0..8 {
+        // Lines per sub-block: 8 or 4.
+        let per = 64 / T::SUBS;
+        for j in 0..T::SUBS {
             let mut p: [[__m512i; 2]; RT] = std::array::from_fn(|r| {
-                let bsum = *bs[r].add(2 * j) as i32 + *bs[r].add(2 * j + 1) as i32;
+                let bsum = if T::SUBS == 16 {
+                    *bs[r].add(j) as i32
+                } else {
+                    *bs[r].add(2 * j) as i32 + *bs[r].add(2 * j + 1) as i32
+                };
                 [_mm512_set1_epi32(-(T::OFF as i32) * bsum), _mm512_setzero_si512()]
             });
-            for i in 0..8 {
-                let line = _mm512_load_si512(lines.add(8 * j + i));
+            for i in 0..per {
+                let line = _mm512_load_si512(lines.add(per * j + i));
                 for r in 0..RT {
-                    let xv = _mm512_set1_epi32(x[r].add(8 * j + i).read_unaligned());
+                    let xv = _mm512_set1_epi32(x[r].add(per * j + i).read_unaligned());
                     p[r][i % 2] = _mm512_dpbusd_epi32(p[r][i % 2], line, xv);
                 }
             }
@@ -698,7 +720,7 @@ unsafe fn group_rows<T: GridQuant, const RT: usize>(
                 s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(_mm512_add_epi32(p[r][0], p[r][1]), mj));
             }
         }
-        let dw = _mm512_load_ps(lines.add(72) as *const f32);
+        let dw = _mm512_load_ps(lines.add(64 + T::SUBS) as *const f32);
         for r in 0..RT {
             let ddx = _mm512_mul_ps(dw, _mm512_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r)));
             let ddx = if T::DDX_MUL != 1.0 { _mm512_mul_ps(ddx, _mm512_set1_ps(T::DDX_MUL)) } else { ddx };

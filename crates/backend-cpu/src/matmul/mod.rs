@@ -27,6 +27,8 @@ mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
 mod avx512_iquant;
 #[cfg(target_arch = "x86_64")]
+mod avx512_iquant2;
+#[cfg(target_arch = "x86_64")]
 mod avx512_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;
@@ -618,7 +620,7 @@ fn pick_quant_kernel(isa: Isa, w: &CpuWeight) -> Kernel {
         if let Some(k) = avx512_legacy::kernel16(dtype) {
             return Kernel::Lanes16(k);
         }
-        if let Some(k) = avx512_iquant::chunk_kernel(dtype) {
+        if let Some(k) = avx512_iquant::chunk_kernel(dtype).or_else(|| avx512_iquant2::chunk_kernel(dtype)) {
             return Kernel::Chunk(k);
         }
         if let Some(k) = avx512_kquant::kernel(dtype) {
