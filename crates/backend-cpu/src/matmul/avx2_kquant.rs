@@ -1,6 +1,6 @@
 //! Checkpoint mode with AVX2 for the 256-element K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), IQ4_XS, IQ3_S,
-//! IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (IQ2_XXS, IQ2_XS and IQ2_S also on AVX-512 CPUs below 8 activation
-//! rows; IQ3_S, IQ3_XXS and IQ1_S run `avx512_iquant` and `avx512_iquant2` there).
+//! IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (on AVX-512 CPUs the i-quants run `avx512_iquant`,
+//! `avx512_iquant2` and `avx512_iquant_rows` instead).
 //!
 //! Per super-block and lane, the exact integers of the reference are built in i32 vectors, 32 elements at a time:
 //! `maddubs(q, qx)` (unsigned quants ≤ 63, so pairs ≤ 2·63·127: no saturation) then `madd` with the sub-block

@@ -18,7 +18,7 @@
 //! - IQ2_XXS (8 values per grid entry, each 8, 25 or 43: a 2-bit code; 8 entries per register, widened to u64
 //!   lanes): `g` the grid value, `DIV = 1`, `OFF = 44`, so `u` is in `1..=87`; indices, signs and scales as
 //!   IQ3_XXS from the eight (index word, scale word) pairs. Its `u` is too large for the tile kernels' i16 pairs
-//!   (`4·87·127 > 2^15`): only the chunk kernel runs it, and `avx2_kquant` below [`GROUP_ROWS`] rows.
+//!   (`4·87·127 > 2^15`): only the chunk kernel runs it, and `avx512_iquant_rows` below [`GROUP_ROWS`] rows.
 //!
 //! The sub-block multiplier is `m_j = DIV·(1 + 2 sc_j)` (≤ 62), and the offset comes off through the activation
 //! row's bsums, so that `Σ_j m_j·Σ_{i∈j} (u_i − OFF)·x_i = Σ_j (1 + 2 sc_j)·Σ_{i∈j} (±grid_i)·x_i`, the
@@ -51,7 +51,7 @@ use tf_quant::{IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
 use super::avx512_kquant::{f16_lanes, fold, pair, prefetch, Q45_IDX};
-use super::{avx2_kquant, chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
+use super::{avx512_iquant_rows, chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
 
 /// The AVX-512 chunk kernel of a grid i-quant `dtype`, if there is one: [`chunk`] from [`GROUP_ROWS`] activation
 /// rows, the tile kernels ([`kernel`]) below.
@@ -84,7 +84,7 @@ pub(super) trait GridQuant {
     const OFF: i16;
     /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1.
     const DDX_MUL: f32;
-    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx2_kquant`'s do); only
+    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx512_iquant_rows` does); only
     /// with `SUBS = 8`.
     const TILE: bool = true;
     /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the `SUBS` sub-block
@@ -102,7 +102,7 @@ struct IQ2XXS;
 /// A grid as one u16 code per entry (four values in nibbles, or eight in 2-bit fields), 64-byte aligned for the
 /// loads.
 #[repr(C, align(64))]
-pub(super) struct Codes<const N: usize>([u16; N]);
+pub(super) struct Codes<const N: usize>(pub(super) [u16; N]);
 
 /// The values of `IQ3XXS_GRID` (code `k` is value `XXS_VALUES[k]`).
 const XXS_VALUES: [u8; 8] = [4, 12, 20, 28, 36, 44, 52, 62];
@@ -249,7 +249,7 @@ pub(super) unsafe fn ksigns(f: __m512i) -> __m512i {
 /// element order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn sign_masks(aux: __m256i) -> [u64; 4] {
+pub(super) unsafe fn sign_masks(aux: __m256i) -> [u64; 4] {
     let a = _mm512_castsi256_si512(aux);
     let shifts = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
     let m127 = _mm512_set1_epi32(127);
@@ -572,8 +572,11 @@ thread_local! {
 
 pub(super) fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     if act.rows < GROUP_ROWS {
-        let tile = if T::TILE { entry::<T> } else { avx2_kquant::kernel(w.dtype).expect("an AVX2 kernel") };
-        return chunk_quant::<8>(tile, w, act, c0, c1, out);
+        if T::TILE {
+            return chunk_quant::<8>(entry::<T>, w, act, c0, c1, out);
+        }
+        let few = avx512_iquant_rows::chunk_kernel(w.dtype).expect("a few-row kernel for every non-tile type");
+        return few(w, act, c0, c1, out);
     }
     let (bytes, rb, nb, rows) = (w.bytes(), w.row_bytes, act.nb, act.rows);
     assert!(act.block == 256 && rb == nb * T::BYTES && c0.is_multiple_of(LANES) && c1 * rb <= bytes.len());

@@ -5,7 +5,7 @@
 //! - IQ2_XS (16 sub-blocks of 16; `v = ±g`, `g` in 8, 25, 43, 8 per entry of the 512-entry grid): the grid as
 //!   2-bit codes (as IQ2_XXS), looked up by `vpermt2w` over 32 indices (`qs[g] & 511`, [`codes`]); the signs
 //!   `KSIGNS_IQ2XS[qs[g] >> 9]` formed in vectors ([`ksigns`]); `OFF = 44`, `u` in `1..=87`: chunk kernel only
-//!   (`avx2_kquant` below 8 activation rows), with 16 multipliers `1 + 2 sc_j`.
+//!   (`avx512_iquant_rows` below 8 activation rows), with 16 multipliers `1 + 2 sc_j`.
 //! - IQ2_S (as IQ2_XS with a 10-bit index, `qs[g] | ((qh[g / 4] >> 2 (g % 4)) & 3) << 8`, and one stored sign bit
 //!   per element): codes of the 1024-entry grid by `vpermt2w` and blends on index bits 6..9; the 256 sign bits are
 //!   the four u64 at `signs`.
@@ -37,7 +37,8 @@ pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     })
 }
 
-/// The AVX-512 tile kernel of IQ1_S (IQ2_XS and IQ2_S have none: their `u` exceeds the tile kernels' i16 pairs).
+/// The AVX-512 tile kernel of IQ1_S (IQ2_XS and IQ2_S have none: their `u` exceeds the tile kernels' i16 pairs;
+/// `avx512_iquant_rows` runs them below 8 activation rows).
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::IQ1S => entry::<IQ1S>,
@@ -59,7 +60,7 @@ static CODES_2S: Codes<1024> = crumb_codes(&IQ2S_GRID);
 /// `(p[j / 2] >> 4 (j % 2)) & 15`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn scales16(p: *const u8) -> __m256i {
+pub(super) unsafe fn scales16(p: *const u8) -> __m256i {
     // u32 lane `i`: byte `i`; then its low nibble in the low u16, its high nibble in the high u16.
     let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
     let sc =
@@ -120,17 +121,25 @@ impl GridQuant for IQ2S {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn decode(blk: *const u8) -> ([__m512i; 4], __m256i) {
-        let (qs, signs, qh) = (blk.add(2), blk.add(34), blk.add(66));
-        // u16 lane `g`: `qh[g / 4]`, shifted right by `2 (g % 4)`, its low two bits as index bits 8 and 9.
-        let ids = _mm512_cvtepu8_epi16(_mm256_loadu_si256(GROUP_IDS.as_ptr() as *const __m256i));
-        let h = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(qh as *const __m128i)));
-        let h = _mm512_permutexvar_epi16(_mm512_srli_epi16::<2>(ids), h);
-        let h = _mm512_srlv_epi16(h, _mm512_slli_epi16::<1>(_mm512_and_si512(ids, _mm512_set1_epi16(3))));
-        let h = _mm512_slli_epi16::<8>(_mm512_and_si512(h, _mm512_set1_epi16(3)));
-        let idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256(qs as *const __m256i)), h);
+        let signs = blk.add(34);
         let neg = std::array::from_fn(|c| (signs.add(8 * c) as *const u64).read_unaligned());
-        (signed_crumbs(codes(&CODES_2S, idx), neg), scales16(blk.add(74)))
+        (signed_crumbs(codes(&CODES_2S, iq2s_indices(blk)), neg), scales16(blk.add(74)))
     }
+}
+
+/// The 32 grid indices of the IQ2_S block at `blk` as u16 lanes: `qs[g] | ((qh[g / 4] >> 2 (g % 4)) & 3) << 8`
+/// (`qs` at byte 2, `qh` at 66).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn iq2s_indices(blk: *const u8) -> __m512i {
+    let (qs, qh) = (blk.add(2), blk.add(66));
+    // u16 lane `g`: `qh[g / 4]`, shifted right by `2 (g % 4)`, its low two bits as index bits 8 and 9.
+    let ids = _mm512_cvtepu8_epi16(_mm256_loadu_si256(GROUP_IDS.as_ptr() as *const __m256i));
+    let h = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(qh as *const __m128i)));
+    let h = _mm512_permutexvar_epi16(_mm512_srli_epi16::<2>(ids), h);
+    let h = _mm512_srlv_epi16(h, _mm512_slli_epi16::<1>(_mm512_and_si512(ids, _mm512_set1_epi16(3))));
+    let h = _mm512_slli_epi16::<8>(_mm512_and_si512(h, _mm512_set1_epi16(3)));
+    _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256(qs as *const __m256i)), h)
 }
 
 /// The bytes `0, 1, …, 31`.

@@ -29,6 +29,8 @@ mod avx512_iquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_iquant2;
 #[cfg(target_arch = "x86_64")]
+mod avx512_iquant_rows;
+#[cfg(target_arch = "x86_64")]
 mod avx512_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_legacy;
