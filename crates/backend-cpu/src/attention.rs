@@ -11,16 +11,18 @@
 //! AVX2 `dot16`, soft-caps and exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c`
 //! across `head_dim` with vector fmas, and merges into the running state.
 //!
-//! An f16 or q8_0 cache (docs/arithmetic.md "KV storage types") is read back to f32 per (row, chunk, kv head)
-//! into a unit's scratch rows, then the same loop runs on them: the rows of a prompt chunk share their chunk's
-//! leading slots, so a row reads back only the slots past those the previous row of the unit read.
+//! An f16 cache (docs/arithmetic.md "KV storage types") is read where it is stored on x86-64 with AVX2 and F16C
+//! when `head_dim` is a multiple of 16 (`kv_dot`: each value widened in the register that takes it, the same
+//! values and chains as the f32 loop). A q8_0 cache, or f16 otherwise, is read back to f32 per (row, chunk, kv
+//! head) into a unit's scratch rows, then the same loop runs on them: the rows of a prompt chunk share their
+//! chunk's leading slots, so a row reads back only the slots past those the previous row of the unit read.
 
 use crate::isa::Isa;
 use crate::kv::read_back_rows;
 use crate::{math, simd};
 use std::ops::Range;
 use tf_core::{AttnMeta, AttnParams, RowAttn, Tensor};
-use tf_quant::reference::kv::KvView;
+use tf_quant::reference::kv::{KvData, KvView};
 use tf_quant::reference::math::exp;
 use tf_quant::reference::ops::{check_attention, in_window, KvLayer, ATTN_CHUNK};
 
@@ -346,10 +348,14 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
     let mut o_c = vec![0f32; nh * hd];
     let mut krows: Vec<&[f32]> = Vec::with_capacity(chunk);
     let mut vrows: Vec<&[f32]> = Vec::with_capacity(chunk);
-    // An f32 cache is read in place; another type is read back per kv head into `decoded`.
+    // An f32 cache is read in place; f16 where it is stored when `kv_dot` can (`starts`: the chunk's rows of one
+    // kv head); another type or shape is read back per kv head into `decoded`.
     let f32_kv = kv.as_f32();
+    let stored = matches!(kv.k, KvData::F16(_)) && stored_rows_ok(isa, hd);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
+    let mut starts: Vec<usize> = Vec::with_capacity(chunk);
     let mut decoded: Vec<Decoded> = Vec::new();
-    if f32_kv.is_none() {
+    if f32_kv.is_none() && !stored {
         decoded.resize_with(p.kv_heads, Decoded::default);
     }
     // The chunk's `m_c` and `l_c` per head.
@@ -369,13 +375,23 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
                 let kvh = (u.heads.start + h0) / group;
                 let h1 = ((kvh + 1) * group - u.heads.start).min(nh);
                 assert!(h1 > h0, "attention unit: heads {:?} by kv head", u.heads);
+                #[cfg(target_arch = "x86_64")]
+                if stored {
+                    starts.clear();
+                    starts.extend(slots.iter().map(|&slot| (slot as usize * kv.kv_heads + kvh) * hd));
+                    let rows = stored_chunk(kv, &starts, hd);
+                    heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                    h0 = h1;
+                    continue;
+                }
                 let Some(kv) = &f32_kv else {
                     let d = &mut decoded[kvh];
                     d.load(isa, kv, kvh, &slots);
                     // K and V rows of the chunk read back, `[n]` slices of `[head_dim]`.
                     let kr: Vec<&[f32]> = d.k.chunks_exact(hd).take(n).collect();
                     let vr: Vec<&[f32]> = d.v.chunks_exact(hd).take(n).collect();
-                    heads_of_kv(isa, p, &kr, &vr, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                    let rows = ChunkRows::F32 { k: &kr, v: &vr };
+                    heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
                     h0 = h1;
                     continue;
                 };
@@ -394,7 +410,8 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
                         simd::prefetch_l2(kv.k_at(slot, kvh + 1));
                     }
                 }
-                heads_of_kv(isa, p, &krows, &vrows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                let rows = ChunkRows::F32 { k: &krows, v: &vrows };
+                heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
                 h0 = h1;
             }
             sink(i, &m_c, &l_c, &o_c);
@@ -430,14 +447,77 @@ impl Decoded {
     }
 }
 
-/// Scores, softmax partials and `o_c` of the unit's heads `hs` (all reading the kv head of `krows`/`vrows`) over
-/// one chunk's `n` positions, into `scores [heads, 256]`, `m_c`, `l_c` `[heads]` and `o_c [heads, head_dim]`.
+/// Whether an f16 cache can be read where it is stored (`kv_dot`) for rows of `hd` values.
+fn stored_rows_ok(isa: Isa, hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && std::is_x86_feature_detected!("f16c") {
+        return hd.is_multiple_of(16);
+    }
+    let _ = (isa, hd);
+    false
+}
+
+/// The K and V rows at `starts` (`[n]`, each `[hd]`) of an f16 cache, as stored.
+#[cfg(target_arch = "x86_64")]
+fn stored_chunk<'a>(kv: &KvView<'a>, starts: &'a [usize], hd: usize) -> ChunkRows<'a> {
+    use crate::kv_dot::F16Rows;
+    match (&kv.k, &kv.v) {
+        (KvData::F16(k), KvData::F16(v)) => {
+            ChunkRows::F16 { k: F16Rows { h: k, starts }.checked(hd), v: F16Rows { h: v, starts }.checked(hd) }
+        }
+        _ => panic!("attention: stored rows of a cache that is not f16 in K and V"),
+    }
+}
+
+/// One kv head's K and V rows of a chunk: f32 slices, or (x86-64) f16 rows as stored, checked for
+/// `head_dim` ([`stored_rows_ok`] held).
+enum ChunkRows<'a> {
+    /// `[n]` slices of `[head_dim]`.
+    F32 { k: &'a [&'a [f32]], v: &'a [&'a [f32]] },
+    #[cfg(target_arch = "x86_64")]
+    F16 { k: crate::kv_dot::F16Rows<'a>, v: crate::kv_dot::F16Rows<'a> },
+}
+
+impl ChunkRows<'_> {
+    /// `dot16(q, K row j + t)` for t in 0..4.
+    fn dot4(&self, isa: Isa, q: &[f32], j: usize) -> [f32; 4] {
+        match self {
+            ChunkRows::F32 { k, .. } => simd::dot16_x4(isa, q, [k[j], k[j + 1], k[j + 2], k[j + 3]]),
+            // SAFETY: stored rows exist only where `stored_rows_ok` found AVX2 and F16C; `checked` verified that
+            // every row lies inside the cache and `q` is `[head_dim]`; `j + 4 ≤ n`.
+            #[cfg(target_arch = "x86_64")]
+            ChunkRows::F16 { k, .. } => unsafe { crate::kv_dot::dot16_x4(q, k, j) },
+        }
+    }
+
+    /// `dot16(q, K row j)`.
+    fn dot1(&self, isa: Isa, q: &[f32], j: usize) -> f32 {
+        match self {
+            ChunkRows::F32 { k, .. } => simd::dot16(isa, q, k[j]),
+            // SAFETY: as in `dot4`, with `j < n`.
+            #[cfg(target_arch = "x86_64")]
+            ChunkRows::F16 { k, .. } => unsafe { crate::kv_dot::dot16(q, k, j) },
+        }
+    }
+
+    /// For `j` in `0..e.len()` in order: `o[d] = fma(e[j], V row j [d], o[d])`.
+    fn acc_v(&self, isa: Isa, o: &mut [f32], e: &[f32]) {
+        match self {
+            ChunkRows::F32 { v, .. } => simd::fma_acc_rows(isa, o, e, &v[..e.len()]),
+            // SAFETY: as in `dot4`; `o` is `[head_dim]` and `e.len() ≤ n`.
+            #[cfg(target_arch = "x86_64")]
+            ChunkRows::F16 { v, .. } => unsafe { crate::kv_dot::fma_acc(o, e, v) },
+        }
+    }
+}
+
+/// Scores, softmax partials and `o_c` of the unit's heads `hs` (all reading the kv head of `rows`) over one
+/// chunk's `n` positions, into `scores [heads, 256]`, `m_c`, `l_c` `[heads]` and `o_c [heads, head_dim]`.
 #[allow(clippy::too_many_arguments)]
 fn heads_of_kv<'q>(
     isa: Isa,
     p: &AttnParams,
-    krows: &[&[f32]],
-    vrows: &[&[f32]],
+    rows: &ChunkRows<'_>,
     n: usize,
     hs: Range<usize>,
     qh: &dyn Fn(usize) -> &'q [f32],
@@ -449,17 +529,16 @@ fn heads_of_kv<'q>(
     let (hd, chunk) = (p.head_dim, ATTN_CHUNK as usize);
     for h in hs.clone() {
         let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
-        let mut quads = krows.chunks_exact(4);
         let mut j = 0;
-        for k4 in &mut quads {
-            let d = simd::dot16_x4(isa, qv, [k4[0], k4[1], k4[2], k4[3]]);
+        while j + 4 <= n {
+            let d = rows.dot4(isa, qv, j);
             for t in 0..4 {
                 sc[j + t] = d[t] * p.scale;
             }
             j += 4;
         }
-        for k in quads.remainder() {
-            sc[j] = simd::dot16(isa, qv, k) * p.scale;
+        while j < n {
+            sc[j] = rows.dot1(isa, qv, j) * p.scale;
             j += 1;
         }
     }
@@ -490,7 +569,7 @@ fn heads_of_kv<'q>(
     }
     for h in hs {
         o_c[h * hd..(h + 1) * hd].fill(0.0);
-        simd::fma_acc_rows(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n], vrows);
+        rows.acc_v(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n]);
     }
 }
 

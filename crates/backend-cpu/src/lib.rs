@@ -10,6 +10,8 @@
 mod attention;
 pub mod isa;
 mod kv;
+#[cfg(target_arch = "x86_64")]
+mod kv_dot;
 mod math;
 pub mod matmul;
 mod norm;
