@@ -134,16 +134,7 @@ impl ModelFacts {
     /// Facts of `--load-format dummy`: the config at `config` (a `config.json` or a directory holding one) with
     /// random weights of `dtype` (default: the config's `torch_dtype`).
     pub fn from_dummy(config: &Path, dtype: Option<DType>) -> Result<ModelFacts, String> {
-        let (dir, file) = if config.is_dir() {
-            (config, config.join("config.json"))
-        } else {
-            (config.parent().unwrap_or(Path::new(".")), config.to_owned())
-        };
-        let cfg = HfConfig::from_file(&file).map_err(|e| e.to_string())?;
-        let dtype = match dtype {
-            Some(d) => d,
-            None => tf_loader::dummy::config_dtype(&cfg).map_err(|e| e.to_string())?,
-        };
+        let (dir, _, cfg, dtype) = crate::session::dummy_config(config, dtype)?;
         let src = tf_loader::dummy::DummyWeights::new(&cfg, dtype, 0).map_err(|e| e.to_string())?;
         Ok(ModelFacts::from_config(dir, &cfg, &src, format!("dummy weights ({dtype})")))
     }

@@ -1,7 +1,7 @@
 //! A model loaded for generation: backend, model graph, tokenizer and chat template, from any MODEL argument.
 
 use crate::model_ref::ModelRef;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tf_backend_cpu::{CpuBackend, KvType};
 use tf_backend_cuda::{Arithmetic, CudaTuning};
@@ -213,16 +213,7 @@ impl Session {
         arithmetic: Arithmetic,
         kv_type: KvType,
     ) -> Result<Session, String> {
-        let (dir, file) = if config.is_dir() {
-            (config, config.join("config.json"))
-        } else {
-            (config.parent().unwrap_or(Path::new(".")), config.to_owned())
-        };
-        let cfg = HfConfig::from_file(&file).map_err(|e| e.to_string())?;
-        let dtype = match dtype {
-            Some(d) => d,
-            None => tf_loader::dummy::config_dtype(&cfg).map_err(|e| e.to_string())?,
-        };
+        let (dir, file, cfg, dtype) = dummy_config(config, dtype)?;
         let tokenizer = if dir.join("tokenizer.json").is_file() {
             Tokenizer::from_hf_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?
         } else {
@@ -272,6 +263,22 @@ impl Session {
     pub fn plain_prompt(&self, text: &str) -> Result<Vec<u32>, String> {
         self.tokenizer.encode(text, true, true).map_err(|e| e.to_string())
     }
+}
+
+/// What `--load-format dummy` reads of `config` (a `config.json`, or a directory holding one): the directory, the
+/// file, the config, and the matrix type (`dtype`, else the config's `torch_dtype`).
+pub(crate) fn dummy_config(config: &Path, dtype: Option<DType>) -> Result<(&Path, PathBuf, HfConfig, DType), String> {
+    let (dir, file) = if config.is_dir() {
+        (config, config.join("config.json"))
+    } else {
+        (config.parent().unwrap_or(Path::new(".")), config.to_owned())
+    };
+    let cfg = HfConfig::from_file(&file).map_err(|e| e.to_string())?;
+    let dtype = match dtype {
+        Some(d) => d,
+        None => tf_loader::dummy::config_dtype(&cfg).map_err(|e| e.to_string())?,
+    };
+    Ok((dir, file, cfg, dtype))
 }
 
 fn hf_defaults(dir: &Path) -> Result<ModelDefaults, String> {
