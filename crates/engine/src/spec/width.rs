@@ -295,7 +295,7 @@ mod tests {
         let shallow = CostTable::from_widths(&(0..8).map(|i| 1.0 + 0.25 * f64::from(i)).collect::<Vec<_>>());
         let mut s = AcceptStats::default();
         // Rounds without drafts until the stream drafts again; that probe keeps `kept` drafts.
-        let mut next_probe = |s: &mut AcceptStats, kept: usize| {
+        let next_probe = |s: &mut AcceptStats, kept: usize| {
             let rounds = (1..100_000).find(|_| {
                 s.observe(0, 0);
                 s.best_width(&shallow, 7) > 0
