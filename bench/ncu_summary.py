@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summarizes an `ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum` log: per kernel name and
 (rounded) DRAM bytes read, the count, median time, median bytes and bandwidth; then the sum of the medians times
-the count (the GPU time of the profiled launches, each run alone with caches flushed, so without launch overlap).
+the count: the GPU time of the profiled launches as ncu times them (each kernel alone with caches flushed, so
+launch overlap is not in it).
 
     python3 bench/ncu_summary.py NCU.csv [TITLE]
 """
