@@ -29,7 +29,8 @@
 //!   block and sub-block `j`, `P_j = −OFF·(bsum[2 j] + bsum[2 j + 1]) + Σ_l vpdpbusd(line l, x[4 l..4 l + 4]
 //!   broadcast)` over its 8 lines and `S += m_j·P_j` (`vpmulld`): `|P_j| ≤ 32·87·127 + 32·44·127 < 2^20`,
 //!   `|S| ≤ 8·62·2^20 < 2^29`.
-//! - Fewer rows run the tile kernels (`C` weight rows × `RT` activation rows, as `avx512_kquant`): per activation
+//! - Fewer rows run `avx512_iquant_rows`'s few-row kernel where the type has one (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S),
+//!   else the tile kernels (`C` weight rows × `RT` activation rows, as `avx512_kquant`): per activation
 //!   row, `vpdpbusd(u, x)` from zero gives i32 lanes that are each the sum of four products of one sub-block,
 //!   `|p| ≤ 4·63·127 = 32004`, so two chunks pack to i16 (`vpackssdw`, never saturating) and `vpdpwssd`
 //!   multiplies each lane by its `m_j` in the lane order of `avx512_kquant`'s K-quant pairs, from a starting value
@@ -54,7 +55,7 @@ use super::avx512_kquant::{f16_lanes, fold, pair, prefetch, Q45_IDX};
 use super::{avx512_iquant_rows, chunk_quant, ChunkKernel, CpuWeight, Out, QuantKernel};
 
 /// The AVX-512 chunk kernel of a grid i-quant `dtype`, if there is one: [`chunk`] from [`GROUP_ROWS`] activation
-/// rows, the tile kernels ([`kernel`]) below.
+/// rows, below them `avx512_iquant_rows`'s kernel or the tile kernels ([`kernel`]).
 pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     Some(match dtype {
         DType::IQ3S => chunk::<IQ3S>,
@@ -84,8 +85,8 @@ pub(super) trait GridQuant {
     const OFF: i16;
     /// The scale product is `(dw * dx) * DDX_MUL` where this is not 1.
     const DDX_MUL: f32;
-    /// Whether the tile kernels here run this type (below [`GROUP_ROWS`] rows; else `avx512_iquant_rows` does); only
-    /// with `SUBS = 8`.
+    /// Whether the tile kernels here can run this type (only with `SUBS = 8`); [`chunk`] runs them below
+    /// [`GROUP_ROWS`] rows for a type `avx512_iquant_rows` has no kernel for.
     const TILE: bool = true;
     /// The block at `blk` as four registers of 64 unsigned bytes `u` in element order, and the `SUBS` sub-block
     /// multipliers `m_j = DIV·(1 + 2 sc_j)` as i16 lanes `0..SUBS` (the others zero).
@@ -572,11 +573,12 @@ thread_local! {
 
 pub(super) fn chunk<T: GridQuant>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     if act.rows < GROUP_ROWS {
-        if T::TILE {
-            return chunk_quant::<8>(entry::<T>, w, act, c0, c1, out);
+        // The few-row kernel where the type has one (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S), else the tile kernels.
+        if let Some(few) = avx512_iquant_rows::chunk_kernel(w.dtype) {
+            return few(w, act, c0, c1, out);
         }
-        let few = avx512_iquant_rows::chunk_kernel(w.dtype).expect("a few-row kernel for every non-tile type");
-        return few(w, act, c0, c1, out);
+        assert!(T::TILE, "{}: no kernel below {GROUP_ROWS} rows", w.dtype);
+        return chunk_quant::<8>(entry::<T>, w, act, c0, c1, out);
     }
     let (bytes, rb, nb, rows) = (w.bytes(), w.row_bytes, act.nb, act.rows);
     assert!(act.block == 256 && rb == nb * T::BYTES && c0.is_multiple_of(LANES) && c1 * rb <= bytes.len());
@@ -740,11 +742,8 @@ unsafe fn group_rows<T: GridQuant, const RT: usize>(
 mod tests {
     use super::*;
     use crate::isa::Isa;
-    use crate::matmul::matmul;
-    use crate::Pool;
-    use rand::{Rng, SeedableRng};
-    use tf_core::{Precision, Tensor, TensorInfo};
-    use tf_quant::reference::matmul::matmul_ref;
+    use crate::matmul::iquant_test_util::{activations, assert_matmul, assert_tiles, blocks, reference, seeded};
+    use rand::Rng;
     use tf_quant::KSIGNS_IQ2XS;
 
     /// The vector sign bytes equal `KSIGNS_IQ2XS` for every 7-bit field.
@@ -800,99 +799,34 @@ mod tests {
     }
 
     /// Blocks at the bounds of the integer sums (the largest grid value everywhere, every scale 15, all signs
-    /// equal, activations all ±127) and random blocks: every tile shape (1, 2, 4 and 8 rows) equals the
-    /// reference bit for bit.
+    /// equal, activations all ±127) and random blocks: every tile shape (1, 2, 4 and 8 rows) and the whole matmul
+    /// equal the reference bit for bit.
     #[test]
     fn extreme_and_random_blocks_equal_the_reference() {
         if Isa::detect() < Isa::Avx512 {
             return;
         }
-        let seed: u64 = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-        eprintln!("TF_SEED={seed}");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        // (type, block bytes, index of a largest grid entry's low bits and the `qh` bits for IQ3_S)
-        let max3s = (0..512).max_by_key(|&i| IQ3S_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
-        let max3xxs = (0..256).max_by_key(|&i| IQ3XXS_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
-        let max2xxs = (0..256).max_by_key(|&i| IQ2XXS_GRID[i].to_le_bytes().iter().map(|&b| b as u32).sum::<u32>());
-        let (max3s, max3xxs, max2xxs) = (max3s.unwrap(), max3xxs.unwrap(), max2xxs.unwrap());
-        for (dtype, bytes) in [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES), (DType::IQ2XXS, 66)] {
+        let (seed, mut rng) = seeded();
+        for (dtype, bytes) in
+            [(DType::IQ3S, IQ3S::BYTES), (DType::IQ3XXS, IQ3XXS::BYTES), (DType::IQ2XXS, IQ2XXS::BYTES)]
+        {
+            assert_eq!(dtype.block_bytes(), bytes);
             // IQ2_XXS has only the chunk kernel (the matmul below).
             let kernel = kernel(dtype);
             for case in 0..40 {
                 let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40][case % 3], [8, 13, 4, 64][case % 4]);
-                let mut w = vec![0u8; out * nb * bytes];
-                rng.fill(&mut w[..]);
                 let extreme = case % 4;
-                for blk in w.chunks_exact_mut(bytes) {
-                    blk[..2].copy_from_slice(&(0x3c00u16 + rng.gen_range(0..0x400)).to_le_bytes());
-                    if extreme == 0 {
-                        continue;
-                    }
-                    let sign = if extreme == 1 { 0x00 } else { 0xff };
-                    if dtype == DType::IQ3S {
-                        blk[2..66].fill(max3s as u8);
-                        blk[66..74].fill(if max3s >= 256 { 0xff } else { 0 });
-                        blk[74..106].fill(sign);
-                        blk[106..110].fill(0xff);
-                    } else {
-                        let aux = 0xf000_0000u32 | if sign == 0 { 0 } else { 0x0fff_ffff };
-                        for j in 0..8 {
-                            if dtype == DType::IQ3XXS {
-                                blk[2 + 8 * j..10 + 8 * j].fill(max3xxs as u8);
-                                blk[66 + 4 * j..70 + 4 * j].copy_from_slice(&aux.to_le_bytes());
-                            } else {
-                                blk[2 + 8 * j..6 + 8 * j].fill(max2xxs as u8);
-                                blk[6 + 8 * j..10 + 8 * j].copy_from_slice(&aux.to_le_bytes());
-                            }
-                        }
-                    }
-                }
+                let w = blocks(&mut rng, dtype, out * nb, extreme);
                 let k = 256 * nb;
-                let x: Vec<f32> = (0..rows * k)
-                    .map(|i| match extreme {
-                        0 => rng.gen_range(-1.0f32..1.0),
-                        3 => {
-                            if (i / k) % 2 == 0 {
-                                1.0
-                            } else {
-                                -1.0
-                            }
-                        }
-                        _ => 1.0,
-                    })
-                    .collect();
-                let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
-                let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
-                let row = |c: usize| &w[c * nb * bytes..(c + 1) * nb * bytes];
-                for rt in if kernel.is_some() { &[1, 2, 4, 8][..] } else { &[] } {
-                    let (kernel, rt) = (kernel.unwrap(), *rt);
-                    for r0 in (0..rows - rows % rt).step_by(rt) {
-                        for s0 in (0..out).step_by(8 / rt) {
-                            let cols: [&[u8]; 8] = std::array::from_fn(|i| row((s0 + i).min(out - 1)));
-                            let got = kernel(&cols, &act, r0, rt);
-                            for ci in 0..(8 / rt).min(out - s0) {
-                                for ri in 0..rt {
-                                    let want = want[(r0 + ri) * out + s0 + ci];
-                                    assert_eq!(
-                                        got[ci * rt + ri].to_bits(),
-                                        want.to_bits(),
-                                        "{dtype} case {case} rt={rt} row {} col {} (TF_SEED={seed})",
-                                        r0 + ri,
-                                        s0 + ci
-                                    );
-                                }
-                            }
-                        }
-                    }
+                let x = activations(&mut rng, rows, k, extreme);
+                let want = reference(&x, rows, dtype, &w, out, k);
+                let what = format!("case {case} (TF_SEED={seed})");
+                if let Some(kernel) = kernel {
+                    let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
+                    assert_tiles(kernel, dtype, &w, out, &act, &want, &what);
                 }
                 // The whole matmul: the chunk kernel from 8 rows, with ragged groups of 16 weight rows.
-                let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
-                let wt = CpuWeight::from_bytes(&info, &w).unwrap();
-                let xt = Tensor::host(rows, k, x.clone());
-                let got = matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &xt, &wt, None);
-                for (i, (g, e)) in got.host.iter().zip(&want).enumerate() {
-                    assert_eq!(g.to_bits(), e.to_bits(), "{dtype} case {case} matmul element {i} (TF_SEED={seed})");
-                }
+                assert_matmul(dtype, &w, out, &x, rows, &want, &what);
             }
         }
     }

@@ -12,7 +12,8 @@
 //! - IQ1_S (8 sub-blocks of 32; `v = 8 g ± 1`, `g` in −1, 0, 1 from the 2048-entry grid, the sign of the delta per
 //!   sub-block): the grid bytes gathered as u64 (`vpgatherdq`, 8 entries per gather: a code table of 2048 entries
 //!   would take 32 `vpermt2w` per 32 indices), `u = 8 (g + 1) + 1 ± 1`, `OFF = 9`, `u` in `0..=18`, multipliers
-//!   `1 + 2 sc_j` (≤ 15): both the tile kernels (`4·18·127` fits an i16) and the chunk kernel.
+//!   `1 + 2 sc_j` (≤ 15): the chunk kernel, and tile kernels (`4·18·127` fits an i16; [`kernel`]), which the
+//!   matmul does not run: below 8 activation rows it runs `avx512_iquant_rows`.
 //!
 //! All three scale `S` by `(dw * dx) * 0.125` as the reference.
 
@@ -26,8 +27,8 @@ use super::avx512_iquant::{
 };
 use super::{ChunkKernel, QuantKernel};
 
-/// The AVX-512 chunk kernel of IQ2_XS, IQ2_S or IQ1_S: `avx512_iquant`'s from 8 activation rows, tile kernels
-/// below.
+/// The AVX-512 chunk kernel of IQ2_XS, IQ2_S or IQ1_S: `avx512_iquant`'s from 8 activation rows,
+/// `avx512_iquant_rows`'s below.
 pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     Some(match dtype {
         DType::IQ2XS => chunk::<IQ2XS>,
@@ -37,8 +38,8 @@ pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     })
 }
 
-/// The AVX-512 tile kernel of IQ1_S (IQ2_XS and IQ2_S have none: their `u` exceeds the tile kernels' i16 pairs;
-/// `avx512_iquant_rows` runs them below 8 activation rows).
+/// The AVX-512 tile kernel of IQ1_S (IQ2_XS and IQ2_S have none: their `u` exceeds the tile kernels' i16 pairs).
+/// The matmul picks the chunk kernel for all three, which runs `avx512_iquant_rows` below 8 activation rows.
 pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::IQ1S => entry::<IQ1S>,
@@ -205,11 +206,10 @@ mod tests {
     use super::*;
     use crate::isa::Isa;
     use crate::matmul::act::ActQ;
-    use crate::matmul::{matmul, CpuWeight};
-    use crate::Pool;
-    use rand::{Rng, SeedableRng};
-    use tf_core::{Precision, Tensor, TensorInfo};
-    use tf_quant::reference::matmul::matmul_ref;
+    use crate::matmul::iquant_test_util::{
+        activations, assert_matmul, assert_rows_exact, assert_tiles, blocks, reference, seeded,
+    };
+    use rand::Rng;
 
     /// The code lookups and 2-bit field spreading give every IQ2_XS and IQ2_S grid entry's bytes, for every index.
     #[test]
@@ -240,76 +240,12 @@ mod tests {
         }
     }
 
-    /// `[out * nb]` blocks of `dtype`: random bytes with a finite `d`, or (`extreme` 1, 2) every group the grid
-    /// entry of the largest values, every scale the largest, all signs (deltas) positive (1) or negative (2).
-    fn blocks(rng: &mut impl Rng, dtype: DType, bytes: usize, count: usize, extreme: usize) -> Vec<u8> {
-        let sum = |g: u64| g.to_le_bytes().iter().map(|&b| b as i8 as i32).sum::<i32>();
-        let max2xs = (0..512).max_by_key(|&i| sum(IQ2XS_GRID[i])).unwrap();
-        let max2s = (0..1024).max_by_key(|&i| sum(IQ2S_GRID[i])).unwrap();
-        let (max1s, min1s) = (
-            (0..2048).max_by_key(|&i| sum(IQ1S_GRID[i])).unwrap(),
-            (0..2048).min_by_key(|&i| sum(IQ1S_GRID[i])).unwrap(),
-        );
-        let mut w = vec![0u8; count * bytes];
-        rng.fill(&mut w[..]);
-        for blk in w.chunks_exact_mut(bytes) {
-            blk[..2].copy_from_slice(&(0x3c00u16 + rng.gen_range(0..0x400)).to_le_bytes());
-            if extreme == 0 {
-                continue;
-            }
-            let sign = if extreme == 1 { 0x00 } else { 0xff };
-            match dtype {
-                DType::IQ2XS => {
-                    let q = max2xs as u16 | if sign == 0 { 0 } else { 127 << 9 };
-                    for g in 0..32 {
-                        blk[2 + 2 * g..4 + 2 * g].copy_from_slice(&q.to_le_bytes());
-                    }
-                    blk[66..74].fill(0xff);
-                }
-                DType::IQ2S => {
-                    blk[2..34].fill(max2s as u8);
-                    blk[34..66].fill(sign);
-                    blk[66..74].fill(((max2s >> 8) as u8) * 0b0101_0101);
-                    blk[74..82].fill(0xff);
-                }
-                _ => {
-                    // All +1 with delta +1, or all −1 with delta −1: every value ±9.
-                    let i = if sign == 0 { max1s } else { min1s };
-                    blk[2..34].fill(i as u8);
-                    // The index's high bits for each of the 4 groups, scale 7, the delta's sign.
-                    let high = ((i >> 8) as u16) * 0b10_0100_1001;
-                    let h = high | (7 << 12) | if sign == 0 { 0 } else { 0x8000 };
-                    for j in 0..8 {
-                        blk[34 + 2 * j..36 + 2 * j].copy_from_slice(&h.to_le_bytes());
-                    }
-                }
-            }
-        }
-        w
-    }
-
-    /// `[rows * k]` activations: random, all 1 (`extreme` 1, 2), or rows alternately all 1 and all −1 (3).
-    fn activations(rng: &mut impl Rng, rows: usize, k: usize, extreme: usize) -> Vec<f32> {
-        (0..rows * k)
-            .map(|i| match extreme {
-                0 => rng.gen_range(-1.0f32..1.0),
-                3 if (i / k) % 2 == 1 => -1.0,
-                _ => 1.0,
-            })
-            .collect()
-    }
-
-    fn seeded() -> (u64, rand::rngs::StdRng) {
-        let seed: u64 = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-        eprintln!("TF_SEED={seed}");
-        (seed, rand::rngs::StdRng::seed_from_u64(seed))
-    }
-
-    const TYPES: [(DType, usize); 3] = [(DType::IQ2XS, IQ2XS::BYTES), (DType::IQ2S, IQ2S::BYTES), (DType::IQ1S, 50)];
+    const TYPES: [(DType, usize); 3] =
+        [(DType::IQ2XS, IQ2XS::BYTES), (DType::IQ2S, IQ2S::BYTES), (DType::IQ1S, IQ1S::BYTES)];
 
     /// Blocks at the bounds of the integer sums and random blocks, 1..=17 activation rows: the IQ1_S tile kernels
-    /// (1, 2, 4 and 8 rows) and the whole matmul (the chunk kernel from 8 rows, with ragged groups of 16 weight
-    /// rows) equal the reference bit for bit.
+    /// (1, 2, 4 and 8 rows) and the whole matmul (`avx512_iquant_rows` below 8 rows, the chunk kernel from 8 with
+    /// ragged groups of 16 weight rows) equal the reference bit for bit.
     #[test]
     fn extreme_and_random_blocks_equal_the_reference() {
         if Isa::detect() < Isa::Avx512 {
@@ -318,76 +254,36 @@ mod tests {
         let (seed, mut rng) = seeded();
         assert_eq!(std::mem::size_of::<tf_quant::BlockIQ1S>(), IQ1S::BYTES);
         for (dtype, bytes) in TYPES {
+            assert_eq!(dtype.block_bytes(), bytes);
             let kernel = kernel(dtype);
             assert_eq!(kernel.is_some(), dtype == DType::IQ1S);
             for case in 0..34 {
                 let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40][case % 3], 1 + case % 17);
                 let extreme = case % 4;
-                let w = blocks(&mut rng, dtype, bytes, out * nb, extreme);
+                let w = blocks(&mut rng, dtype, out * nb, extreme);
                 let k = 256 * nb;
                 let x = activations(&mut rng, rows, k, extreme);
-                let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
-                let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
-                let row = |c: usize| &w[c * nb * bytes..(c + 1) * nb * bytes];
-                for rt in if kernel.is_some() { &[1, 2, 4, 8][..] } else { &[] } {
-                    let (kernel, rt) = (kernel.unwrap(), *rt);
-                    for r0 in (0..rows - rows % rt).step_by(rt) {
-                        for s0 in (0..out).step_by(8 / rt) {
-                            let cols: [&[u8]; 8] = std::array::from_fn(|i| row((s0 + i).min(out - 1)));
-                            let got = kernel(&cols, &act, r0, rt);
-                            for ci in 0..(8 / rt).min(out - s0) {
-                                for ri in 0..rt {
-                                    let want = want[(r0 + ri) * out + s0 + ci];
-                                    assert_eq!(
-                                        got[ci * rt + ri].to_bits(),
-                                        want.to_bits(),
-                                        "{dtype} case {case} rt={rt} row {} col {} (TF_SEED={seed})",
-                                        r0 + ri,
-                                        s0 + ci
-                                    );
-                                }
-                            }
-                        }
-                    }
+                let want = reference(&x, rows, dtype, &w, out, k);
+                let what = format!("case {case} (TF_SEED={seed})");
+                if let Some(kernel) = kernel {
+                    let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
+                    assert_tiles(kernel, dtype, &w, out, &act, &want, &what);
                 }
-                let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
-                let wt = CpuWeight::from_bytes(&info, &w).unwrap();
-                let got =
-                    matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &Tensor::host(rows, k, x), &wt, None);
-                for (i, (g, e)) in got.host.iter().zip(&want).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        e.to_bits(),
-                        "{dtype} case {case} rows {rows} element {i} (TF_SEED={seed})"
-                    );
-                }
+                assert_matmul(dtype, &w, out, &x, rows, &want, &what);
             }
         }
     }
 
     /// Row-exactness: each of 17 activation rows gives the reference's bits whether the call has 1, 2, …, 17 rows
-    /// (tile or AVX2 kernels below 8 rows, the chunk kernel from 8).
+    /// (`avx512_iquant_rows` below 8 rows, the chunk kernel from 8).
     #[test]
     fn a_row_is_the_same_whatever_the_row_count() {
         if Isa::detect() < Isa::Avx512 {
             return;
         }
         let (seed, mut rng) = seeded();
-        let (nb, out, rows) = (2, 37, 17);
-        let k = 256 * nb;
-        for (dtype, bytes) in TYPES {
-            let w = blocks(&mut rng, dtype, bytes, out * nb, 0);
-            let x = activations(&mut rng, rows, k, 0);
-            let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
-            let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
-            let wt = CpuWeight::from_bytes(&info, &w).unwrap();
-            for r in 1..=rows {
-                let xt = Tensor::host(r, k, x[..r * k].to_vec());
-                let got = matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &xt, &wt, None);
-                for (i, (g, e)) in got.host.iter().zip(&want[..r * out]).enumerate() {
-                    assert_eq!(g.to_bits(), e.to_bits(), "{dtype} {r} rows: element {i} (TF_SEED={seed})");
-                }
-            }
+        for (dtype, _) in TYPES {
+            assert_rows_exact(&mut rng, seed, dtype, 2, 37, 17);
         }
     }
 }

@@ -1,8 +1,8 @@
-//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for IQ2_XXS, IQ2_XS and IQ2_S below 8 activation rows (decode
-//! steps, short verify windows), where `avx512_iquant`'s chunk kernel would decode 16 weight rows per group for
-//! too few rows: here each block of a weight row is decoded once into four registers and used by every row.
+//! Checkpoint mode with AVX-512 (F/BW/VL/VNNI) for IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S below 8 activation rows
+//! (decode steps, short verify windows), where `avx512_iquant`'s chunk kernel would decode 16 weight rows per group
+//! for too few rows: here each block of a weight row is decoded once into four registers and used by every row.
 //!
-//! Decoding one block (256 elements, 32 grid entries of 8 values `g` in 8, 25, 43):
+//! IQ2_XXS, IQ2_XS, IQ2_S. Decoding one block (256 elements, 32 grid entries of 8 values `g` in 8, 25, 43):
 //! - The grid as u16 codes in a split layout ([`split_codes`]): value `k`'s 2-bit code (its index among 8, 25,
 //!   43) at bit `2 (k / 2)` of the low byte for even `k`, of the high byte for odd `k`. The 32 grid indices fetch
 //!   their codes by `avx512_iquant`'s `vpermt2w` lookup ([`codes`]).
@@ -19,8 +19,31 @@
 //! `x` is in `-127..=127`, so `−x` is exact), `p = vpdpbusd(0, g, ±x)` (i32 lanes, each four products of one
 //! sub-block: `|p| ≤ 4·43·127 = 21844`, an i16), and `S += vpdpwssd(p, m)` with `m`'s high i16 zero (the
 //! low i16 of `p` is `p`, its high one contributes `· 0`): `S = Σ_j m_j·Σ_{i∈j} (±g_i)·x_i`, the reference's
-//! integer, `|S| ≤ 256·43·127·31 < 2^26`, exact in any order. Then per (row, weight row) the 16 lanes are summed
-//! and, in floats, as the reference: `acc = fma((dw * dx) * 0.125, S, acc)`, blocks in order.
+//! integer, `|S| ≤ 256·43·127·31 < 2^26`, exact in any order.
+//!
+//! IQ1_S (8 sub-blocks of 32; element value `8 g + δ_j` with `g` in −1, 0, 1 from the 2048-entry grid, `δ_j = ±1`
+//! the sub-block's delta sign, multiplier `m_j = 1 + 2 sc_j ≤ 15`). Decoding one block:
+//! - The 32 grid indices `qs[k] | ((qh[k / 4] >> 3 (k % 4)) & 7) << 8` as u16 lanes (`vpermw` of the eight `qh`
+//!   words, `vpsrlvw`, a shift by 8 and `vpternlogd` with `qs`), widened to i32; per register `c` one `vpgatherdq`
+//!   of entries `8 c..8 c + 8` from `IQ1S_GRID` gives the 64 bytes `g` (0xff, 0, 1) in element order. The grid
+//!   (16 KiB) is read 32 entries per block whichever way; the gather forms their addresses in vectors, where
+//!   scalar loads would form each index in general registers and insert the entries lane by lane, and the
+//!   `vpermt2w` code lookup of the IQ2 types would take 32 permutes per 32 indices for 2048 entries.
+//! - The table `t`: the u16 `m_j · 0x1008` in u16 lane `j` of every 128-bit lane (`vpmullw`, broadcast), so byte
+//!   `2 j` is `8 m_j` and byte `2 j + 1` is `16 m_j` (≤ 120 and 240, no carry between them). Then
+//!   `u = vpshufb(t, g | 2 j)` with `2 j` (even, at most 14) the element's sub-block: `g = −1` is 0xff, whose bit
+//!   7 makes the byte 0; `g = 0` reads byte `2 j`, `g = 1` byte `2 j + 1`: `u = 8 m_j (g + 1)`, in `0..=240`,
+//!   unsigned.
+//! - The correction `c_j = m_j (δ_j − 8)` (`−7 m_j` or `−9 m_j`, `|c_j| ≤ 135`) in i16 lanes `2 j` and `2 j + 1`.
+//!
+//! Per activation row: `p = vpmaddwd(bsums, c)` (the row's 16 sums of 16 values: i32 lane `j` is `c_j X_j`, `X_j`
+//! the sum of sub-block `j`'s 32 activations, `|c_j X_j| ≤ 135·32·127`), then `p = vpdpbusd(p, u, x)` over the four
+//! registers, one instruction per 64 elements: `S = Σ_j 8 m_j Σ_{i∈j} (g_i + 1) x_i + Σ_j m_j (δ_j − 8) X_j =
+//! Σ_j m_j Σ_{i∈j} (8 g_i + δ_j) x_i`, the reference's integer. Every partial sum is at most
+//! `8·135·32·127 + 256·240·127 < 2^24` in magnitude (an i32 lane: `2·135·16·127 + 16·240·127`), exact in any order.
+//!
+//! Then, every type, per (row, weight row) the lanes are summed and, in floats, as the reference:
+//! `acc = fma((dw * dx) * 0.125, S, acc)`, blocks in order.
 //!
 //! Weight rows are taken [`COLS`] at a time (one f32 lane each in the float steps); every activation row (1..=7)
 //! runs against each decoded block before the next.
@@ -28,7 +51,7 @@
 use std::arch::x86_64::*;
 
 use tf_core::DType;
-use tf_quant::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
+use tf_quant::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 
 use super::act::ActQ;
 use super::avx2::reduce8;
@@ -37,14 +60,33 @@ use super::avx512_iquant2::{iq2s_indices, scales16};
 use super::avx512_kquant::{fold, prefetch};
 use super::{ChunkKernel, CpuWeight, Out};
 
-/// The few-row kernel of IQ2_XXS, IQ2_XS or IQ2_S: activation rows `1..8` over output columns `c0..c1`.
+/// The few-row kernel of IQ2_XXS, IQ2_XS, IQ2_S or IQ1_S: activation rows `1..8` over output columns `c0..c1`.
 pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
     Some(match dtype {
         DType::IQ2XXS => few_rows::<IQ2XXS>,
         DType::IQ2XS => few_rows::<IQ2XS>,
         DType::IQ2S => few_rows::<IQ2S>,
+        DType::IQ1S => few_rows::<IQ1S>,
         _ => return None,
     })
+}
+
+/// A layout the few-row kernel runs: a block decoded once, then its integer sum `S` against each activation row.
+trait Rows {
+    const BYTES: usize;
+    /// One decoded block.
+    type Block;
+    /// Decodes the block at `blk` (see the module docs).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `blk` points at a whole block.
+    unsafe fn decode(blk: *const u8) -> Self::Block;
+    /// The decoded block's `S` against one activation row as eight i32 lanes to be summed (`x`: the row's 256
+    /// values of this block, `bs`: their 16 sums of 16).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI; `x` points at 256 values, `bs` at 16.
+    unsafe fn dot(b: &Self::Block, x: *const i8, bs: *const i16) -> __m256i;
 }
 
 /// A layout of 32 grid entries of 8 values (8, 25, 43) per block, with signs and sub-block scales.
@@ -64,6 +106,7 @@ trait Iq2 {
 struct IQ2XXS;
 struct IQ2XS;
 struct IQ2S;
+struct IQ1S;
 
 /// A grid of eight values 8, 25 or 43 per entry as split codes: value `k`'s index in `XXS2_VALUES` at bit
 /// `8 (k % 2) + 2 (k / 2)`.
@@ -156,6 +199,31 @@ unsafe fn decode<T: Iq2>(blk: *const u8) -> Block {
     Block { g, neg, m }
 }
 
+impl<T: Iq2> Rows for T {
+    const BYTES: usize = T::BYTES;
+    type Block = Block;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(blk: *const u8) -> Block {
+        decode::<T>(blk)
+    }
+
+    /// `S = Σ_q vpdpwssd(vpdpbusd(0, g_q, ±x_q), m_q)` (the bsums are not used).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dot(b: &Block, x: *const i8, _bs: *const i16) -> __m256i {
+        let z = _mm512_setzero_si512();
+        let mut p = z;
+        for q in 0..4 {
+            let xv = _mm512_loadu_si512(x.add(64 * q) as *const __m512i);
+            let xs = _mm512_mask_sub_epi8(xv, b.neg[q], z, xv);
+            p = _mm512_dpwssd_epi32(p, _mm512_dpbusd_epi32(z, b.g[q], xs), b.m[q]);
+        }
+        fold(p)
+    }
+}
+
 impl Iq2 for IQ2XXS {
     const BYTES: usize = 66;
     const SUBS: usize = 8;
@@ -220,14 +288,117 @@ impl Iq2 for IQ2S {
     }
 }
 
+/// One decoded IQ1_S block: `u` the 256 bytes `8 m_j (g + 1)` (element order, 64 per register), `c` the
+/// corrections `m_j (δ_j − 8)` in i16 lanes `2 j` and `2 j + 1`.
+struct Block1 {
+    u: [__m512i; 4],
+    c: __m256i,
+}
+
+/// u16 lane `k` (group of 8 elements): the `qh` word holding its index bits, `k / 4`.
+static WORD_OF_GROUP: [u16; 32] = {
+    let mut t = [0u16; 32];
+    let mut k = 0;
+    while k < 32 {
+        t[k] = (k / 4) as u16;
+        k += 1;
+    }
+    t
+};
+
+/// u16 lane `k`: the position of its index bits in that word, `3 (k % 4)`.
+static SHIFT_OF_GROUP: [u16; 32] = {
+    let mut t = [0u16; 32];
+    let mut k = 0;
+    while k < 32 {
+        t[k] = (3 * (k % 4)) as u16;
+        k += 1;
+    }
+    t
+};
+
+/// `[4][64]`: byte `i` of register `c` is `2 j`, `j = 2 c + i / 32` the sub-block of element `64 c + i`.
+static SUB_BYTES: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut i = 0;
+        while i < 64 {
+            t[c][i] = (2 * (2 * c + i / 32)) as u8;
+            i += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+impl Rows for IQ1S {
+    const BYTES: usize = 50;
+    type Block = Block1;
+
+    /// Layout: `d` (f16), `qs[32]` at 2, `qh[8]` (u16) at 34: group `k`'s grid index
+    /// `qs[k] | ((qh[k / 4] >> 3 (k % 4)) & 7) << 8`, sub-block `j`'s scale `(qh[j] >> 12) & 7` and delta sign
+    /// bit 15 of `qh[j]` (set: −1).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(blk: *const u8) -> Block1 {
+        let words = _mm_loadu_si128(blk.add(34) as *const __m128i);
+        // u16 lane `k`: `qs[k]`, and word `k / 4` shifted so that index bits 8..11 are bits 8..11.
+        let q = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(2) as *const __m256i));
+        let h = _mm512_permutexvar_epi16(
+            _mm512_loadu_si512(WORD_OF_GROUP.as_ptr() as *const __m512i),
+            _mm512_castsi128_si512(words),
+        );
+        let h = _mm512_slli_epi16::<8>(_mm512_srlv_epi16(h, _mm512_loadu_si512(SHIFT_OF_GROUP.as_ptr() as *const _)));
+        // `q | (h & 0x0700)`: the 11-bit indices, then as i32 lanes (groups 0..16 and 16..32).
+        let idx = _mm512_ternarylogic_epi32::<0xf8>(q, h, _mm512_set1_epi16(0x0700));
+        let (lo, hi) = (
+            _mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)),
+            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64::<1>(idx)),
+        );
+        let sc = _mm_and_si128(_mm_srli_epi16::<12>(words), _mm_set1_epi16(7));
+        let m = _mm_add_epi16(_mm_add_epi16(sc, sc), _mm_set1_epi16(1));
+        // Bytes `2 j`, `2 j + 1` of every 128-bit lane: `8 m_j`, `16 m_j`.
+        let t = _mm512_broadcast_i32x4(_mm_mullo_epi16(m, _mm_set1_epi16(0x1008)));
+        let u = std::array::from_fn(|c| {
+            let i = match c {
+                0 => _mm512_castsi512_si256(lo),
+                1 => _mm512_extracti64x4_epi64::<1>(lo),
+                2 => _mm512_castsi512_si256(hi),
+                _ => _mm512_extracti64x4_epi64::<1>(hi),
+            };
+            // Entries 8 c..8 c + 8: 64 grid bytes (0xff, 0, 1) in element order.
+            let g = _mm512_i32gather_epi64::<8>(i, IQ1S_GRID.as_ptr() as *const _);
+            _mm512_shuffle_epi8(t, _mm512_or_si512(g, _mm512_loadu_si512(SUB_BYTES[c].as_ptr() as *const __m512i)))
+        });
+        // δ_j − 8 = −7 − 2 (bit 15 of `qh[j]`), times `m_j`, each in two i16 lanes.
+        let e = _mm_add_epi16(_mm_slli_epi16::<1>(_mm_srai_epi16::<15>(words)), _mm_set1_epi16(-7));
+        let dup = _mm256_setr_epi16(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        let c = _mm256_permutexvar_epi16(dup, _mm256_castsi128_si256(_mm_mullo_epi16(m, e)));
+        Block1 { u, c }
+    }
+
+    /// `S = vpmaddwd(bsums, c) + Σ_q vpdpbusd(u_q, x_q)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dot(b: &Block1, x: *const i8, bs: *const i16) -> __m256i {
+        let mut p = _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(bs as *const __m256i), b.c));
+        for q in 0..4 {
+            p = _mm512_dpbusd_epi32(p, b.u[q], _mm512_loadu_si512(x.add(64 * q) as *const __m512i));
+        }
+        fold(p)
+    }
+}
+
 /// Weight rows per group: the f32 lanes of the float steps.
 const COLS: usize = 8;
 
-fn few_rows<T: Iq2>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
+fn few_rows<T: Rows>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) {
     let (bytes, rb, nb, rows) = (w.bytes(), w.row_bytes, act.nb, act.rows);
-    assert!(act.block == 256 && rb == nb * T::BYTES && c0 <= c1 && c1 * rb <= bytes.len(), "IQ2 rows: weight");
-    assert!((1..8).contains(&rows) && act.qs.len() == rows * act.k && act.d_t.len() == rows * nb, "IQ2 rows: act");
-    assert!(c1 <= out.stride && rows <= out.rows, "IQ2 rows: output");
+    assert!(act.block == 256 && rb == nb * T::BYTES && c0 <= c1 && c1 * rb <= bytes.len(), "few rows: weight");
+    assert!((1..8).contains(&rows) && act.qs.len() == rows * act.k, "few rows: activations");
+    assert!(act.d_t.len() == rows * nb && act.sums.len() == rows * nb * 16, "few rows: activation blocks");
+    assert!(c1 <= out.stride && rows <= out.rows, "few rows: output");
     crate::simd::prefetch_l2(&bytes[c0 * rb..(c0 + COLS).min(c1) * rb]);
     for g0 in (c0..c1).step_by(COLS) {
         let live = (c1 - g0).min(COLS);
@@ -235,8 +406,8 @@ fn few_rows<T: Iq2>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) 
         let cols: [*const u8; COLS] = std::array::from_fn(|c| bytes[(g0 + c.min(live - 1)) * rb..].as_ptr());
         // SAFETY: `Kernel::Chunk` is only picked for `Isa::Avx512`, which `matmul` checks against the CPU; every
         // column holds `nb` blocks, `act` every row's data and `out` rows `rows` of columns `g0..g0 + live`
-        // (asserts above; the grid indices are below the code tables' lengths by construction); this task owns
-        // columns `c0..c1` of `out`.
+        // (asserts above; the grid indices are below the code tables' and `IQ1S_GRID`'s lengths by construction);
+        // this task owns columns `c0..c1` of `out`.
         unsafe {
             let dst = out.ptr.get().add(g0);
             let (stride, ahead) = (out.stride, COLS * rb);
@@ -256,7 +427,7 @@ fn few_rows<T: Iq2>(w: &CpuWeight, act: &ActQ, c0: usize, c1: usize, out: &Out) 
 /// The `R` activation rows against the weight rows `cols`, into the first `live` columns from `dst` of rows
 /// `0..R` (`stride` apart); `ahead`: bytes from a weight row to the same row of the next group (prefetched).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn group<T: Iq2, const R: usize>(
+unsafe fn group<T: Rows, const R: usize>(
     cols: &[*const u8; COLS],
     act: &ActQ,
     dst: *mut f32,
@@ -265,12 +436,12 @@ unsafe fn group<T: Iq2, const R: usize>(
     ahead: usize,
 ) {
     let (k, nb) = (act.k, act.nb);
-    let z = _mm512_setzero_si512();
     // `[R]` accumulators, lane `c` weight row `c`.
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..nb {
-        // `[R]` activation blocks of 256 values.
+        // `[R]` activation blocks of 256 values, and their 16 sums of 16.
         let x: [*const i8; R] = std::array::from_fn(|r| act.qs.as_ptr().add(r * k + 256 * b));
+        let bs: [*const i16; R] = std::array::from_fn(|r| act.sums.as_ptr().add((r * nb + b) * 16));
         // `[R][COLS]`: eight i32 lanes whose sum is `S` of row `r` against weight row `c`.
         let mut s = [[_mm256_setzero_si256(); COLS]; R];
         // `[COLS]` f16 `d` of the weight rows' blocks.
@@ -279,15 +450,9 @@ unsafe fn group<T: Iq2, const R: usize>(
             let blk = cols[c].add(b * T::BYTES);
             prefetch(blk.wrapping_add(ahead), T::BYTES);
             d[c] = (blk as *const u16).read_unaligned();
-            let Block { g, neg, m } = decode::<T>(blk);
+            let block = T::decode(blk);
             for r in 0..R {
-                let mut p = z;
-                for q in 0..4 {
-                    let xv = _mm512_loadu_si512(x[r].add(64 * q) as *const __m512i);
-                    let xs = _mm512_mask_sub_epi8(xv, neg[q], z, xv);
-                    p = _mm512_dpwssd_epi32(p, _mm512_dpbusd_epi32(z, g[q], xs), m[q]);
-                }
-                s[r][c] = fold(p);
+                s[r][c] = T::dot(&block, x[r], bs[r]);
             }
         }
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr() as *const __m128i));
@@ -307,11 +472,10 @@ unsafe fn group<T: Iq2, const R: usize>(
 mod tests {
     use super::*;
     use crate::isa::Isa;
-    use crate::matmul::matmul;
-    use crate::Pool;
-    use rand::{Rng, SeedableRng};
-    use tf_core::{Precision, Tensor, TensorInfo};
-    use tf_quant::reference::matmul::matmul_ref;
+    use crate::matmul::iquant_test_util::{
+        activations, assert_chunk, assert_matmul, assert_rows_exact, blocks, reference, seeded,
+    };
+    use rand::Rng;
 
     /// The split code lookups and bit tests give every grid entry's bytes, for every index of the three grids.
     #[test]
@@ -354,77 +518,62 @@ mod tests {
         }
     }
 
-    /// `[count]` blocks of `dtype`: random bytes with a finite `d`, or (`extreme` 1, 2) every group the grid entry
-    /// of the largest values, every scale the largest, all signs positive (1) or negative (2).
-    fn blocks(rng: &mut impl Rng, dtype: DType, bytes: usize, count: usize, extreme: usize) -> Vec<u8> {
-        let sum = |g: u64| g.to_le_bytes().iter().map(|&b| b as u32).sum::<u32>();
-        let max2xxs = (0..256).max_by_key(|&i| sum(IQ2XXS_GRID[i])).unwrap();
-        let max2xs = (0..512).max_by_key(|&i| sum(IQ2XS_GRID[i])).unwrap();
-        let max2s = (0..1024).max_by_key(|&i| sum(IQ2S_GRID[i])).unwrap();
-        let mut w = vec![0u8; count * bytes];
-        rng.fill(&mut w[..]);
-        for blk in w.chunks_exact_mut(bytes) {
-            blk[..2].copy_from_slice(&(0x3c00u16 + rng.gen_range(0..0x400)).to_le_bytes());
-            if extreme == 0 {
-                continue;
+    /// An IQ1_S block with group `k`'s grid index `idx[k]`, sub-block `j`'s scale `sc[j]` and delta sign
+    /// `neg[j]`, `d` the f16 bits.
+    fn iq1s_block(d: u16, idx: &[usize; 32], sc: &[u16; 8], neg: &[bool; 8]) -> [u8; 50] {
+        let mut blk = [0u8; 50];
+        blk[..2].copy_from_slice(&d.to_le_bytes());
+        for (k, &i) in idx.iter().enumerate() {
+            blk[2 + k] = i as u8;
+        }
+        for j in 0..8 {
+            let high = (0..4).fold(0u16, |h, k| h | ((idx[4 * j + k] >> 8) as u16) << (3 * k));
+            let h = high | sc[j] << 12 | if neg[j] { 0x8000 } else { 0 };
+            blk[34 + 2 * j..36 + 2 * j].copy_from_slice(&h.to_le_bytes());
+        }
+        blk
+    }
+
+    /// The IQ1_S decode gives `u = 8 m_j (g + 1)` for every grid entry in every sub-block position, every scale,
+    /// and the corrections `m_j (δ_j − 8)` for both delta signs.
+    #[test]
+    fn iq1s_decode_gives_the_grid_values() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        for n in 0..2048 / 32 {
+            let idx: [usize; 32] = std::array::from_fn(|k| 32 * n + (k + 5 * n) % 32);
+            let sc: [u16; 8] = std::array::from_fn(|j| ((j + n) % 8) as u16);
+            let neg: [bool; 8] = std::array::from_fn(|j| (j + n) % 2 == 1);
+            let blk = iq1s_block(0x3c00, &idx, &sc, &neg);
+            let (mut u, mut c) = ([[0u8; 64]; 4], [0i16; 16]);
+            // SAFETY: AVX-512 checked above; `blk` is a whole block.
+            unsafe {
+                let b = <IQ1S as Rows>::decode(blk.as_ptr());
+                for (q, &v) in b.u.iter().enumerate() {
+                    _mm512_storeu_si512(u[q].as_mut_ptr() as *mut __m512i, v);
+                }
+                _mm256_storeu_si256(c.as_mut_ptr() as *mut __m256i, b.c);
             }
-            let sign = if extreme == 1 { 0x00 } else { 0xff };
-            match dtype {
-                DType::IQ2XXS => {
-                    // Scale 15, sign fields all 0 or all 127 (`KSIGNS_IQ2XS[127]` = 0xff).
-                    let aux = 0xf000_0000u32 | if sign == 0 { 0 } else { 0x0fff_ffff };
-                    for j in 0..8 {
-                        blk[2 + 8 * j..6 + 8 * j].fill(max2xxs as u8);
-                        blk[6 + 8 * j..10 + 8 * j].copy_from_slice(&aux.to_le_bytes());
-                    }
-                }
-                DType::IQ2XS => {
-                    let q = max2xs as u16 | if sign == 0 { 0 } else { 127 << 9 };
-                    for g in 0..32 {
-                        blk[2 + 2 * g..4 + 2 * g].copy_from_slice(&q.to_le_bytes());
-                    }
-                    blk[66..74].fill(0xff);
-                }
-                _ => {
-                    blk[2..34].fill(max2s as u8);
-                    blk[34..66].fill(sign);
-                    blk[66..74].fill(((max2s >> 8) as u8) * 0b0101_0101);
-                    blk[74..82].fill(0xff);
-                }
+            for e in 0..256 {
+                let (j, g) = (e / 32, (IQ1S_GRID[idx[e / 8]] >> (8 * (e % 8))) as u8 as i8 as i32);
+                let m = 1 + 2 * sc[j] as i32;
+                assert_eq!(u[e / 64][e % 64] as i32, 8 * m * (g + 1), "block {n} element {e}");
+            }
+            for (l, &cl) in c.iter().enumerate() {
+                let j = l / 2;
+                let delta = if neg[j] { -1 } else { 1 };
+                assert_eq!(cl as i32, (1 + 2 * sc[j] as i32) * (delta - 8), "block {n} lane {l}");
             }
         }
-        w
     }
 
-    /// `[rows * k]` activations: random, all 1 (`extreme` 1, 2), or rows alternately all 1 and all −1 (3).
-    fn activations(rng: &mut impl Rng, rows: usize, k: usize, extreme: usize) -> Vec<f32> {
-        (0..rows * k)
-            .map(|i| match extreme {
-                0 => rng.gen_range(-1.0f32..1.0),
-                3 if (i / k) % 2 == 1 => -1.0,
-                _ => 1.0,
-            })
-            .collect()
-    }
-
-    fn seeded() -> (u64, rand::rngs::StdRng) {
-        let seed: u64 = std::env::var("TF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
-        eprintln!("TF_SEED={seed}");
-        (seed, rand::rngs::StdRng::seed_from_u64(seed))
-    }
-
-    const TYPES: [(DType, usize); 3] =
-        [(DType::IQ2XXS, IQ2XXS::BYTES), (DType::IQ2XS, IQ2XS::BYTES), (DType::IQ2S, IQ2S::BYTES)];
-
-    /// The output of the few-row kernel over columns `c0..c1` (the others NaN), `[rows][out]`.
-    fn run(w: &[u8], dtype: DType, out: usize, act: &ActQ, c0: usize, c1: usize) -> Vec<f32> {
-        let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, act.k as u64] };
-        let wt = CpuWeight::from_bytes(&info, w).unwrap();
-        let mut y = vec![f32::NAN; act.rows * out];
-        let o = Out { ptr: crate::pool::SendPtr(y.as_mut_ptr()), rows: act.rows, stride: out };
-        chunk_kernel(dtype).unwrap()(&wt, act, c0, c1, &o);
-        y
-    }
+    const TYPES: [(DType, usize); 4] = [
+        (DType::IQ2XXS, <IQ2XXS as Rows>::BYTES),
+        (DType::IQ2XS, <IQ2XS as Rows>::BYTES),
+        (DType::IQ2S, <IQ2S as Rows>::BYTES),
+        (DType::IQ1S, <IQ1S as Rows>::BYTES),
+    ];
 
     /// Blocks at the bounds of the integer sums and random blocks, 1..=7 activation rows, ragged column ranges:
     /// the few-row kernel equals the reference bit for bit, leaves the columns outside its range alone, and the
@@ -440,43 +589,58 @@ mod tests {
             for case in 0..40 {
                 let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40, 3][case % 4], 1 + case % 7);
                 let extreme = (case / 3) % 4;
-                let w = blocks(&mut rng, dtype, bytes, out * nb, extreme);
+                let w = blocks(&mut rng, dtype, out * nb, extreme);
                 let k = 256 * nb;
                 let x = activations(&mut rng, rows, k, extreme);
-                let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
+                let want = reference(&x, rows, dtype, &w, out, k);
                 let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
                 let c0 = rng.gen_range(0..out);
                 let c1 = rng.gen_range(c0 + 1..=out);
-                let got = run(&w, dtype, out, &act, c0, c1);
-                for r in 0..rows {
-                    for c in 0..out {
-                        let (g, e) = (got[r * out + c], want[r * out + c]);
-                        if (c0..c1).contains(&c) {
-                            assert_eq!(
-                                g.to_bits(),
-                                e.to_bits(),
-                                "{dtype} case {case} rows {rows} ({r}, {c}) of {c0}..{c1} (TF_SEED={seed})"
-                            );
-                        } else {
-                            assert!(g.is_nan(), "{dtype} case {case}: column {c} outside {c0}..{c1} written");
-                        }
-                    }
-                }
+                let what = format!("case {case} (TF_SEED={seed})");
+                assert_chunk(chunk_kernel(dtype).unwrap(), dtype, &w, out, &act, (c0, c1), &want, &what);
                 let rows = rows + 10 * (case % 2);
                 let x = activations(&mut rng, rows, k, extreme);
-                let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
-                let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
-                let wt = CpuWeight::from_bytes(&info, &w).unwrap();
-                let got =
-                    matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &Tensor::host(rows, k, x), &wt, None);
-                for (i, (g, e)) in got.host.iter().zip(&want).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        e.to_bits(),
-                        "{dtype} case {case} rows {rows} element {i} (TF_SEED={seed})"
-                    );
-                }
+                let want = reference(&x, rows, dtype, &w, out, k);
+                assert_matmul(dtype, &w, out, &x, rows, &want, &what);
             }
+        }
+    }
+
+    /// IQ1_S blocks whose sub-blocks take every scale 0..=7 and both delta signs, with groups of the entry of all
+    /// −1 (index 0), all +1 (index 2047) and random entries, so that every value −9, −7, −1, 1, 7, 9 meets every
+    /// multiplier; activations all 127, rows alternately ±127, or random; 1..=7 rows over all columns and a ragged
+    /// range: the few-row kernel and the whole matmul equal the reference bit for bit.
+    #[test]
+    fn iq1s_every_scale_and_delta_equals_the_reference() {
+        if Isa::detect() < Isa::Avx512 {
+            return;
+        }
+        let (seed, mut rng) = seeded();
+        for case in 0..21 {
+            let (nb, out, rows) = (1 + case % 2, [8, 21, 40][case % 3], 1 + case % 7);
+            let extreme = [1, 3, 0][(case / 7) % 3];
+            let mut w = Vec::with_capacity(out * nb * 50);
+            for n in 0..out * nb {
+                let idx: [usize; 32] = std::array::from_fn(|k| match (k + n) % 3 {
+                    0 => 0,
+                    1 => 2047,
+                    _ => rng.gen_range(0..2048),
+                });
+                let sc: [u16; 8] = std::array::from_fn(|j| ((j + n) % 8) as u16);
+                let neg: [bool; 8] = std::array::from_fn(|j| (j / 2 + n) % 2 == 1);
+                w.extend_from_slice(&iq1s_block(0x3c00 + rng.gen_range(0..0x400), &idx, &sc, &neg));
+            }
+            let k = 256 * nb;
+            let x = activations(&mut rng, rows, k, extreme);
+            let want = reference(&x, rows, DType::IQ1S, &w, out, k);
+            let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
+            let what = format!("mixed case {case} (TF_SEED={seed})");
+            let c0 = rng.gen_range(0..out);
+            let c1 = rng.gen_range(c0 + 1..=out);
+            for range in [(0, out), (c0, c1)] {
+                assert_chunk(few_rows::<IQ1S>, DType::IQ1S, &w, out, &act, range, &want, &what);
+            }
+            assert_matmul(DType::IQ1S, &w, out, &x, rows, &want, &what);
         }
     }
 
@@ -488,21 +652,8 @@ mod tests {
             return;
         }
         let (seed, mut rng) = seeded();
-        let (nb, out, rows) = (3, 45, 17);
-        let k = 256 * nb;
-        for (dtype, bytes) in TYPES {
-            let w = blocks(&mut rng, dtype, bytes, out * nb, 0);
-            let x = activations(&mut rng, rows, k, 0);
-            let want = matmul_ref(Precision::Checkpoint, &x, rows, dtype, &w, out, k, None);
-            let info = TensorInfo { name: "w".into(), dtype, shape: vec![out as u64, k as u64] };
-            let wt = CpuWeight::from_bytes(&info, &w).unwrap();
-            for r in 1..=rows {
-                let xt = Tensor::host(r, k, x[..r * k].to_vec());
-                let got = matmul(&Pool::new(2), Isa::Avx512, Precision::Checkpoint, &xt, &wt, None);
-                for (i, (g, e)) in got.host.iter().zip(&want[..r * out]).enumerate() {
-                    assert_eq!(g.to_bits(), e.to_bits(), "{dtype} {r} rows: element {i} (TF_SEED={seed})");
-                }
-            }
+        for (dtype, _) in TYPES {
+            assert_rows_exact(&mut rng, seed, dtype, 3, 45, 17);
         }
     }
 }

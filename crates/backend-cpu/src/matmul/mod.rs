@@ -36,6 +36,8 @@ mod avx512_kquant;
 mod avx512_legacy;
 #[cfg(target_arch = "x86_64")]
 mod avx512_wide;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod iquant_test_util;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]
