@@ -5,19 +5,20 @@
 use tf_core::{DType, RowAttn};
 
 /// The kernel sources, in the order they are concatenated into one NVRTC program (helpers first).
-pub const SOURCES: [(&str, &str); 8] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("common.cu", include_str!("../kernels/common.cu")),
     ("matmul.cu", include_str!("../kernels/matmul.cu")),
     ("matmul_il.cu", include_str!("../kernels/matmul_il.cu")),
     ("matmul_q.cu", include_str!("../kernels/matmul_q.cu")),
     ("matmul_qt.cu", include_str!("../kernels/matmul_qt.cu")),
+    ("matmul_qm.cu", include_str!("../kernels/matmul_qm.cu")),
     ("ops.cu", include_str!("../kernels/ops.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("mma.cu", include_str!("../kernels/mma.cu")),
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 123] = [
+pub const KERNELS: [&str; 126] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -70,6 +71,9 @@ pub const KERNELS: [&str; 123] = [
     "mmq_glu_q4_1",
     "mmq_glu_q5_0",
     "mmq_glu_q4k",
+    "mmqm_q4k",
+    "mmqm_glu_q4k",
+    "mmqm_many_q4k",
     "mmq_glu_q6k",
     "mmq_glu_q5_1",
     "mmq_glu_q5k",
@@ -320,6 +324,19 @@ pub const QD_WARPS: u32 = 4;
 /// `(grid, block)` of the streaming checkpoint kernels (`mmq_*`) for `rows × n` outputs.
 pub fn mmq_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(QD_WARPS as usize) as u32, rows.div_ceil(QD_ROWS as usize) as u32, 1), (32 * QD_WARPS, 1, 1))
+}
+
+/// Warps per block of the tensor-core streaming kernels (`QM_WARPS` in kernels/matmul_qm.cu), each 8 columns × 16 rows.
+pub const QM_WARPS: u32 = 4;
+
+/// Most rows the tensor-core streaming kernels take (from `CudaTuning::quant_mma`); more go to the tiles. At 32 rows
+/// a forward of the 7B Q4_K_M shape costs 19.8 ms on them against 29.6 ms on the tiles (H100, docs/benchmarks.md).
+pub const QM_MAX_ROWS: usize = 64;
+
+/// `(grid, block)` of the tensor-core streaming kernels (`mmqm_*`) for `rows × n` outputs: x the groups of 16 rows
+/// (side by side in launch order), y the groups of `8 · QM_WARPS` columns.
+pub fn mmqm_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
+    ((rows.div_ceil(16) as u32, n.div_ceil(8 * QM_WARPS as usize) as u32, 1), (32 * QM_WARPS, 1, 1))
 }
 
 /// Rows and columns per block of the tensor-core checkpoint kernels (`QT_M`, `QT_N` in kernels/matmul_qt.cu).

@@ -37,6 +37,12 @@ pub struct CudaTuning {
     /// same bits; needs sm_80 or newer); 0: never. Default 24: near where a forward of the 7B Q4_K_M shape costs
     /// the same both ways (H100, docs/benchmarks.md).
     pub quant_tiles: u32,
+    /// Row count from which Q4_K checkpoint matmuls of up to `geometry::QM_MAX_ROWS` rows take the tensor-core
+    /// streaming kernels (kernels/matmul_qm.cu: `mma` on each weight row read once per 16 rows, the same bits;
+    /// needs sm_80 or newer) instead of `mmq_q4k`'s integer dot products per row or the tiles; 0: never. Default 8:
+    /// a forward of the 7B Q4_K_M shape costs the same both ways at 8 rows, 13.5 against 18.1 ms at 9 (H100,
+    /// docs/benchmarks.md).
+    pub quant_mma: u32,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
 }
@@ -53,6 +59,7 @@ impl Default for CudaTuning {
             attn_heads: 0,
             quant_stream: true,
             quant_tiles: 24,
+            quant_mma: 8,
             defines: Vec::new(),
         }
     }
@@ -62,9 +69,20 @@ impl Default for CudaTuning {
 /// software-pipelined weight loads), `IL_DEPTH` 4, `IL1_DEPTH` 6, `GLU_DEPTH` and `MANY_DEPTH` (loads in flight per
 /// lane), `BULK_PF` 0 (bulk L2 prefetch of the next weight rows), `PRE_WAIT` 1 (kernels/common.cu: loads before
 /// the programmatic-launch wait), `NORM_PER` 4 (kernels/ops.cu: elements per thread of the norms), `ATTN_VSPLIT` 2
-/// (kernels/attention.cu: blocks per head of the one-row attention kernel). None changes an output's bits.
-pub const KERNEL_DEFINES: [&str; 9] =
-    ["IL_PIPE", "IL_DEPTH", "IL1_DEPTH", "GLU_DEPTH", "MANY_DEPTH", "BULK_PF", "PRE_WAIT", "NORM_PER", "ATTN_VSPLIT"];
+/// (kernels/attention.cu: blocks per head of the one-row attention kernel), `QM_PF` 8 (kernels/matmul_qm.cu: blocks
+/// between a weight row's L2 prefetch and its use; 0 none). None changes an output's bits.
+pub const KERNEL_DEFINES: [&str; 10] = [
+    "IL_PIPE",
+    "IL_DEPTH",
+    "IL1_DEPTH",
+    "GLU_DEPTH",
+    "MANY_DEPTH",
+    "BULK_PF",
+    "PRE_WAIT",
+    "NORM_PER",
+    "ATTN_VSPLIT",
+    "QM_PF",
+];
 
 /// One kernel define `NAME=VALUE`, NAME one of [`KERNEL_DEFINES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +115,7 @@ impl std::fmt::Display for KernelDefine {
 }
 
 /// The environment variables [`CudaTuning::from_env`] reads, each naming one field.
-pub const ENV_VARS: [&str; 10] = [
+pub const ENV_VARS: [&str; 11] = [
     "TF_CUDA_INTERLEAVE",
     "TF_CUDA_IL_COLS",
     "TF_CUDA_NORM_FUSE",
@@ -107,6 +125,7 @@ pub const ENV_VARS: [&str; 10] = [
     "TF_CUDA_ATTN_HEADS",
     "TF_CUDA_QUANT_STREAM",
     "TF_CUDA_QUANT_TILES",
+    "TF_CUDA_QUANT_MMA",
     "TF_CUDA_DEFINES",
 ];
 
@@ -125,7 +144,7 @@ fn overrides_in(names: impl Iterator<Item = String>) -> Vec<String> {
 impl CudaTuning {
     /// The defaults with the environment's overrides ([`ENV_VARS`]: `TF_CUDA_INTERLEAVE=0|1`, `TF_CUDA_IL_COLS=N`,
     /// `TF_CUDA_NORM_FUSE=0..3`, `TF_CUDA_QKV_ROPE=0|1`, `TF_CUDA_QKV_WIDE=0|1`, `TF_CUDA_ADD_DEEP=0|1`,
-    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_QUANT_STREAM=0|1`, `TF_CUDA_QUANT_TILES=0..65536`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
+    /// `TF_CUDA_ATTN_HEADS=0..7`, `TF_CUDA_QUANT_STREAM=0|1`, `TF_CUDA_QUANT_TILES=0..65536`, `TF_CUDA_QUANT_MMA=0..65536`, `TF_CUDA_DEFINES="NAME=INTEGER ..."`), for `tensorfold bench` and the lab. A value
     /// out of range, or another `TF_CUDA_*` variable, is an error naming it.
     pub fn from_env() -> Result<CudaTuning, String> {
         CudaTuning::from_vars(|k| std::env::var(k).ok(), &env_overrides())
@@ -173,6 +192,9 @@ impl CudaTuning {
         if let Some(n) = num("TF_CUDA_QUANT_TILES", 65536)? {
             t.quant_tiles = n;
         }
+        if let Some(n) = num("TF_CUDA_QUANT_MMA", 65536)? {
+            t.quant_mma = n;
+        }
         if let Some(d) = get("TF_CUDA_DEFINES") {
             t.defines = KernelDefine::parse_list(&d).map_err(|e| format!("TF_CUDA_DEFINES: {e}"))?;
         }
@@ -211,6 +233,7 @@ mod tests {
             ("TF_CUDA_ATTN_HEADS", "1"),
             ("TF_CUDA_QUANT_STREAM", "0"),
             ("TF_CUDA_QUANT_TILES", "0"),
+            ("TF_CUDA_QUANT_MMA", "5"),
             ("TF_CUDA_DEFINES", "IL_PIPE=0  PRE_WAIT=0"),
         ])
         .unwrap();
@@ -224,6 +247,7 @@ mod tests {
             attn_heads: 1,
             quant_stream: false,
             quant_tiles: 0,
+            quant_mma: 5,
             defines: vec![KernelDefine { name: "IL_PIPE", value: 0 }, KernelDefine { name: "PRE_WAIT", value: 0 }],
         };
         assert_eq!(t, want);

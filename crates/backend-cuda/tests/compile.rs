@@ -29,6 +29,8 @@ fn the_tuning_defines_compile_and_bad_ones_are_refused() {
         vec!["BULK_PF=2"],
         vec!["IL1_DEPTH=8", "MANY_DEPTH=6"],
         vec!["NORM_PER=16"],
+        vec!["QM_PF=0"],
+        vec!["QM_PF=16"],
     ] {
         let defines: Vec<String> = defines.into_iter().map(String::from).collect();
         let ptx = compile_with(&arch, &defines).unwrap_or_else(|e| panic!("{defines:?}: {e}"));

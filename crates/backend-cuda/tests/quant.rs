@@ -2,7 +2,8 @@
 //! Q6_K) against the CPU backend, bit for bit, and row-exact: shapes whose weight rows start at every 2-byte alignment, rows of one to many steps with a
 //! partial last step, column counts that leave a block's warps idle, 1 to 256 rows (several row groups), with and
 //! without a bias, equal to `matmul_quant` (`CudaTuning::quant_stream` off) and with the tensor-core kernels
-//! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0); `matmul_add` (the add
+//! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0), Q4_K's tensor-core
+//! streaming kernels (kernels/matmul_qm.cu) from one row (`CudaTuning::quant_mma` 1) and never (0); `matmul_add` (the add
 //! in the kernels' epilogue) equal to the CPU's matmul then add; and `matmul_many` quantizing x once for weights of one block size (mixing the streaming kernels
 //! with `matmul_quant`) equal to one call each. Needs a CUDA device: without one these tests fail.
 //!
@@ -141,7 +142,12 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
             // The streaming kernels alone and the tensor-core kernels alone (from one row): the same bits.
             g.tune(|t| (t.quant_stream, t.quant_tiles) = (true, 0));
             same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: streaming vs the default"));
-            g.tune(|t| t.quant_tiles = 1);
+            // Q4_K's tensor-core streaming kernels (kernels/matmul_qm.cu) never, then from one row.
+            g.tune(|t| t.quant_mma = 0);
+            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: integer streaming kernels vs the default"));
+            g.tune(|t| t.quant_mma = 1);
+            same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: tensor-core streaming vs the default"));
+            g.tune(|t| (t.quant_tiles, t.quant_mma) = (1, 0));
             same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: tensor-core tiles vs the default"));
             g.tune(|t| *t = CudaTuning::default());
             // matmul_add (the product added into a residual in the kernel's epilogue) == matmul, then add, on the

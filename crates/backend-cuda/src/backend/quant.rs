@@ -7,7 +7,7 @@
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::Buf;
-use crate::geometry::{matmul_quant_grid, mmq_grid, mmqt_grid, EPI_ADD};
+use crate::geometry::{matmul_quant_grid, mmq_grid, mmqm_grid, mmqt_grid, EPI_ADD, QM_MAX_ROWS};
 use tf_core::{DType, GluAct, Precision, Tensor, Weight};
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
@@ -59,6 +59,13 @@ impl CudaBackend {
         (on && !cw.interleaved && cw.buf.ptr.is_multiple_of(16)).then_some(kernel)
     }
 
+    /// Whether `rows` rows of streaming kernel `mmq`'s type run on the tensor-core streaming kernels
+    /// (kernels/matmul_qm.cu: Q4_K, from `CudaTuning::quant_mma` to [`QM_MAX_ROWS`] rows, ahead of the tiles).
+    fn mma_streams(&self, mmq: &str, rows: usize) -> bool {
+        let from = self.tune.quant_mma.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        mmq == "mmq_q4k" && from > 0 && (from..=QM_MAX_ROWS).contains(&rows) && self.gpu.cc.0 >= 8
+    }
+
     /// Whether the checkpoint matmul of `cw` adds into its output in its epilogue (the streaming and tensor-core
     /// kernels do; `matmul_quant` does not).
     pub(super) fn quant_adds(&self, cw: &CudaWeight) -> bool {
@@ -100,7 +107,9 @@ impl CudaBackend {
         let l = match self.mmq_kernel(cw) {
             Some(kernel) => {
                 let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
-                let (kernel, (grid, blk)) = if tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8 {
+                let (kernel, (grid, blk)) = if self.mma_streams(kernel, rows) {
+                    ("mmqm_q4k", mmqm_grid(rows, n))
+                } else if tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8 {
                     (tiles_kernel(kernel), mmqt_grid(rows, n))
                 } else {
                     (kernel, mmq_grid(rows, n))
@@ -155,10 +164,12 @@ impl CudaBackend {
         Some(outs)
     }
 
-    /// Whether `rows` rows against `cw` run on the streaming kernel (not the tensor-core tiles or `matmul_quant`).
+    /// Whether `rows` rows against `cw` run on a streaming kernel (`mmq_*` or `mmqm_*`; not the tensor-core tiles or
+    /// `matmul_quant`).
     fn streams(&self, cw: &CudaWeight, rows: usize) -> bool {
         let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        self.mmq_kernel(cw).is_some() && !(tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8)
+        self.mmq_kernel(cw)
+            .is_some_and(|k| self.mma_streams(k, rows) || !(tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8))
     }
 
     /// Two or three weights of one type on the streaming kernels as one launch of `mmq_many_<type>` (each output as
@@ -184,20 +195,27 @@ impl CudaBackend {
             return None;
         }
         let outs: Vec<Buf> = ws.iter().map(|(w, _)| self.alloc_f32(qx.rows * weight(w).out_dim)).collect();
+        let kernel = if self.mma_streams(self.mmq_kernel(first)?, qx.rows) { "mmqm_many_q4k" } else { kernel };
         let mut l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(qx.rows).i32(qx.k);
-        let mut blocks = 0;
+        let (mut columns, mut blocks) = (0, 0);
         for (&(w, bias), out) in ws.iter().zip(&outs) {
             let cw = weight(w);
             let (bias_ptr, bias_code) = bias_arg(bias, cw.out_dim);
             l = l.ptr(&cw.buf).i32(cw.out_dim).addr(bias_ptr).int(bias_code).ptr(out);
+            columns += cw.out_dim;
             blocks += mmq_grid(qx.rows, cw.out_dim).0 .0;
         }
         if ws.len() == 2 {
             // No third weight: no columns, no blocks.
             l = l.addr(0).i32(0).addr(0).int(0).addr(0);
         }
-        let (grid, blk) = mmq_grid(qx.rows, 1);
-        l.go((blocks, grid.1, 1), blk);
+        let (grid, blk) = if self.mma_streams(self.mmq_kernel(first)?, qx.rows) {
+            mmqm_grid(qx.rows, columns)
+        } else {
+            let (grid, blk) = mmq_grid(qx.rows, 1);
+            ((blocks, grid.1, 1), blk)
+        };
+        l.go(grid, blk);
         Some(ws.iter().zip(outs).map(|(&(w, _), out)| self.tensor(qx.rows, weight(w).out_dim, out)).collect())
     }
 
@@ -236,7 +254,11 @@ impl CudaBackend {
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let qx = self.quantize_rows(xb, x.rows, x.cols, block);
         let out = self.alloc_f32(x.rows * n);
-        let (grid, blk) = mmq_grid(x.rows, n);
+        let (kernel, (grid, blk)) = if self.mma_streams(self.mmq_kernel(cg)?, x.rows) {
+            ("mmqm_glu_q4k", mmqm_grid(x.rows, n))
+        } else {
+            (kernel, mmq_grid(x.rows, n))
+        };
         let l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(x.rows).i32(x.cols);
         l.ptr(&cg.buf).ptr(&cu.buf).i32(n).int(act_code(act)).ptr(&out).go(grid, blk);
         Some(self.tensor(x.rows, n, out))

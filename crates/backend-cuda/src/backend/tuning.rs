@@ -24,6 +24,8 @@ pub(super) struct Knobs {
     pub no_quant_stream: AtomicBool,
     /// `CudaTuning::quant_tiles`
     pub quant_tiles: AtomicU32,
+    /// `CudaTuning::quant_mma`
+    pub quant_mma: AtomicU32,
 }
 
 /// A kernel variant chosen by occupancy (the default), or forced off / on.
@@ -60,6 +62,7 @@ impl Knobs {
             attn_heads: AtomicUsize::new(0),
             no_quant_stream: AtomicBool::new(false),
             quant_tiles: AtomicU32::new(0),
+            quant_mma: AtomicU32::new(0),
         };
         k.store(t);
         k
@@ -81,6 +84,7 @@ impl Knobs {
         self.attn_heads.store(t.attn_heads, Relaxed);
         self.no_quant_stream.store(!t.quant_stream, Relaxed);
         self.quant_tiles.store(t.quant_tiles, Relaxed);
+        self.quant_mma.store(t.quant_mma, Relaxed);
     }
 
     /// The knobs as a [`CudaTuning`] with `defines`.
@@ -95,6 +99,7 @@ impl Knobs {
             attn_heads: self.attn_heads.load(Relaxed),
             quant_stream: !self.no_quant_stream.load(Relaxed),
             quant_tiles: self.quant_tiles.load(Relaxed),
+            quant_mma: self.quant_mma.load(Relaxed),
             defines: defines.to_vec(),
         }
     }

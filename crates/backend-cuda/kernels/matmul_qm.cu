@@ -1,0 +1,290 @@
+// Checkpoint-precision matmul of Q4_K weights for 2 to a few dozen rows (verify windows, shared decode rounds) on the
+// tensor cores, streaming each weight row once per 16 rows (`mmqm_q4k`, `mmqm_glu_q4k`, `mmqm_many_q4k`): bit-equal to
+// `mmq_q4k` (kernels/matmul_q.cu) and so to tf_quant::reference::matmul::matmul_ref.
+//
+// Why the bits are the reference's: a Q4_K block's terms are integers, S = Σ_j sc_j · Σ_{i∈j} q_i x_i and
+// M = Σ_j m_j · Σ_{i∈j} x_i over its 8 sub-blocks of 32, exact in any order, then the reference's two fmas per block
+// in block order: acc = fma(dw · dx, S, acc), acc = fma(-(dmin · dx), M, acc). Here `mma.sync` m16n8k32 on int8
+// fragments gives each (row, column, sub-block) dot product exactly; the lane that holds a (row, column) pair of the
+// accumulator fragment multiplies and adds the sub-blocks' integers (M by dp2a on the activations' 16-element sums)
+// and folds the block's float terms into its own accumulator in increasing block order. A row's result never
+// depends on another row, the row count or the tile.
+//
+// Geometry: a warp owns 8 weight columns (one n8 fragment) and 16 activation rows (one m16 fragment) and walks the
+// whole K. The mma's k positions are a permutation of a sub-block's 32 elements, the same for both operands (sums
+// are order-free): lane (g, t) (g = lane / 4, t = lane % 4) holds elements 8t..8t+3 at k 4t.., and 8t+4..8t+7 at
+// k 16+4t.., so its weight bytes (qs[32p + 8t .. +8] of column g: low nibbles sub-block 2p, high nibbles 2p + 1)
+// and its activation bytes (8 contiguous per row) are single 8-byte loads. The accumulator fragment puts rows
+// g, g + 8 and columns 2t, 2t + 1 in lane (g, t); that lane reads those two columns' block headers (d, dmin and the
+// 6-bit scales and mins, unpacked four to a word). Weights are loaded one block ahead into registers, and the row's
+// bytes QM_PF blocks ahead are asked of L2 by a bulk prefetch, so few warps (a down projection has N / 8 of them)
+// still keep enough bytes in flight. grid (ceil(R / 16), ceil(C / (8 · QM_WARPS))): the row groups of the same
+// columns run side by side, so a weight row read for the first comes from L2 for the others.
+
+#define QM_WARPS 4
+// Blocks (of 144 bytes per weight row) between the L2 prefetch and the block computed (a `CudaTuning` define; 0:
+// no prefetch).
+#ifndef QM_PF
+#define QM_PF 8
+#endif
+
+// d [4] = A [16, 32] · B [32, 8] (int8, exact int32 sums) from zero; fragments as qt_mma32's (matmul_qt.cu).
+__device__ __forceinline__ void qm_mma32(int* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+#else
+    __trap();
+#endif
+}
+
+// A Q4_K block header (bytes 0..16: d, dmin as f16, then the 12 bytes of 6-bit scales and mins) unpacked: the 8
+// scales as bytes of sc[0] (sub-blocks 0..3) and sc[1] (4..7), the 8 mins likewise in mn[0], mn[1].
+struct QmQ4kHead {
+    float d, dmin;
+    u32 sc[2], mn[2];
+};
+
+__device__ __forceinline__ QmQ4kHead qm_q4k_head(uint4 h) {
+    // s0 = scales bytes 0..3, s1 = 4..7, s2 = 8..11 (j < 4: sc = s0[j] & 63, m = s1[j] & 63; j >= 4: sc =
+    // (s2[j-4] & 15) | (s0[j-4] >> 6) << 4, m = (s2[j-4] >> 4) | (s1[j-4] >> 6) << 4: q4k_scale, q4k_min).
+    u32 s0 = h.y, s1 = h.z, s2 = h.w;
+    QmQ4kHead r;
+    r.d = f16_bits_to_f32(h.x & 0xffffu);
+    r.dmin = f16_bits_to_f32(h.x >> 16);
+    r.sc[0] = s0 & 0x3f3f3f3fu;
+    r.mn[0] = s1 & 0x3f3f3f3fu;
+    r.sc[1] = (s2 & 0x0f0f0f0fu) | (((s0 >> 6) & 0x03030303u) << 4);
+    r.mn[1] = ((s2 >> 4) & 0x0f0f0f0fu) | (((s1 >> 6) & 0x03030303u) << 4);
+    return r;
+}
+
+// Byte k (0..3) of w, zero-extended.
+__device__ __forceinline__ int qm_byte(u32 w, int k) { return (int)__byte_perm(w, 0u, 0x4440u + (u32)k); }
+
+__device__ __forceinline__ uint2 qm_ld8(const u8* p) { return *(const uint2*)p; }
+
+// Output (r, n) = acc + bias, with EPI_ADD in bias_dt added into y: mmq_store's arithmetic (matmul_q.cu) for one
+// output.
+__device__ __forceinline__ void qm_store(float acc, int r, int n, int N, const u8* bias, int bias_dt, float* y) {
+    float s = acc;
+    if (bias) s = s + deq_elem(bias_dt & ~EPI_ADD, bias, n);
+    if (bias_dt & EPI_ADD) s = y[(i64)r * N + n] + s;
+    y[(i64)r * N + n] = s;
+}
+
+// The columns of one weight [N, K] (rows of rb bytes): y = x · wᵀ (+ bias).
+struct QmCols1 {
+    const u8* w;
+    i64 rb;
+    int N;
+    const u8* bias;
+    int bias_dt;
+    float* y;
+    __device__ __forceinline__ void rows(int c, const u8** wrs) const { wrs[0] = w + c * rb; }
+    __device__ __forceinline__ void store1(int c, int r, const float* acc) const {
+        qm_store(acc[0], r, c, N, bias, bias_dt, y);
+    }
+};
+
+// The columns of gate and up [N, K]: out = act(x · gateᵀ) * (x · upᵀ) (act 0 SiLU, 1 GELU tanh: the `glu`
+// kernel's arithmetic, as mmq_glu's).
+struct QmColsGlu {
+    const u8* gate;
+    const u8* up;
+    i64 rb;
+    int N, act;
+    float* out;
+    __device__ __forceinline__ void rows(int c, const u8** wrs) const {
+        wrs[0] = gate + c * rb;
+        wrs[1] = up + c * rb;
+    }
+    __device__ __forceinline__ void store1(int c, int r, const float* acc) const {
+        float a = act == 0 ? tf_silu(acc[0]) : tf_gelu_tanh(acc[0]);
+        out[(i64)r * N + c] = a * acc[1];
+    }
+};
+
+// The columns of up to three weights [Ni, K] of one type, one after the other (column c < N0 is w0's column c,
+// then w1's, then w2's), each output as QmCols1's.
+struct QmCols3 {
+    const u8 *w0, *w1, *w2;
+    i64 rb;
+    int N0, N1, N2;
+    const u8 *b0, *b1, *b2;
+    int bd0, bd1, bd2;
+    float *y0, *y1, *y2;
+    __device__ __forceinline__ void rows(int c, const u8** wrs) const {
+        wrs[0] = c < N0 ? w0 + c * rb : (c < N0 + N1 ? w1 + (c - N0) * rb : w2 + (c - N0 - N1) * rb);
+    }
+    __device__ __forceinline__ void store1(int c, int r, const float* acc) const {
+        if (c < N0) {
+            qm_store(acc[0], r, c, N0, b0, bd0, y0);
+        } else if (c < N0 + N1) {
+            qm_store(acc[0], r, c - N0, N1, b1, bd1, y1);
+        } else {
+            qm_store(acc[0], r, c - N0 - N1, N2, b2, bd2, y2);
+        }
+    }
+};
+
+// One warp's 8 columns c0 .. c0 + 7 of W weights (`cols.rows`) against rows r0 .. r0 + nr (nr ≤ 16) of the quantized
+// activations, stored through `cols.store1` (the column sets above).
+template <int W, class Cols>
+__device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i16* sums, int K, const Cols& cols,
+                                            int c0, int C, int r0, int nr) {
+    constexpr int BB = 144;
+    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int nb = K / 256;
+    // B fragment: column c0 + g (a column past C reads column C - 1's bytes and is never stored).
+    int cb = min(c0 + g, C - 1);
+    // Accumulator columns: c0 + 2t, c0 + 2t + 1; rows r0 + g, r0 + g + 8.
+    int ca = min(c0 + 2 * t, C - 1), cc = min(c0 + 2 * t + 1, C - 1);
+    bool ra = g < nr, rb = g + 8 < nr;
+    i64 xa = (i64)(r0 + (ra ? g : 0)) * K, xb = (i64)(r0 + (rb ? g + 8 : 0)) * K;
+    const i16* sa = sums + (i64)(r0 + (ra ? g : 0)) * nb * 16;
+    const i16* sb = sums + (i64)(r0 + (rb ? g + 8 : 0)) * nb * 16;
+    const float* da = d + (i64)(r0 + (ra ? g : 0)) * nb;
+    const float* db = d + (i64)(r0 + (rb ? g + 8 : 0)) * nb;
+    float acc[W][4];
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const u8* wr[W];
+        const u8* w0[W];
+        const u8* w1[W];
+        cols.rows(cb, wr);
+        cols.rows(ca, w0);
+        cols.rows(cc, w1);
+        const u8* wq = wr[i] + 16 + 8 * t;  // this lane's qs bytes of block 0: + 32p for pair p
+        const u8* h0 = w0[i];
+        const u8* h1 = w1[i];
+        // One L2 prefetch per weight row and block (lane t == 0 of each column), QM_PF blocks ahead.
+        auto pf = [&](int b) {
+            if (t == 0 && b < nb) {
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr[i] + (i64)b * BB), "r"(BB)
+                             : "memory");
+            }
+        };
+        for (int b = 0; b < QM_PF; b++) pf(b);
+        uint2 qn[4];
+        uint4 hn0, hn1;
+        auto ldw = [&](int b) {
+#pragma unroll
+            for (int p = 0; p < 4; p++) qn[p] = qm_ld8(wq + (i64)b * BB + 32 * p);
+            hn0 = *(const uint4*)(h0 + (i64)b * BB);
+            hn1 = *(const uint4*)(h1 + (i64)b * BB);
+        };
+        ldw(0);
+        if (i == 0) griddep_wait();
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            uint2 qc[4] = {qn[0], qn[1], qn[2], qn[3]};
+            QmQ4kHead hd0 = qm_q4k_head(hn0), hd1 = qm_q4k_head(hn1);
+            if (b + 1 < nb) ldw(b + 1);
+            pf(b + QM_PF);
+            // Activations of this block: 8 bytes per sub-block and row, the 16-element sums, the block scales.
+            uint2 xl[8], xh[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                xl[j] = ra ? *(const uint2*)(q + xa + (i64)b * 256 + 32 * j + 8 * t) : make_uint2(0, 0);
+                xh[j] = rb ? *(const uint2*)(q + xb + (i64)b * 256 + 32 * j + 8 * t) : make_uint2(0, 0);
+            }
+            uint4 ga0 = *(const uint4*)(sa + (i64)b * 16), ga1 = *(const uint4*)(sa + (i64)b * 16 + 8);
+            uint4 gb0 = *(const uint4*)(sb + (i64)b * 16), gb1 = *(const uint4*)(sb + (i64)b * 16 + 8);
+            float dxa = da[b], dxb = db[b];
+            // S per accumulator element e: rows (g, g, g+8, g+8), columns (2t, 2t+1, 2t, 2t+1).
+            int S[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                u32 lo0 = qc[p].x & 0x0f0f0f0fu, lo1 = qc[p].y & 0x0f0f0f0fu;
+                u32 hi0 = (qc[p].x >> 4) & 0x0f0f0f0fu, hi1 = (qc[p].y >> 4) & 0x0f0f0f0fu;
+                int dl[4], dh[4];
+                int j0 = 2 * p, j1 = 2 * p + 1;
+                qm_mma32(dl, xl[j0].x, xh[j0].x, xl[j0].y, xh[j0].y, lo0, lo1);
+                qm_mma32(dh, xl[j1].x, xh[j1].x, xl[j1].y, xh[j1].y, hi0, hi1);
+                int s00 = qm_byte(hd0.sc[j0 >> 2], j0 & 3), s01 = qm_byte(hd1.sc[j0 >> 2], j0 & 3);
+                int s10 = qm_byte(hd0.sc[j1 >> 2], j1 & 3), s11 = qm_byte(hd1.sc[j1 >> 2], j1 & 3);
+                S[0] += s00 * dl[0] + s10 * dh[0];
+                S[1] += s01 * dl[1] + s11 * dh[1];
+                S[2] += s00 * dl[2] + s10 * dh[2];
+                S[3] += s01 * dl[3] + s11 * dh[3];
+            }
+            // M = Σ_j m_j · (sums[2j] + sums[2j+1]): dp2a of each pair of i16 sums with (m_j, m_j).
+            u32 gar[8] = {ga0.x, ga0.y, ga0.z, ga0.w, ga1.x, ga1.y, ga1.z, ga1.w};
+            u32 gbr[8] = {gb0.x, gb0.y, gb0.z, gb0.w, gb1.x, gb1.y, gb1.z, gb1.w};
+            int M[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int k2 = 0; k2 < 2; k2++) {
+                    // sub-blocks j = 4h + 2k2, 4h + 2k2 + 1: their mins duplicated (m_j, m_j, m_j+1, m_j+1).
+                    u32 m0 = __byte_perm(hd0.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
+                    u32 m1 = __byte_perm(hd1.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
+                    int j = 4 * h + 2 * k2;
+                    M[0] = __dp2a_hi((int)gar[j + 1], (int)m0, __dp2a_lo((int)gar[j], (int)m0, M[0]));
+                    M[1] = __dp2a_hi((int)gar[j + 1], (int)m1, __dp2a_lo((int)gar[j], (int)m1, M[1]));
+                    M[2] = __dp2a_hi((int)gbr[j + 1], (int)m0, __dp2a_lo((int)gbr[j], (int)m0, M[2]));
+                    M[3] = __dp2a_hi((int)gbr[j + 1], (int)m1, __dp2a_lo((int)gbr[j], (int)m1, M[3]));
+                }
+            }
+            float dw[2] = {hd0.d, hd1.d}, dm[2] = {hd0.dmin, hd1.dmin};
+            float dx[2] = {dxa, dxb};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = dx[e >> 1];
+                acc[i][e] = fmaf(dw[e & 1] * x, (float)S[e], acc[i][e]);
+                acc[i][e] = fmaf(-(dm[e & 1] * x), (float)M[e], acc[i][e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e >> 1), c = c0 + 2 * t + (e & 1);
+        if (r < nr && c < C) {
+            float v[W];
+#pragma unroll
+            for (int i = 0; i < W; i++) v[i] = acc[i][e];
+            cols.store1(c, r0 + r, v);
+        }
+    }
+}
+
+// The warp's tile of the grid (ceil(R / 16), ceil(C / (8 · QM_WARPS))).
+template <int W, class Cols>
+__device__ __forceinline__ void qm_q4k_block(const i8* q, const float* d, const i16* sums, int R, int K,
+                                             const Cols& cols, int C) {
+    int c0 = (blockIdx.y * QM_WARPS + threadIdx.x / 32) * 8;
+    if (c0 >= C) return;  // a whole warp
+    int r0 = blockIdx.x * 16;
+    qm_q4k_warp<W>(q, d, sums, K, cols, c0, C, r0, min(16, R - r0));
+}
+
+// (q, d, sums) from quantize_rows of x [R, K] (256-element blocks); w [N, K] Q4_K; bias (bias_dt, EPI_ADD) or null;
+// y [R, N]: as mmq_q4k. grid (ceil(R / 16), ceil(N / (8 · QM_WARPS))), 32 · QM_WARPS threads; launched with PDL.
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_q4k(const i8* q, const float* d, const i16* sums,
+                                                                    int R, int K, const u8* w, int N,
+                                                                    const u8* bias, int bias_dt, float* y) {
+    QmCols1 cols{w, (i64)(K / 256) * 144, N, bias, bias_dt, y};
+    qm_q4k_block<1>(q, d, sums, R, K, cols, N);
+}
+
+// gate, up [N, K] Q4_K; out [R, N] = act(x · gateᵀ) * (x · upᵀ) as mmq_glu_q4k. Grid as mmqm_q4k's.
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_glu_q4k(const i8* q, const float* d, const i16* sums,
+                                                                        int R, int K, const u8* gate, const u8* up,
+                                                                        int N, int act, float* out) {
+    QmColsGlu cols{gate, up, (i64)(K / 256) * 144, N, act, out};
+    qm_q4k_block<2>(q, d, sums, R, K, cols, N);
+}
+
+// Three Q4_K weights against the same rows (as mmq_many_q4k); grid (ceil(R / 16), ceil((N0 + N1 + N2) / (8 ·
+// QM_WARPS))).
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS)
+mmqm_many_q4k(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
+              float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
+              int bd2, float* y2) {
+    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * 144, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
+    qm_q4k_block<1>(q, d, sums, R, K, cols, N0 + N1 + N2);
+}
