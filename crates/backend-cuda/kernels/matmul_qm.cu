@@ -28,18 +28,6 @@
 #define QM_PF 8
 #endif
 
-// d [4] = A [16, 32] · B [32, 8] (int8, exact int32 sums) from zero; fragments as qt_mma32's (matmul_qt.cu).
-__device__ __forceinline__ void qm_mma32(int* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-#else
-    __trap();
-#endif
-}
-
 // A Q4_K block header (bytes 0..16: d, dmin as f16, then the 12 bytes of 6-bit scales and mins) unpacked: the 8
 // scales as bytes of sc[0] (sub-blocks 0..3) and sc[1] (4..7), the 8 mins likewise in mn[0], mn[1].
 struct QmQ4kHead {
@@ -203,8 +191,8 @@ __device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i
                 u32 hi0 = (qc[p].x >> 4) & 0x0f0f0f0fu, hi1 = (qc[p].y >> 4) & 0x0f0f0f0fu;
                 int dl[4], dh[4];
                 int j0 = 2 * p, j1 = 2 * p + 1;
-                qm_mma32(dl, xl[j0].x, xh[j0].x, xl[j0].y, xh[j0].y, lo0, lo1);
-                qm_mma32(dh, xl[j1].x, xh[j1].x, xl[j1].y, xh[j1].y, hi0, hi1);
+                qt_mma32(dl, xl[j0].x, xh[j0].x, xl[j0].y, xh[j0].y, lo0, lo1);
+                qt_mma32(dh, xl[j1].x, xh[j1].x, xl[j1].y, xh[j1].y, hi0, hi1);
                 int s00 = qm_byte(hd0.sc[j0 >> 2], j0 & 3), s01 = qm_byte(hd1.sc[j0 >> 2], j0 & 3);
                 int s10 = qm_byte(hd0.sc[j1 >> 2], j1 & 3), s11 = qm_byte(hd1.sc[j1 >> 2], j1 & 3);
                 S[0] += s00 * dl[0] + s10 * dh[0];
