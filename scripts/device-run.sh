@@ -11,7 +11,8 @@
 # serial decode of the three shapes against the floor this machine's copy bandwidth
 # gives, in alternated rounds (bench/decode_floor.py). `peer-build`: llama.cpp's CUDA build (llama-bench) from the
 # packed llama-cpp-python source, then `peer`: TensorFold and llama-bench on the same random-weight GGUFs of the
-# Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick). `serve`: CPU == CUDA, drafted, streamed and
+# Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick); `batched`: aggregate decode of 8, 32 and 64
+# streams against llama.cpp's llama-batched-bench on the same file (STREAMS, PEER_TYPES pick). `serve`: CPU == CUDA, drafted, streamed and
 # concurrent replies through `tensorfold serve` and the openai package, per matrix type (SERVE_TYPES).
 # The examples are crates/cuda-lab's.
 # Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
@@ -231,8 +232,9 @@ PY
     } 2>&1 | tee "$OUT/profile.log"
 fi
 
-if [ "$what" = peer-build ] || { [ "$what" = peer ] && [ ! -x .device/llama/llama-bench ]; }; then
-    # llama.cpp's CUDA build (llama-bench only, static, sm_90) from the source vendored in PyPI's llama-cpp-python
+if [ "$what" = peer-build ] || { [ "$what" = peer ] && [ ! -x .device/llama/llama-bench ]; } ||
+    { [ "$what" = batched ] && [ ! -x .device/llama/llama-batched-bench ]; }; then
+    # llama.cpp's CUDA build (llama-bench and llama-batched-bench, static, sm_90) from the source vendored in PyPI's llama-cpp-python
     # sdist (scripts/device-tests.sh packs it into .device/llama-src.tar.xz); the binary comes back under $OUT as
     # llama-cuda.tar.xz.* pieces, which scripts/device-tests.sh unpacks into .device/llama/ for later calls.
     {
@@ -242,10 +244,12 @@ if [ "$what" = peer-build ] || { [ "$what" = peer ] && [ ! -x .device/llama/llam
             -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
             -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
             -DBUILD_SHARED_LIBS=OFF >"$OUT/llama-cmake.log" 2>&1 || tail -20 "$OUT/llama-cmake.log"
-        timeout ${LLAMA_BUILD_S:-480} cmake --build /tmp/llama/build --target llama-bench -j "$(nproc)" \
-            >"$OUT/llama-build.log" 2>&1 || { tail -20 "$OUT/llama-build.log"; status=1; }
+        timeout ${LLAMA_BUILD_S:-480} cmake --build /tmp/llama/build --target llama-bench llama-batched-bench \
+            -j "$(nproc)" >"$OUT/llama-build.log" 2>&1 || { tail -20 "$OUT/llama-build.log"; status=1; }
         mkdir -p .device/llama
-        cp /tmp/llama/build/bin/llama-bench .device/llama/ && strip .device/llama/llama-bench
+        for b in llama-bench llama-batched-bench; do
+            cp /tmp/llama/build/bin/$b .device/llama/ && strip .device/llama/$b
+        done
         ls -la .device/llama
         echo "llama.cpp build: $(($(date +%s) - start))s, commit $(cat /tmp/llama/llama.cpp/.commit 2>/dev/null)"
         tar cJf - -C .device llama | split -b 15M - "$OUT/llama-cuda.tar.xz."
@@ -287,6 +291,29 @@ e.record(); e.synchronize(); print(f"copy bandwidth (read + write): {2*x.numel()
             done
         done
     } 2>&1 | tee "$OUT/peer.log"
+fi
+if [ "$what" = batched ]; then
+    # Aggregate decode of STREAMS (default 8 32 64) sequences at once on the Q4_K_M file of the Qwen2.5-7B shape
+    # (PEER_TYPES picks others): `tensorfold bench --streams N` (512-token prompts, 256 generated, greedy, shared
+    # rounds through the engine loop) against llama.cpp's `llama-batched-bench` (the same batch sizes, prompts not
+    # shared: its S_TG column is the aggregate generation speed). Both in-process, no HTTP.
+    {
+        G=${GGUF_DIR:-/tmp/gguf}
+        mkdir -p "$G"
+        for t in ${PEER_TYPES:-q4_k_m}; do
+            f="$G/qwen2.5-7b-$t.gguf"
+            [ -f "$f" ] || $B/gguf_shape .device/shapes/qwen2.5-7b.json $t "$f"
+            prec=checkpoint
+            [ $t = bf16 ] && prec=full
+            for n in ${STREAMS:-8 32 64}; do
+                echo "== $t $n streams tensorfold: $(timeout 200 $B/tensorfold bench "$f" --backend cuda --precision $prec \
+                    --prompt-tokens 512 --gen-tokens 256 --runs 1 --streams $n 2>&1 | tail -2 | tr '\n' ' ')"
+                timeout 200 .device/llama/llama-batched-bench -m "$f" -ngl 99 -fa on -c $((n * 768)) -b 2048 -ub 512 \
+                    -npp 512 -ntg 256 -npl $n >"$OUT/llama-batched-$t-$n.log" 2>&1
+                echo "== $t $n streams llama.cpp: $(grep -E '^\|' "$OUT/llama-batched-$t-$n.log" | tail -1)"
+            done
+        done
+    } 2>&1 | tee "$OUT/batched.log"
 fi
 if [ "$what" = serve ]; then
     # Per matrix type (SERVE_TYPES), three servers of the tiny Qwen2 shape with dummy weights: the CPU serial and
