@@ -40,8 +40,9 @@
 //! Then per lane, in floats, as the reference: `acc = fma(dw * dx, S, acc)` (IQ3_S) or
 //! `acc = fma((dw * dx) * 0.25, S, acc)` (IQ3_XXS), blocks in order.
 //!
-//! `avx512_iquant2` implements [`GridQuant`] for IQ2_XS, IQ2_S and IQ1_S on the same kernels; IQ2_XS and IQ2_S have
-//! 16 sub-blocks of 16 ([`GridQuant::SUBS`]): the chunk kernel then takes `P_j` over 4 lines with `bsum[j]`.
+//! `avx512_iquant2` implements [`GridQuant`] for IQ2_XS, IQ2_S and IQ1_S on the chunk kernel (no tile kernels: below
+//! 8 rows they run `avx512_iquant_rows`); IQ2_XS and IQ2_S have 16 sub-blocks of 16 ([`GridQuant::SUBS`]): the
+//! chunk kernel then takes `P_j` over 4 lines with `bsum[j]`.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -70,7 +71,7 @@ pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::IQ3S => entry::<IQ3S>,
         DType::IQ3XXS => entry::<IQ3XXS>,
-        _ => return super::avx512_iquant2::kernel(dtype),
+        _ => return None,
     })
 }
 

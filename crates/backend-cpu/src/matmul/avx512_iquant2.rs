@@ -12,8 +12,7 @@
 //! - IQ1_S (8 sub-blocks of 32; `v = 8 g ± 1`, `g` in −1, 0, 1 from the 2048-entry grid, the sign of the delta per
 //!   sub-block): the grid bytes gathered as u64 (`vpgatherdq`, 8 entries per gather: a code table of 2048 entries
 //!   would take 32 `vpermt2w` per 32 indices), `u = 8 (g + 1) + 1 ± 1`, `OFF = 9`, `u` in `0..=18`, multipliers
-//!   `1 + 2 sc_j` (≤ 15): the chunk kernel, and tile kernels (`4·18·127` fits an i16; [`kernel`]), which the
-//!   matmul does not run: below 8 activation rows it runs `avx512_iquant_rows`.
+//!   `1 + 2 sc_j` (≤ 15): chunk kernel only (`avx512_iquant_rows` below 8 activation rows).
 //!
 //! All three scale `S` by `(dw * dx) * 0.125` as the reference.
 
@@ -23,9 +22,9 @@ use tf_core::DType;
 use tf_quant::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID};
 
 use super::avx512_iquant::{
-    chunk, codes, crumb_codes, crumbs_to_bytes, entry, ksigns, lane_ids, offset_signed, Codes, GridQuant, XXS2_VALUES,
+    chunk, codes, crumb_codes, crumbs_to_bytes, ksigns, lane_ids, offset_signed, Codes, GridQuant, XXS2_VALUES,
 };
-use super::{ChunkKernel, QuantKernel};
+use super::ChunkKernel;
 
 /// The AVX-512 chunk kernel of IQ2_XS, IQ2_S or IQ1_S: `avx512_iquant`'s from 8 activation rows,
 /// `avx512_iquant_rows`'s below.
@@ -34,15 +33,6 @@ pub(super) fn chunk_kernel(dtype: DType) -> Option<ChunkKernel> {
         DType::IQ2XS => chunk::<IQ2XS>,
         DType::IQ2S => chunk::<IQ2S>,
         DType::IQ1S => chunk::<IQ1S>,
-        _ => return None,
-    })
-}
-
-/// The AVX-512 tile kernel of IQ1_S (IQ2_XS and IQ2_S have none: their `u` exceeds the tile kernels' i16 pairs).
-/// The matmul picks the chunk kernel for all three, which runs `avx512_iquant_rows` below 8 activation rows.
-pub(super) fn kernel(dtype: DType) -> Option<QuantKernel> {
-    Some(match dtype {
-        DType::IQ1S => entry::<IQ1S>,
         _ => return None,
     })
 }
@@ -156,6 +146,7 @@ static GROUP_IDS: [u8; 32] = {
 
 impl GridQuant for IQ1S {
     const BYTES: usize = 50;
+    const TILE: bool = false;
     const OFF: i16 = 9;
     const DDX_MUL: f32 = 0.125;
     /// Layout: `d` (f16), `qs[32]` at 2, `qh[8]` (u16) at 34: group `g`'s grid index
@@ -205,10 +196,7 @@ impl GridQuant for IQ1S {
 mod tests {
     use super::*;
     use crate::isa::Isa;
-    use crate::matmul::act::ActQ;
-    use crate::matmul::iquant_test_util::{
-        activations, assert_matmul, assert_rows_exact, assert_tiles, blocks, reference, seeded,
-    };
+    use crate::matmul::iquant_test_util::{activations, assert_matmul, assert_rows_exact, blocks, reference, seeded};
     use rand::Rng;
 
     /// The code lookups and 2-bit field spreading give every IQ2_XS and IQ2_S grid entry's bytes, for every index.
@@ -243,9 +231,9 @@ mod tests {
     const TYPES: [(DType, usize); 3] =
         [(DType::IQ2XS, IQ2XS::BYTES), (DType::IQ2S, IQ2S::BYTES), (DType::IQ1S, IQ1S::BYTES)];
 
-    /// Blocks at the bounds of the integer sums and random blocks, 1..=17 activation rows: the IQ1_S tile kernels
-    /// (1, 2, 4 and 8 rows) and the whole matmul (`avx512_iquant_rows` below 8 rows, the chunk kernel from 8 with
-    /// ragged groups of 16 weight rows) equal the reference bit for bit.
+    /// Blocks at the bounds of the integer sums and random blocks, 1..=17 activation rows: the whole matmul
+    /// (`avx512_iquant_rows` below 8 rows, the chunk kernel from 8 with ragged groups of 16 weight rows) equals the
+    /// reference bit for bit.
     #[test]
     fn extreme_and_random_blocks_equal_the_reference() {
         if Isa::detect() < Isa::Avx512 {
@@ -255,8 +243,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<tf_quant::BlockIQ1S>(), IQ1S::BYTES);
         for (dtype, bytes) in TYPES {
             assert_eq!(dtype.block_bytes(), bytes);
-            let kernel = kernel(dtype);
-            assert_eq!(kernel.is_some(), dtype == DType::IQ1S);
             for case in 0..34 {
                 let (nb, out, rows) = (rng.gen_range(1..4), [8, 21, 40][case % 3], 1 + case % 17);
                 let extreme = case % 4;
@@ -265,10 +251,6 @@ mod tests {
                 let x = activations(&mut rng, rows, k, extreme);
                 let want = reference(&x, rows, dtype, &w, out, k);
                 let what = format!("case {case} (TF_SEED={seed})");
-                if let Some(kernel) = kernel {
-                    let act = ActQ::new(Isa::Avx512, &x, rows, k, 256);
-                    assert_tiles(kernel, dtype, &w, out, &act, &want, &what);
-                }
                 assert_matmul(dtype, &w, out, &x, rows, &want, &what);
             }
         }

@@ -25,8 +25,8 @@ use super::act::ActQ;
 use super::avx2::{by_rows, lane_offsets, lanes, pattern_ps, reduce8, words};
 use super::QuantKernel;
 
-/// The AVX-512 kernel of a K-quant or i-quant `dtype`, if there is one (IQ3_S, IQ3_XXS and IQ1_S in `avx512_iquant`
-/// and `avx512_iquant2`; the others run `avx2_kquant`).
+/// The AVX-512 kernel of a K-quant or i-quant `dtype`, if there is one (IQ3_S and IQ3_XXS in `avx512_iquant`; the
+/// others run `avx2_kquant`).
 pub(crate) fn kernel(dtype: DType) -> Option<QuantKernel> {
     Some(match dtype {
         DType::Q4K => entry::<Q4K>,
