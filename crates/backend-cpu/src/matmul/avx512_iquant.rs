@@ -278,6 +278,12 @@ pub(super) static XXS2_VALUES: [u8; 16] = [8, 25, 43, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 /// A grid of eight values 8, 25 or 43 per entry as codes: value `k` of entry `i` as its index in `XXS2_VALUES`, in
 /// bits `2 k..2 k + 2`.
 pub(super) const fn crumb_codes<const N: usize>(grid: &[u64; N]) -> Codes<N> {
+    grid_codes(grid, false)
+}
+
+/// [`crumb_codes`] with value `k`'s code at bit `2 k`, or with `split` at bit `8 (k % 2) + 2 (k / 2)`
+/// (`avx512_iquant_rows`' layout).
+pub(super) const fn grid_codes<const N: usize>(grid: &[u64; N], split: bool) -> Codes<N> {
     let mut t = [0u16; N];
     let mut i = 0;
     while i < N {
@@ -289,7 +295,8 @@ pub(super) const fn crumb_codes<const N: usize>(grid: &[u64; N]) -> Codes<N> {
                 c += 1;
             }
             assert!(c < 3, "the grid values are 8, 25 and 43");
-            t[i] |= (c as u16) << (2 * k);
+            let at = if split { 8 * (k % 2) + 2 * (k / 2) } else { 2 * k };
+            t[i] |= (c as u16) << at;
             k += 1;
         }
         i += 1;

@@ -55,7 +55,7 @@ use tf_quant::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 
 use super::act::ActQ;
 use super::avx2::reduce8;
-use super::avx512_iquant::{codes, sign_masks, Codes, XXS2_VALUES};
+use super::avx512_iquant::{codes, grid_codes, sign_masks, Codes};
 use super::avx512_iquant2::{iq2s_indices, scales16};
 use super::avx512_kquant::{fold, prefetch};
 use super::{ChunkKernel, CpuWeight, Out};
@@ -111,23 +111,7 @@ struct IQ1S;
 /// A grid of eight values 8, 25 or 43 per entry as split codes: value `k`'s index in `XXS2_VALUES` at bit
 /// `8 (k % 2) + 2 (k / 2)`.
 const fn split_codes<const N: usize>(grid: &[u64; N]) -> Codes<N> {
-    let mut t = [0u16; N];
-    let mut i = 0;
-    while i < N {
-        let mut k = 0;
-        while k < 8 {
-            let v = ((grid[i] >> (8 * k)) & 255) as u8;
-            let mut c = 0;
-            while XXS2_VALUES[c] != v {
-                c += 1;
-            }
-            assert!(c < 3, "the grid values are 8, 25 and 43");
-            t[i] |= (c as u16) << (8 * (k % 2) + 2 * (k / 2));
-            k += 1;
-        }
-        i += 1;
-    }
-    Codes(t)
+    grid_codes(grid, true)
 }
 
 static SPLIT_2XXS: Codes<256> = split_codes(&IQ2XXS_GRID);
