@@ -13,9 +13,11 @@
 # packed llama-cpp-python source, then `peer`: TensorFold and llama-bench on the same random-weight GGUFs of the
 # Qwen2.5-7B shape (Q4_K_M, Q8_0, bf16; PEER_TYPES, PEER_RUNS pick); `batched`: aggregate decode of 8, 32 and 64
 # streams against llama.cpp's llama-batched-bench on the same file (STREAMS, PEER_TYPES pick). `serve`: CPU == CUDA, drafted, streamed and
-# concurrent replies through `tensorfold serve` and the openai package, per matrix type (SERVE_TYPES).
+# concurrent replies through `tensorfold serve` and the openai package, per matrix type (SERVE_TYPES). `qprofile`:
+# ncu per-kernel times of a quantized prefill chunk and the stall sections of one `mmqt_*` launch.
 # The examples are crates/cuda-lab's.
-# Logs go to $OUT (default .device/out; one file per step) and a summary to stdout.
+# Logs go to $OUT (default .device/out; one file per step) and a summary to stdout; a device call brings back at
+# most 8 files, so a caller that runs several steps packs $OUT into one archive.
 set -uo pipefail
 OUT=${OUT:-.device/out}
 mkdir -p "$OUT"
@@ -25,7 +27,7 @@ what=${1:-all}
 libs=$(find /usr/local /usr/lib /opt -name 'libnvrtc.so*' -not -path '*/stubs/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
 export TF_REPO_ROOT=$PWD RUST_BACKTRACE=1
-B=.device/bin
+B=${TF_BIN:-.device/bin}  # TF_BIN: another build's binaries (an A/B)
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
@@ -314,6 +316,31 @@ if [ "$what" = batched ]; then
             done
         done
     } 2>&1 | tee "$OUT/batched.log"
+fi
+if [ "$what" = qprofile ]; then
+    # Per-kernel GPU time and DRAM bytes of a quantized prefill (ncu, each kernel alone with caches flushed): one
+    # warm-up and one measured prefill of PREFILL_ROWS (default 1024) rows in one chunk, on the Q4_K_M file of the
+    # Qwen2.5-7B shape (PEER_TYPES picks others), then the stall and occupancy sections of one mmqt launch.
+    {
+        G=${GGUF_DIR:-/tmp/gguf}
+        mkdir -p "$G"
+        n=${PREFILL_ROWS:-1024}
+        for t in ${PEER_TYPES:-q4_k_m}; do
+            f="$G/qwen2.5-7b-$t.gguf"
+            [ -f "$f" ] || $B/gguf_shape .device/shapes/qwen2.5-7b.json $t "$f"
+            timeout 240 /usr/local/cuda/bin/ncu --clock-control none --launch-count 3000 \
+                --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv $B/tensorfold bench "$f" --backend cuda \
+                --precision checkpoint --prompt-tokens $n --prefill-chunk $n --gen-tokens 2 --runs 1 \
+                >"$OUT/ncu-prefill-$t.csv" 2>"$OUT/ncu-prefill-$t.err" || echo "ncu prefill $t failed"
+            python3 bench/ncu_summary.py "$OUT/ncu-prefill-$t.csv" "prefill $n rows $t"
+            timeout 120 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:mmqt --launch-skip 2 \
+                --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+                --section ComputeWorkloadAnalysis --section InstructionStats $B/tensorfold bench "$f" \
+                --backend cuda --precision checkpoint --prompt-tokens $n --prefill-chunk $n --gen-tokens 2 --runs 1 \
+                >"$OUT/ncu-mmqt-$t.txt" 2>&1 || echo "ncu mmqt $t failed"
+            grep -vE '^==PROF==|^\s*$' "$OUT/ncu-mmqt-$t.txt" | tail -80
+        done
+    } 2>&1 | tee "$OUT/qprofile.log"
 fi
 if [ "$what" = serve ]; then
     # Per matrix type (SERVE_TYPES), three servers of the tiny Qwen2 shape with dummy weights: the CPU serial and

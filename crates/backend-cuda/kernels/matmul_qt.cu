@@ -14,7 +14,11 @@
 // four n8 fragments). The K loop walks stages of 256 elements (8 legacy blocks or one K-quant block): the stage's
 // activation bytes [64, 256] and its weights decoded to int8 [64, 256] (row stride QT_LD bytes, padded so that the
 // eight fragment rows a load touches fall on distinct banks), with each block's scales, are staged in shared memory.
-// grid (ceil(N / QT_N), ceil(R / QT_M)), 128 threads.
+// grid (ceil(R / QT_M), ceil(N / QT_N)), 128 threads: the row tiles of a column tile run next to each other, so a
+// prefill chunk reads each weight tile from DRAM about once while its activations stay in L2.
+//
+// A stage's activation bytes are copied by cp.async (all of a thread's pieces in flight at once, the weights'
+// loads and decode meanwhile), the weights with 16-byte loads where their blocks are 16-byte aligned (Q4_K, Q5_K).
 
 #define QT_M 64
 #define QT_N 64
@@ -51,6 +55,35 @@ __device__ __forceinline__ void qt_mma16(int* d, u32 a0, u32 a1, u32 b0) {
 #else
     __trap();
 #endif
+}
+
+// Four 8 × 8 matrices of 16-bit elements from shared memory (`ldmatrix .x4`): lanes 8i..8i+7 give the 16-byte rows
+// of matrix i; register i of lane (g = lane / 4, t = lane % 4) receives bytes 4t..4t+3 of matrix i's row g, which
+// is the int8 fragment layout of `mma` (a row's four consecutive k bytes).
+__device__ __forceinline__ void qt_ldm4(u32* r, const u8* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+// 16 bytes global -> shared, asynchronously (L2 only: activations are read by every column tile).
+__device__ __forceinline__ void qt_cp16(u8* dst, const i8* src) {
+    u32 a = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+}
+
+// The fragments of a 32 × 32 warp tile for one k32 step (xa, wb: this lane's ldmatrix rows, see mmqt).
+__device__ __forceinline__ void qt_ldm32(u32 (*a)[4], u32 (*bf)[2], const u8* xa, const u8* wb) {
+    qt_ldm4(a[0], xa);
+    qt_ldm4(a[1], xa + 16 * QT_LD);
+    u32 r[4];
+#pragma unroll
+    for (int np = 0; np < 2; np++) {
+        qt_ldm4(r, wb + np * 16 * QT_LD);
+        bf[2 * np][0] = r[0], bf[2 * np][1] = r[1], bf[2 * np + 1][0] = r[2], bf[2 * np + 1][1] = r[3];
+    }
 }
 
 template <int DT>
@@ -108,14 +141,16 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
     __shared__ __align__(16) u8 xs[QT_M * QT_LD];   // activations [64 rows, 256], int8
     __shared__ __align__(16) u8 ws[QT_N * QT_LD];   // weights decoded [64 columns, 256], int8
     __shared__ float dxs[QT_M][BPS];                // activation block scales
-    __shared__ i16 xsum[QT_M][16];                  // Q4_1/Q5_1: the block's Σq per block; K-quants: Σq per 16
+    // Q4_1/Q5_1: the block's Σq per block; Q4_K/Q5_K: Σq per sub-block of 32 (8); Q2_K: Σq per 16 (16). Read as u32
+    // pairs of sums by the mins' dp2a.
+    __shared__ __align__(16) i16 xsum[QT_M][16];
     __shared__ float dws[QT_N][BPS];                // weight block scale d
     __shared__ float mws[QT_N][BPS];                // Q4_1/Q5_1 m, Q2_K/Q4_K/Q5_K dmin
     __shared__ i8 scs[QT_N][16];                    // Q4_K/Q5_K scales (8), Q2_K/Q3_K/Q6_K scales (16)
-    __shared__ u8 mins[QT_N][DT == DT_Q2K ? 16 : 8];  // Q4_K/Q5_K mins (8), Q2_K mins (16)
+    __shared__ __align__(16) u8 mins[QT_N][DT == DT_Q2K ? 16 : 8];  // Q4_K/Q5_K mins (8), Q2_K mins (16)
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int g = lane / 4, t = lane % 4;
-    int r0 = blockIdx.y * QT_M, n0 = blockIdx.x * QT_N;
+    int r0 = blockIdx.x * QT_M, n0 = blockIdx.y * QT_N;
     int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
     int nb = K / S::BE;
     int stages = (nb + BPS - 1) / BPS;
@@ -132,27 +167,54 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
         int cnt = min(BPS, nb - b0);  // blocks in this stage
         int kv = cnt * S::BE;         // valid elements in this stage
         __syncthreads();
-        // Activations: 16-byte pieces of each row's stage (rows past R repeat row R - 1; never stored).
-        for (int i = tid; i < QT_M * (QT_K / 16); i += 128) {
-            int row = i / (QT_K / 16), piece = i % (QT_K / 16);
+        // Activations: 16-byte pieces of each row's stage (rows past R repeat row R - 1; never stored), by cp.async.
+#pragma unroll
+        for (int u = 0; u < QT_M * (QT_K / 16) / 128; u++) {
+            int i = tid + 128 * u, row = i / (QT_K / 16), piece = i % (QT_K / 16);
             if (piece * 16 < kv) {
                 i64 r = min(r0 + row, R - 1);
-                *(uint4*)(xs + row * QT_LD + piece * 16) = *(const uint4*)(q + r * K + (i64)b0 * S::BE + piece * 16);
+                qt_cp16(xs + row * QT_LD + piece * 16, q + r * K + (i64)b0 * S::BE + piece * 16);
             }
         }
-        for (int i = tid; i < QT_M * BPS; i += 128) {
-            int row = i / BPS, bl = i % BPS;
-            i64 r = min(r0 + row, R - 1);
-            if (bl < cnt) {
-                dxs[row][bl] = d[r * nb + b0 + bl];
-                if constexpr (LMIN) xsum[row][bl] = sums[r * nb + b0 + bl];
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        {
+            constexpr int U = (QT_M * BPS + 127) / 128;
+            float dv[U];
+            i16 sv1[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int i = tid + 128 * u, row = i / BPS, bl = i % BPS;
+                i64 r = min(r0 + row, R - 1);
+                if (i < QT_M * BPS && bl < cnt) {
+                    dv[u] = d[r * nb + b0 + bl];
+                    if constexpr (LMIN) sv1[u] = sums[r * nb + b0 + bl];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int i = tid + 128 * u, row = i / BPS, bl = i % BPS;
+                if (i < QT_M * BPS && bl < cnt) {
+                    dxs[row][bl] = dv[u];
+                    if constexpr (LMIN) xsum[row][bl] = sv1[u];
+                }
             }
         }
         if constexpr (KMIN) {
-            for (int i = tid; i < QT_M * 16; i += 128) {
-                int row = i / 16, j = i % 16;
-                i64 r = min(r0 + row, R - 1);
-                xsum[row][j] = sums[(r * nb + b0) * 16 + j];
+            // Each thread: one row's 8 sums of 16 (16 bytes; a block's 16 sums are 32-byte aligned).
+            constexpr int NS = SUB32 ? 8 : 16;  // sums per row kept: per sub-block of 32 (two of 16 added) or of 16
+            int row = tid / 2, half = tid % 2;
+            i64 r = min(r0 + row, R - 1);
+            uint4 v = *(const uint4*)(sums + (r * nb + b0) * 16 + 8 * half);
+            u32 w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                i16 lo = (i16)(w4[k] & 0xffffu), hi = (i16)(w4[k] >> 16);
+                if constexpr (NS == 8) {
+                    xsum[row][4 * half + k] = (i16)(lo + hi);
+                } else {
+                    xsum[row][8 * half + 2 * k] = lo;
+                    xsum[row][8 * half + 2 * k + 1] = hi;
+                }
             }
         }
         // Weights: decoded to the reference's integers, in element order.
@@ -197,16 +259,26 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
             // Part p: qs bytes [32p, 32p + 32) (Q4_K's qs at byte 16, Q5_K's at 48): low nibbles are sub-block 2p,
             // high ones 2p + 1. Q5_K: element 32j + l takes bit j of qh[l] (qh at byte 16) as its bit 4.
             constexpr int QS = DT == DT_Q4K ? 16 : 48;
-            for (int i = tid; i < QT_N * 4; i += 128) {
-                int c = i / 4, part = i % 4;
+            // Blocks of 144 and 176 bytes: every block and its qs / qh start 16-byte aligned.
+#pragma unroll
+            for (int u = 0; u < QT_N * 4 / 128; u++) {
+                int i = tid + 128 * u, c = i / 4, part = i % 4;
                 const u8* p = w + ((i64)min(n0 + c, N - 1) * nb + b0) * S::BB;
                 u32* dst = (u32*)(ws + c * QT_LD + 64 * part);
+                uint4 qa = *(const uint4*)(p + QS + 32 * part), qb = *(const uint4*)(p + QS + 32 * part + 16);
+                u32 qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+                u32 hv[8];
+                if constexpr (DT == DT_Q5K) {
+                    uint4 ha = *(const uint4*)(p + 16), hb = *(const uint4*)(p + 32);
+                    hv[0] = ha.x, hv[1] = ha.y, hv[2] = ha.z, hv[3] = ha.w;
+                    hv[4] = hb.x, hv[5] = hb.y, hv[6] = hb.z, hv[7] = hb.w;
+                }
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
-                    u32 v = ld2w(p + QS + 32 * part + 4 * k);
+                    u32 v = qv[k];
                     u32 lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
                     if constexpr (DT == DT_Q5K) {
-                        u32 qh = ld2w(p + 16 + 4 * k);
+                        u32 qh = hv[k];
                         lo |= ((qh >> (2 * part)) & 0x01010101u) << 4;
                         hi |= ((qh >> (2 * part + 1)) & 0x01010101u) << 4;
                     }
@@ -293,28 +365,21 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                 dws[c][0] = f16_bits_to_f32(ld2w(p + 208) & 0xffffu);
             }
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
-        // This lane's fragment rows (of the tile) and columns.
-        const u8* xa = xs + (wm + g) * QT_LD + 4 * t;
-        const u8* wb = ws + (wn + g) * QT_LD + 4 * t;
+        // This lane's ldmatrix row addresses. k32 steps: A matrices (rows 0-7, k 0-15), (rows 8-15, k 0-15),
+        // (rows 0-7, k 16-31), (rows 8-15, k 16-31) = a0..a3; B matrices (columns 0-7, k 0-15), (0-7, k 16-31),
+        // (8-15, k 0-15), (8-15, k 16-31) = b0, b1 of two n8 fragments. k16 steps: A rows 0-31 = a0, a1 of both
+        // m16 fragments; B columns 0-31 = b0 of the four n8 fragments.
+        const u8* xa32 = xs + (wm + (lane & 7) + ((lane >> 3) & 1) * 8) * QT_LD + (lane >> 4) * 16;
+        const u8* wb32 = ws + (wn + (lane & 7) + (lane >> 4) * 8) * QT_LD + ((lane >> 3) & 1) * 16;
+        const u8* xa16 = xs + (wm + lane) * QT_LD;
+        const u8* wb16 = ws + (wn + lane) * QT_LD;
         if constexpr (LEGACY) {
             for (int bl = 0; bl < cnt; bl++) {
                 int kk = bl * 32;
                 u32 a[2][4], bf[4][2];
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const u8* pa = xa + mi * 16 * QT_LD + kk;
-                    a[mi][0] = *(const u32*)pa;
-                    a[mi][1] = *(const u32*)(pa + 8 * QT_LD);
-                    a[mi][2] = *(const u32*)(pa + 16);
-                    a[mi][3] = *(const u32*)(pa + 8 * QT_LD + 16);
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    const u8* pb = wb + ni * 8 * QT_LD + kk;
-                    bf[ni][0] = *(const u32*)pb;
-                    bf[ni][1] = *(const u32*)(pb + 16);
-                }
+                qt_ldm32(a, bf, xa32 + kk, wb32 + kk);
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
@@ -345,21 +410,15 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
             for (int j = 0; j < SUBS; j++) {
                 int kk = j * (SUB32 ? 32 : 16);
                 u32 a[2][4], bf[4][2];
+                if constexpr (SUB32) {
+                    qt_ldm32(a, bf, xa32 + kk, wb32 + kk);
+                } else {
+                    u32 r[4];
+                    qt_ldm4(r, xa16 + kk);
+                    a[0][0] = r[0], a[0][1] = r[1], a[1][0] = r[2], a[1][1] = r[3];
+                    qt_ldm4(r, wb16 + kk);
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const u8* pa = xa + mi * 16 * QT_LD + kk;
-                    a[mi][0] = *(const u32*)pa;
-                    a[mi][1] = *(const u32*)(pa + 8 * QT_LD);
-                    if constexpr (SUB32) {
-                        a[mi][2] = *(const u32*)(pa + 16);
-                        a[mi][3] = *(const u32*)(pa + 8 * QT_LD + 16);
-                    }
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    const u8* pb = wb + ni * 8 * QT_LD + kk;
-                    bf[ni][0] = *(const u32*)pb;
-                    if constexpr (SUB32) bf[ni][1] = *(const u32*)(pb + 16);
+                    for (int ni = 0; ni < 4; ni++) bf[ni][0] = r[ni];
                 }
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
@@ -389,15 +448,14 @@ __device__ __forceinline__ void mmqt(const i8* q, const float* d, const i16* sum
                         float dx = dxs[row][0];
                         acc[mi][ni][e] = fmaf(dws[c][0] * dx, (float)sv[mi][ni][e], acc[mi][ni][e]);
                         if constexpr (KMIN) {
+                            // M = Σ_j m_j · Σq_j: dp2a of each pair of i16 sums with two of the column's mins bytes.
+                            constexpr int NW = SUB32 ? 2 : 4;  // u32 words of mins
+                            const u32* xw = (const u32*)xsum[row];
+                            const u32* mw = (const u32*)mins[c];
                             int mv = 0;
-                            if constexpr (SUB32) {
 #pragma unroll
-                                for (int jj = 0; jj < 8; jj++)
-                                    mv += (int)mins[c][jj] * ((int)xsum[row][2 * jj] + (int)xsum[row][2 * jj + 1]);
-                            } else {
-#pragma unroll
-                                for (int jj = 0; jj < 16; jj++) mv += (int)mins[c][jj] * (int)xsum[row][jj];
-                            }
+                            for (int w = 0; w < NW; w++)
+                                mv = __dp2a_hi((int)xw[2 * w + 1], (int)mw[w], __dp2a_lo((int)xw[2 * w], (int)mw[w], mv));
                             acc[mi][ni][e] = fmaf(-(mws[c][0] * dx), (float)mv, acc[mi][ni][e]);
                         }
                     }

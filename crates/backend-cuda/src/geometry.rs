@@ -345,7 +345,7 @@ pub const QT_N: u32 = 64;
 
 /// `(grid, block)` of the tensor-core checkpoint kernels (`mmqt_*`) for `rows × n` outputs: 4 warps per tile.
 pub fn mmqt_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
-    ((n.div_ceil(QT_N as usize) as u32, rows.div_ceil(QT_M as usize) as u32, 1), (128, 1, 1))
+    ((rows.div_ceil(QT_M as usize) as u32, n.div_ceil(QT_N as usize) as u32, 1), (128, 1, 1))
 }
 
 /// A CUDA grid or block size (x, y, z).
