@@ -81,6 +81,19 @@ impl DraftModel {
         Ok(logits)
     }
 
+    /// Feeds what of `context` its cache does not hold yet, so the next proposal (context plus the pending token)
+    /// feeds one row.
+    fn prefill(&mut self, context: &[u32]) -> Result<(), EngineError> {
+        if context.is_empty() || context.len() >= self.pool.capacity_tokens() {
+            return Ok(());
+        }
+        let common = self.fed.iter().zip(context).take_while(|(a, b)| a == b).count();
+        if common < context.len() {
+            self.feed(&context[common..], common, true)?;
+        }
+        Ok(())
+    }
+
     /// Drafts `k` tokens after `context` (pending token last) with the request's keyed draw.
     fn draft(
         &mut self,
@@ -212,6 +225,16 @@ impl Proposer for ModelProposer {
     fn reset(&mut self) {
         if let Some(ng) = self.ngram.as_mut() {
             ng.reset();
+        }
+    }
+
+    fn prepare(&mut self, context: &[u32]) {
+        if self.broken {
+            return;
+        }
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        if m.prefill(context).is_err() {
+            self.broken = true;
         }
     }
 }

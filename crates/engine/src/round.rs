@@ -79,8 +79,8 @@ impl<'a> Generator<'a> {
             proposer,
             stats: ClassStats::default(),
             class: None,
-            propose_cost: 0.0,
-            proposals: 0,
+            propose_cost: [0.0; crate::spec::CLASSES],
+            proposals: [0; crate::spec::CLASSES],
             constraint,
             prompt_logprobs: if req.prompt_logprobs.is_some() { vec![None] } else { Vec::new() },
             in_flight: false,
@@ -255,6 +255,10 @@ impl<'a> Generator<'a> {
             s.resuming = false;
             s.context.push(*s.tokens.last().expect("resumed after a token"));
         } else {
+            // A draft model reads the prompt now, as part of its processing, not on its first proposal.
+            if let Some(p) = s.proposer.as_mut() {
+                p.prepare(&s.context);
+            }
             s.prefill_s = s.started.elapsed().as_secs_f64();
             s.decode_start = Some(Instant::now());
         }

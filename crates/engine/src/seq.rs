@@ -6,7 +6,7 @@
 use crate::draft::DraftCounts;
 use crate::generate::{token_sha, EngineError, FinishReason, Flow, GenOutput, GenRequest, TokenEvent, TokenLogprob};
 use crate::kv_pool::BlockTable;
-use crate::spec::{ClassStats, Proposer};
+use crate::spec::{ClassStats, Proposer, CLASSES};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tf_core::TokenConstraint;
@@ -43,11 +43,11 @@ pub struct Sequence<'c> {
     pub(crate) stats: ClassStats,
     /// The class its proposer named for the drafts of the running window.
     pub(crate) class: Option<usize>,
-    /// Seconds the proposer spends per drafted token (a draft model's forwards; ~0 for context copies), a moving
-    /// average: part of what a wider window costs. The first proposal is not measured (a draft model fills its
-    /// prompt then).
-    pub(crate) propose_cost: f64,
-    pub(crate) proposals: usize,
+    /// Seconds the proposer spends per drafted token, by class of guess (a draft model's forwards; ~0 for context
+    /// copies): a moving average over that class's own proposals, part of what a wider window of that class
+    /// costs. A class not measured yet costs 0 (it is tried, then priced).
+    pub(crate) propose_cost: [f64; CLASSES],
+    pub(crate) proposals: [usize; CLASSES],
     /// The grammar's matcher, advanced by committed tokens only (DESIGN.md §8).
     pub(crate) constraint: Option<Box<dyn TokenConstraint>>,
     /// With `prompt_logprobs`: one entry per prompt token scored so far (`None` for the first).

@@ -9,7 +9,7 @@ use crate::kv_pool::BlockTable;
 use crate::logits::{draw_row, greedy_on_device, window_on_device, Logits};
 use crate::round::Part;
 use crate::seq::Sequence;
-use crate::spec::{truncate_after, verify, CostTable, DraftTree};
+use crate::spec::{truncate_after, verify, CostTable, DraftTree, CLASSES};
 use std::time::Instant;
 
 impl<'a> Generator<'a> {
@@ -21,23 +21,21 @@ impl<'a> Generator<'a> {
         if s.proposer.is_none() {
             return 0;
         }
-        let priced = self.seq_costs(c, s);
-        let k = s.stats.widest(&priced, c.max_window - 1).max(c.min_drafts).min(c.max_window - 1);
+        let widest = (0..CLASSES).map(|cl| s.stats.best_width(cl, &self.seq_costs(c, s, cl), c.max_window - 1));
+        let k = widest.max().unwrap_or(0).max(c.min_drafts).min(c.max_window - 1);
         k.min(s.req.max_tokens.saturating_sub(s.tokens.len()))
     }
 
-    /// The window costs `s` is priced with: as its own rows would come back (argmaxes for a greedy sequence when
-    /// the backend draws them), plus the proposer's own measured cost per drafted token.
-    fn seq_costs(&self, c: &DraftConfig, s: &Sequence<'_>) -> CostTable {
+    /// The window costs a guess of `class` for `s` is priced with: as its own rows would come back (argmaxes for
+    /// a greedy sequence when the backend draws them), plus that class's measured proposal cost per drafted
+    /// token (a draft model's steps are priced as such, context copies as nearly free).
+    fn seq_costs(&self, c: &DraftConfig, s: &Sequence<'_>, class: usize) -> CostTable {
         let device = self.device_argmax;
-        let mut costs = c.round_costs(
+        let costs = c.round_costs(
             device && greedy_on_device(&s.req, &s.tokens),
             device && window_on_device(&s.req, &s.tokens, true),
         );
-        for (w, x) in costs.cost.iter_mut().enumerate().skip(1) {
-            *x += (w - 1) as f64 * s.propose_cost;
-        }
-        costs
+        costs.with_proposal_cost(s.propose_cost[class.min(CLASSES - 1)])
     }
 
     /// The window of a decoding sequence with at most `max_drafts` draft rows: the grammar's forced tokens when
@@ -62,23 +60,22 @@ impl<'a> Generator<'a> {
                 return Part::Window { tree: DraftTree::from_chain(&forced[..forced.len().min(k)]), scratch: None };
             }
         }
-        let priced = self.seq_costs(&c, s);
+        let priced: Vec<CostTable> = (0..CLASSES).map(|cl| self.seq_costs(&c, s, cl)).collect();
         let (stats, prop) = (&s.stats, s.proposer.as_mut().expect("checked"));
-        let width = &mut |cl: usize| stats.best_width(cl, &priced, c.max_window - 1).max(c.min_drafts).min(k);
+        let width = &mut |cl: usize| {
+            stats.best_width(cl, &priced[cl.min(CLASSES - 1)], c.max_window - 1).max(c.min_drafts).min(k)
+        };
         let started = Instant::now();
         let (mut tree, class) = prop.propose_by_class(&s.context, width);
         s.class = class;
-        if !tree.is_empty() {
-            s.proposals += 1;
+        if let (Some(cl), false) = (class, tree.is_empty()) {
+            let cl = cl.min(CLASSES - 1);
             let per_token = started.elapsed().as_secs_f64() / tree.len() as f64;
-            if s.proposals == 2 {
-                s.propose_cost = per_token;
-            } else if s.proposals > 2 {
-                s.propose_cost = 0.8 * s.propose_cost + 0.2 * per_token;
-            }
-        } else {
-            // Rounds without drafts let the estimate fade so drafting is probed again.
-            s.propose_cost *= 0.95;
+            s.proposals[cl] += 1;
+            s.propose_cost[cl] = match s.proposals[cl] {
+                1 => per_token,
+                _ => 0.8 * s.propose_cost[cl] + 0.2 * per_token,
+            };
         }
         if tree.is_empty() && c.min_drafts > 0 {
             tree = DraftTree::from_chain(&[fallback_guess(&s.context)]);

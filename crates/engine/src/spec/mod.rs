@@ -57,4 +57,9 @@ pub trait Proposer: Send {
 
     /// Forgets all per-stream state (context index, acceptance history).
     fn reset(&mut self);
+
+    /// The prompt is in the target's cache and decoding starts after `context`: a proposer with its own model
+    /// feeds it now, as part of the prompt's processing, rather than on its first proposal. The default does
+    /// nothing.
+    fn prepare(&mut self, _context: &[u32]) {}
 }

@@ -35,6 +35,13 @@ impl CostTable {
         let w = self.max_width();
         Some((w, self.get(w)? / self.get(1)?))
     }
+
+    /// The cost of a round that drafts with a proposer costing `per_token` seconds per drafted token: a `w`-row
+    /// window carries `w − 1` drafts on top of its forward.
+    pub fn with_proposal_cost(&self, per_token: f64) -> CostTable {
+        let cost = self.cost.iter().enumerate().map(|(w, &c)| c + w.saturating_sub(1) as f64 * per_token).collect();
+        CostTable { cost }
+    }
 }
 
 /// Expected tokens one round emits with a chain of `k` drafts of per-token acceptance `a`: the accepted
@@ -158,12 +165,6 @@ impl ClassStats {
     /// [`AcceptStats::best_width`] of `class`.
     pub fn best_width(&self, class: usize, cost: &CostTable, max: usize) -> usize {
         self.class(class).best_width(cost, max)
-    }
-
-    /// The widest [`ClassStats::best_width`] of any class: what a stream may ask for before its proposer has
-    /// named the class of its next guess.
-    pub fn widest(&self, cost: &CostTable, max: usize) -> usize {
-        self.classes.iter().map(|s| s.best_width(cost, max)).max().unwrap_or(0)
     }
 
     /// A round in which no class was asked (the stream's widest width was 0): every class relaxes toward its
@@ -340,6 +341,21 @@ mod tests {
         }
     }
 
+    /// A proposer's own cost per drafted token is part of a round's price: the same acceptance that drafts when
+    /// guesses are free drafts less, then not at all, as each guess costs more of a one-row forward.
+    #[test]
+    fn proposal_cost_narrows_the_window() {
+        let windows = CostTable::from_widths(&[1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]);
+        assert_eq!(windows.with_proposal_cost(0.0), windows);
+        assert_eq!(windows.with_proposal_cost(0.5).cost[1..4], [1.0, 1.6, 2.2]);
+        let s = stats(0.6);
+        let free = s.best_width(&windows, 7);
+        let cheap = s.best_width(&windows.with_proposal_cost(0.1), 7);
+        let dear = s.best_width(&windows.with_proposal_cost(0.6), 7);
+        assert!(free > cheap && cheap > 0, "free {free}, cheap {cheap}");
+        assert_eq!(dear, 0);
+    }
+
     /// Classes learn apart: one that keeps failing stops drafting while another keeps its wide windows.
     #[test]
     fn classes_learn_apart() {
@@ -351,7 +367,6 @@ mod tests {
         }
         assert_eq!(s.best_width(1, &shallow, 15), 0);
         assert!(s.best_width(5, &shallow, 15) >= 12, "{}", s.best_width(5, &shallow, 15));
-        assert_eq!(s.widest(&shallow, 15), s.best_width(5, &shallow, 15));
         // An untouched class keeps its prior, and higher classes start higher; classes past the last share it.
         assert_eq!(s.class(3).rate(), CLASS_PRIORS[3]);
         assert!(CLASS_PRIORS.windows(2).all(|w| w[0] <= w[1]));
