@@ -7,7 +7,8 @@
 //! (`isa`: scalar, avx2 or avx512; types as GGUF names, e.g. Q4_K Q6_K Q4_1 Q5_0 Q8_0). `TF_BENCH_SETS=dram,l2`
 //! keeps only the named sets, `TF_BENCH_ROWS=1,8` only those row counts, `TF_BENCH_K=8960` sets the input width
 //! (default 1536; a multiple of 256 for the K-quants), `TF_BENCH_PACK=0` keeps the weights as stored (no AVX-512
-//! wide layout), `TF_BENCH_AB=1` times the weights as stored too, alternated with the wide layout in one process. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
+//! or AVX2 wide layout), `TF_BENCH_AB=1` times the weights as stored too, alternated with the wide layout in one
+//! process. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
 //! machine disturb much less than they do the wall clock.
 
@@ -62,7 +63,7 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
     }
     let info = TensorInfo { name: format!("w.{dtype}"), dtype, shape: vec![out as u64, inn as u64] };
     let w = CpuWeight::from_bytes(&info, &w).expect("valid weight");
-    // `TF_BENCH_PACK=0`: the blocks as stored (the one-row tile kernels), not the AVX-512 wide layout.
+    // `TF_BENCH_PACK=0`: the blocks as stored (the tile kernels), not the AVX-512 or AVX2 wide layout.
     if std::env::var("TF_BENCH_PACK").is_ok_and(|v| v == "0") {
         w.unpacked()
     } else {

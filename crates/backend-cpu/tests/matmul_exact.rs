@@ -117,7 +117,7 @@ struct Case {
     out: usize,
     inn: usize,
     w: CpuWeight,
-    /// The same weight kept in its stored layout (no AVX-512 wide-layout copy): the one-row tile kernels.
+    /// The same weight kept in its stored layout (no wide-layout copy): the tile kernels.
     stored: CpuWeight,
     bytes: Vec<u8>,
     bias: Option<Vec<f32>>,
@@ -148,10 +148,11 @@ impl Case {
         y.host
     }
 
-    /// [`Case::run`], and on AVX-512 also with the weight in its stored layout: `(label, result)` per layout.
+    /// [`Case::run`], and on AVX-512 and AVX2 also with the weight in its stored layout: `(label, result)` per
+    /// layout.
     fn runs(&self, pool: &Pool, isa: Isa, p: Precision, x: &Tensor) -> Vec<(&'static str, Vec<f32>)> {
         let mut v = vec![("", self.run(pool, isa, p, x))];
-        if isa == Isa::Avx512 {
+        if matches!(isa, Isa::Avx512 | Isa::Avx2) {
             let y = matmul(pool, isa, p, x, &self.stored, self.bias_weight().as_ref());
             v.push((" (stored layout)", y.host));
         }
@@ -274,16 +275,16 @@ fn windows_equal_the_reference(dtypes: &[DType], row_counts: &[usize], block: us
     }
 }
 
-/// Every row count 1..=64 (every tile shape and mix of row groups; the AVX-512 wide Q4_1/Q5_0/Q8_0 kernels with
-/// their groups of 4 rows, and the 16-lane tiles on the stored layout) for the 32-element types.
+/// Every row count 1..=64 (every tile shape and mix of row groups; the AVX-512 and AVX2 wide Q4_1/Q5_0/Q8_0 kernels
+/// with their groups of 4 rows, and the 8- and 16-lane tiles on the stored layout) for the 32-element types.
 #[test]
 fn legacy_windows_of_every_size_equal_the_reference() {
     let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1];
     windows_equal_the_reference(&types, &(1..=64).collect::<Vec<_>>(), 32, 1..6);
 }
 
-/// The K-quants across the row counts where kernels change (row groups of 8/4/2/1 of the tiles; the AVX-512 wide
-/// Q4_K/Q6_K kernels with their groups of 4 rows).
+/// The K-quants across the row counts where kernels change (row groups of 8/4/2/1 of the tiles; the AVX-512 and AVX2
+/// wide Q4_K/Q6_K kernels with their groups of 4 rows).
 #[test]
 fn kquant_windows_of_every_size_equal_the_reference() {
     let rows: Vec<usize> = (1..=20).chain([31, 33, 47, 64]).collect();

@@ -25,6 +25,8 @@ mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
+mod avx2_wide;
+#[cfg(target_arch = "x86_64")]
 mod avx512_iquant;
 #[cfg(target_arch = "x86_64")]
 mod avx512_iquant2;
@@ -84,7 +86,11 @@ pub struct CpuWeight {
     /// checkpoint matmul on AVX-512 and read by every later one instead of `raw` ([`CpuWeight::packed_bytes`]).
     #[cfg(target_arch = "x86_64")]
     packed: OnceLock<Option<avx512_wide::Packed>>,
-    /// Whether that copy may be made ([`CpuWeight::unpacked`]).
+    /// The same blocks in the AVX2 wide layout (`[out.div_ceil(8)]` groups of 8 rows), made by the first
+    /// checkpoint matmul on AVX2 (a CPU without AVX-512) and read by every later one instead of `raw`.
+    #[cfg(target_arch = "x86_64")]
+    packed8: OnceLock<Option<avx2_wide::Packed>>,
+    /// Whether either copy may be made ([`CpuWeight::unpacked`]).
     may_pack: bool,
 }
 
@@ -147,6 +153,8 @@ impl CpuWeight {
             f32s,
             #[cfg(target_arch = "x86_64")]
             packed: OnceLock::new(),
+            #[cfg(target_arch = "x86_64")]
+            packed8: OnceLock::new(),
             may_pack: true,
         }
     }
@@ -156,8 +164,8 @@ impl CpuWeight {
         matches!(self.raw, Raw::Mapped(_))
     }
 
-    /// This weight without the wide-layout copy: its checkpoint matmuls on AVX-512 read the blocks as stored, with
-    /// the one-row tile kernels (the same bits; for comparisons and tests).
+    /// This weight without the wide-layout copies: its checkpoint matmuls on AVX-512 and AVX2 read the blocks as
+    /// stored, with the tile kernels (the same bits; for comparisons and tests).
     pub fn unpacked(mut self) -> CpuWeight {
         self.may_pack = false;
         self
@@ -186,12 +194,35 @@ impl CpuWeight {
             .as_ref()
     }
 
-    /// Bytes of the wide-layout copy (0 until a checkpoint matmul on AVX-512 has made one).
+    /// The AVX2 wide layout of this weight for a checkpoint matmul on `isa`, made on first use: on `Isa::Avx2` with
+    /// F16C, a matrix of a type with an AVX2 wide kernel (Q4_K, Q6_K, Q4_1, Q5_0, Q8_0) is copied once into it,
+    /// releasing a mapped weight's file pages as [`CpuWeight::packed_for`] does.
+    #[cfg(target_arch = "x86_64")]
+    fn packed8_for(&self, isa: Isa) -> Option<&avx2_wide::Packed> {
+        if isa != Isa::Avx2 || !self.may_pack || self.out_dim < 2 {
+            return None;
+        }
+        self.packed8
+            .get_or_init(|| {
+                let mut done = |r: std::ops::Range<usize>| {
+                    if let Raw::Mapped(b) = &self.raw {
+                        b.release_part(r);
+                    }
+                };
+                avx2_wide::pack(self.dtype, self.bytes(), self.out_dim, self.row_bytes, &mut done)
+            })
+            .as_ref()
+    }
+
+    /// Bytes of the wide-layout copies (0 until a checkpoint matmul on AVX-512 or AVX2 has made one).
     pub fn packed_bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
-        if let Some(Some(p)) = self.packed.get() {
-            return p.bytes();
+        {
+            let wide = self.packed.get().and_then(|p| p.as_ref()).map_or(0, |p| p.bytes());
+            let wide8 = self.packed8.get().and_then(|p| p.as_ref()).map_or(0, |p| p.bytes());
+            wide + wide8
         }
+        #[cfg(not(target_arch = "x86_64"))]
         0
     }
 
@@ -237,6 +268,8 @@ impl CpuWeight {
             f32s: values,
             #[cfg(target_arch = "x86_64")]
             packed: OnceLock::new(),
+            #[cfg(target_arch = "x86_64")]
+            packed8: OnceLock::new(),
             may_pack: false,
         }
     }
@@ -387,6 +420,8 @@ pub fn matmul_many(
             #[cfg(target_arch = "x86_64")]
             Job::Quant { kernel: Kernel::Wide, .. } => 16,
             #[cfg(target_arch = "x86_64")]
+            Job::Quant { kernel: Kernel::Wide8, .. } => avx2_wide::LANES,
+            #[cfg(target_arch = "x86_64")]
             Job::Quant { kernel: Kernel::Chunk(_), .. } => 16,
             _ => TILE_COLS,
         };
@@ -420,6 +455,15 @@ pub fn matmul_many(
                     _ => None,
                 });
                 avx512_wide::chunk(packed, next, act, c0, c1, out)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Job::Quant { act, kernel: Kernel::Wide8 } => {
+                let packed = w.packed8_for(isa).expect("picked for a packed weight");
+                let next = plans.get(i + 1).and_then(|q| match q.job {
+                    Job::Quant { kernel: Kernel::Wide8, .. } => q.w.packed8_for(isa),
+                    _ => None,
+                });
+                avx2_wide::chunk(packed, next, act, c0, c1, out)
             }
             #[cfg(target_arch = "x86_64")]
             Job::Quant { act, kernel: Kernel::Chunk(kernel) } => kernel(w, act, c0, c1, out),
@@ -602,6 +646,9 @@ enum Kernel {
     /// The wide AVX-512 kernel of a packed weight (x86_64 only): 16 weight rows per register lane group.
     #[cfg(target_arch = "x86_64")]
     Wide,
+    /// The wide AVX2 kernel of a packed weight (x86_64 only): 8 weight rows per register lane group.
+    #[cfg(target_arch = "x86_64")]
+    Wide8,
     /// A kernel that computes a whole chunk of columns (`c0` a multiple of 16) of the weight as stored (x86_64
     /// only: the AVX-512 i-quant kernels).
     #[cfg(target_arch = "x86_64")]
@@ -618,6 +665,10 @@ fn pick_quant_kernel(isa: Isa, w: &CpuWeight) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if w.packed_for(isa).is_some() {
         return Kernel::Wide;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if w.packed8_for(isa).is_some() {
+        return Kernel::Wide8;
     }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 {
@@ -681,8 +732,9 @@ mod tests {
             assert!(a.host.iter().zip(&b.host).all(|(p, q)| p.to_bits() == q.to_bits()), "{precision:?}");
             assert!(a.host.iter().all(|v| v.is_finite()));
         }
-        // On AVX-512 the first checkpoint matmul copies the weight into the wide layout and releases every byte of
-        // the mapped source, in order, once; the results keep their bits and the copy is as large as the source.
+        // On AVX-512 (and on AVX2 with F16C) the first checkpoint matmul copies the weight into the wide layout and
+        // releases every byte of the mapped source, in order, once; the results keep their bits and the copy is as
+        // large as the source (plus the last group's padding rows).
         let released = Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = released.clone();
         let hook: tf_core::Release = Arc::new(move |r| log.lock().unwrap().push(r));
@@ -691,13 +743,21 @@ mod tests {
         let want = matmul(&pool, Isa::detect(), Precision::Checkpoint, &x, &copied, None);
         assert!(got.host.iter().zip(&want.host).all(|(p, q)| p.to_bits() == q.to_bits()));
         let ranges = released.lock().unwrap().clone();
-        if Isa::detect() == Isa::Avx512 {
+        #[cfg(target_arch = "x86_64")]
+        let lanes = match Isa::detect() {
+            Isa::Avx512 => Some(16),
+            Isa::Avx2 if avx2_wide::usable() => Some(8),
+            _ => None,
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let lanes: Option<usize> = None;
+        if let Some(lanes) = lanes {
             let (start, end) = (8, 8 + out * row_bytes);
             assert_eq!(ranges.first().map(|r| r.start), Some(start), "{ranges:?}");
             assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "{ranges:?}");
             assert_eq!(ranges.last().map(|r| r.end), Some(end), "{ranges:?}");
-            assert_eq!(watched.packed_bytes(), out.div_ceil(16) * 16 * row_bytes);
-            matmul(&pool, Isa::Avx512, Precision::Checkpoint, &x, &watched, None);
+            assert_eq!(watched.packed_bytes(), out.div_ceil(lanes) * lanes * row_bytes);
+            matmul(&pool, Isa::detect(), Precision::Checkpoint, &x, &watched, None);
             assert_eq!(released.lock().unwrap().len(), ranges.len(), "packed once");
         } else {
             assert!(ranges.is_empty() && watched.packed_bytes() == 0);
