@@ -1,29 +1,48 @@
 // Checkpoint-precision matmul of Q4_K weights for 2 to a few dozen rows (verify windows, shared decode rounds) on the
-// tensor cores, streaming each weight row once per 16 rows (`mmqm_q4k`, `mmqm_glu_q4k`, `mmqm_many_q4k`): bit-equal to
-// `mmq_q4k` (kernels/matmul_q.cu) and so to tf_quant::reference::matmul::matmul_ref.
+// tensor cores, streaming each weight row once per 16 rows (`mmqm_q4k`, `mmqm_glu_q4k`, `mmqm_many_q4k` and their
+// K-split forms `mmqm_*_ks`): bit-equal to `mmq_q4k` (kernels/matmul_q.cu) and so to
+// tf_quant::reference::matmul::matmul_ref.
 //
 // Why the bits are the reference's: a Q4_K block's terms are integers, S = Σ_j sc_j · Σ_{i∈j} q_i x_i and
 // M = Σ_j m_j · Σ_{i∈j} x_i over its 8 sub-blocks of 32, exact in any order, then the reference's two fmas per block
 // in block order: acc = fma(dw · dx, S, acc), acc = fma(-(dmin · dx), M, acc). Here `mma.sync` m16n8k32 on int8
 // fragments gives each (row, column, sub-block) dot product exactly; the lane that holds a (row, column) pair of the
-// accumulator fragment multiplies and adds the sub-blocks' integers (M by dp2a on the activations' 16-element sums)
-// and folds the block's float terms into its own accumulator in increasing block order. A row's result never
-// depends on another row, the row count or the tile.
+// accumulator fragment multiplies and adds the sub-blocks' integers (M by dp2a on the activations' 16-element sums),
+// and each output's float terms are folded into one accumulator in increasing block order. A row's result never
+// depends on another row, the row count, the tile or the split.
 //
-// Geometry: a warp owns 8 weight columns (one n8 fragment) and 16 activation rows (one m16 fragment) and walks the
-// whole K. The mma's k positions are a permutation of a sub-block's 32 elements, the same for both operands (sums
-// are order-free): lane (g, t) (g = lane / 4, t = lane % 4) holds elements 8t..8t+3 at k 4t.., and 8t+4..8t+7 at
+// Geometry: a column group is 8 weight columns (one n8 fragment) against 16 activation rows (one m16 fragment). The
+// mma's k positions are a permutation of a sub-block's 32 elements, the same for both operands (sums are
+// order-free): lane (g, t) (g = lane / 4, t = lane % 4) holds elements 8t..8t+3 at k 4t.., and 8t+4..8t+7 at
 // k 16+4t.., so its weight bytes (qs[32p + 8t .. +8] of column g: low nibbles sub-block 2p, high nibbles 2p + 1)
 // and its activation bytes (8 contiguous per row) are single 8-byte loads. The accumulator fragment puts rows
 // g, g + 8 and columns 2t, 2t + 1 in lane (g, t); that lane reads those two columns' block headers (d, dmin and the
-// 6-bit scales and mins, unpacked four to a word). Weights are loaded one block ahead into registers, and the row's
-// bytes QM_PF blocks ahead are asked of L2 by a bulk prefetch, so few warps (a down projection has N / 8 of them)
-// still keep enough bytes in flight. grid (ceil(R / 16), ceil(C / (8 · QM_WARPS))): the row groups of the same
-// columns run side by side, so a weight row read for the first comes from L2 for the others.
+// 6-bit scales and mins, unpacked four to a word). Weights are loaded one of the warp's blocks ahead into registers,
+// and the row's bytes QM_PF of the warp's blocks ahead are asked of L2 by a bulk prefetch.
+//
+// `mmqm_*`: a warp owns one column group and walks the whole K, folding its 4 accumulator elements itself; a block
+// is QM_WARPS groups. `mmqm_*_ks` (narrow weights, whose N / 8 groups are too few warps to keep the weight bytes in
+// flight: src/geometry.rs, `mmqm_splits`): the QM_KSPLIT warps of a block share one column group and walk K in
+// rounds of QM_KSPLIT consecutive blocks, warp s taking block QM_KSPLIT · j + s of round j. It computes that block's
+// integer S and M and writes the fold's inputs ((float)S, (float)M per output, d and dmin per column, the activation
+// scale per row: `QmSlot`) to shared memory; after the block's barrier each lane folds one accumulator element (warp
+// s element s) over the round's blocks in increasing order, the same two fmas on the same values as the warp that
+// walks the whole K. The slots of two rounds alternate, so one barrier per round orders both the writes before the
+// fold and the fold before the slots are written again.
+//
+// grid (ceil(R / 16), column blocks): the row groups of the same columns run side by side, so a weight row read for
+// the first comes from L2 for the others.
 
 #define QM_WARPS 4
-// Blocks (of 144 bytes per weight row) between the L2 prefetch and the block computed (a `CudaTuning` define; 0:
-// no prefetch).
+// Warps of a `_ks` block that share one column group's K: all of the block's, so `__syncthreads` is the group's
+// barrier (src/geometry.rs mirrors it).
+#define QM_KSPLIT QM_WARPS
+// Blocks per SM the `_ks` kernels are compiled for (their __launch_bounds__ minimum): left to itself ptxas gives them
+// 122-128 registers, 4 blocks per SM; at 5 they fit 96 registers without spilling (sm_90), and warps in flight are
+// what the split is for (at 6, 80 registers, they spill).
+#define QM_KS_BLOCKS 5
+// Blocks (of 144 bytes per weight row) of the warp's own sequence between the L2 prefetch and the block computed (a
+// `CudaTuning` define; 0: no prefetch).
 #ifndef QM_PF
 #define QM_PF 8
 #endif
@@ -118,14 +137,28 @@ struct QmCols3 {
     }
 };
 
-// One warp's 8 columns c0 .. c0 + 7 of W weights (`cols.rows`) against rows r0 .. r0 + nr (nr ≤ 16) of the quantized
-// activations, stored through `cols.store1` (the column sets above).
-template <int W, class Cols>
+// The fold's inputs of one K block for one column group (16 rows × 8 columns), written by the warp that computed the
+// block and read by the warps that fold it (`_ks` kernels). 1,152 bytes.
+struct QmSlot {
+    float2 sm[4][32];  // [e][lane]: ((float)S, (float)M) of lane (g, t)'s accumulator element e: row g + 8 (e >> 1),
+                       // column 2t + (e & 1) of the group
+    float2 wd[8];      // [column of the group]: (d, dmin) of its block header
+    float dx[16];      // [row of the group]: the activation block's scale
+};
+
+// One column group, columns c0 .. c0 + 7 of W weights (`cols.rows`) against rows r0 .. r0 + nr (nr ≤ 16) of the
+// quantized activations, stored through `cols.store1` (the column sets above). KS warps share the group: this is
+// warp ks of them, computing blocks ks, ks + KS, ... and folding and storing accumulator elements e = ks · (4 / KS)
+// + p (p < 4 / KS). KS = 1: the warp walks the whole K and folds in registers (slots unused); KS > 1: slots
+// [2 · KS] (round parity, then warp) in shared memory, and the KS warps are the whole block.
+template <int W, int KS, class Cols>
 __device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i16* sums, int K, const Cols& cols,
-                                            int c0, int C, int r0, int nr) {
+                                            int c0, int C, int r0, int nr, int ks, QmSlot* slots) {
     constexpr int BB = 144;
+    constexpr int P = 4 / KS;  // accumulator elements this lane folds
     int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int nb = K / 256;
+    int rounds = (nb + KS - 1) / KS;  // of KS consecutive blocks, one per warp (the last may be partial)
     // B fragment: column c0 + g (a column past C reads column C - 1's bytes and is never stored).
     int cb = min(c0 + g, C - 1);
     // Accumulator columns: c0 + 2t, c0 + 2t + 1; rows r0 + g, r0 + g + 8.
@@ -136,7 +169,8 @@ __device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i
     const i16* sb = sums + (i64)(r0 + (rb ? g + 8 : 0)) * nb * 16;
     const float* da = d + (i64)(r0 + (ra ? g : 0)) * nb;
     const float* db = d + (i64)(r0 + (rb ? g + 8 : 0)) * nb;
-    float acc[W][4];
+    float acc[W][P];
+    int par = 0;  // the slots this round writes: alternating over the rounds of every weight
 #pragma unroll
     for (int i = 0; i < W; i++) {
         const u8* wr[W];
@@ -148,14 +182,15 @@ __device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i
         const u8* wq = wr[i] + 16 + 8 * t;  // this lane's qs bytes of block 0: + 32p for pair p
         const u8* h0 = w0[i];
         const u8* h1 = w1[i];
-        // One L2 prefetch per weight row and block (lane t == 0 of each column), QM_PF blocks ahead.
-        auto pf = [&](int b) {
+        // One L2 prefetch per weight row and block (lane t == 0 of each column) of the warp's j-th block, ks + KS · j.
+        auto pf = [&](int j) {
+            int b = ks + KS * j;
             if (t == 0 && b < nb) {
                 asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wr[i] + (i64)b * BB), "r"(BB)
                              : "memory");
             }
         };
-        for (int b = 0; b < QM_PF; b++) pf(b);
+        for (int j = 0; j < QM_PF; j++) pf(j);
         uint2 qn[4];
         uint4 hn0, hn1;
         auto ldw = [&](int b) {
@@ -164,90 +199,126 @@ __device__ __forceinline__ void qm_q4k_warp(const i8* q, const float* d, const i
             hn0 = *(const uint4*)(h0 + (i64)b * BB);
             hn1 = *(const uint4*)(h1 + (i64)b * BB);
         };
-        ldw(0);
+        if (ks < nb) ldw(ks);
         if (i == 0) griddep_wait();
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            uint2 qc[4] = {qn[0], qn[1], qn[2], qn[3]};
-            QmQ4kHead hd0 = qm_q4k_head(hn0), hd1 = qm_q4k_head(hn1);
-            if (b + 1 < nb) ldw(b + 1);
-            pf(b + QM_PF);
-            // Activations of this block: 8 bytes per sub-block and row, the 16-element sums, the block scales.
-            uint2 xl[8], xh[8];
+        for (int p = 0; p < P; p++) acc[i][p] = 0.0f;
+        for (int j = 0; j < rounds; j++) {
+            int b = ks + KS * j;
+            if (b < nb) {
+                uint2 qc[4] = {qn[0], qn[1], qn[2], qn[3]};
+                QmQ4kHead hd0 = qm_q4k_head(hn0), hd1 = qm_q4k_head(hn1);
+                if (b + KS < nb) ldw(b + KS);
+                pf(j + QM_PF);
+                // Activations of this block: 8 bytes per sub-block and row, the 16-element sums, the block scales.
+                uint2 xl[8], xh[8];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                xl[j] = ra ? *(const uint2*)(q + xa + (i64)b * 256 + 32 * j + 8 * t) : make_uint2(0, 0);
-                xh[j] = rb ? *(const uint2*)(q + xb + (i64)b * 256 + 32 * j + 8 * t) : make_uint2(0, 0);
-            }
-            uint4 ga0 = *(const uint4*)(sa + (i64)b * 16), ga1 = *(const uint4*)(sa + (i64)b * 16 + 8);
-            uint4 gb0 = *(const uint4*)(sb + (i64)b * 16), gb1 = *(const uint4*)(sb + (i64)b * 16 + 8);
-            float dxa = da[b], dxb = db[b];
-            // S per accumulator element e: rows (g, g, g+8, g+8), columns (2t, 2t+1, 2t, 2t+1).
-            int S[4] = {0, 0, 0, 0};
+                for (int jj = 0; jj < 8; jj++) {
+                    xl[jj] = ra ? *(const uint2*)(q + xa + (i64)b * 256 + 32 * jj + 8 * t) : make_uint2(0, 0);
+                    xh[jj] = rb ? *(const uint2*)(q + xb + (i64)b * 256 + 32 * jj + 8 * t) : make_uint2(0, 0);
+                }
+                uint4 ga0 = *(const uint4*)(sa + (i64)b * 16), ga1 = *(const uint4*)(sa + (i64)b * 16 + 8);
+                uint4 gb0 = *(const uint4*)(sb + (i64)b * 16), gb1 = *(const uint4*)(sb + (i64)b * 16 + 8);
+                float dxa = da[b], dxb = db[b];
+                // S per accumulator element e: rows (g, g, g+8, g+8), columns (2t, 2t+1, 2t, 2t+1).
+                int S[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int p = 0; p < 4; p++) {
-                u32 lo0 = qc[p].x & 0x0f0f0f0fu, lo1 = qc[p].y & 0x0f0f0f0fu;
-                u32 hi0 = (qc[p].x >> 4) & 0x0f0f0f0fu, hi1 = (qc[p].y >> 4) & 0x0f0f0f0fu;
-                int dl[4], dh[4];
-                int j0 = 2 * p, j1 = 2 * p + 1;
-                qt_mma32(dl, xl[j0].x, xh[j0].x, xl[j0].y, xh[j0].y, lo0, lo1);
-                qt_mma32(dh, xl[j1].x, xh[j1].x, xl[j1].y, xh[j1].y, hi0, hi1);
-                int s00 = qm_byte(hd0.sc[j0 >> 2], j0 & 3), s01 = qm_byte(hd1.sc[j0 >> 2], j0 & 3);
-                int s10 = qm_byte(hd0.sc[j1 >> 2], j1 & 3), s11 = qm_byte(hd1.sc[j1 >> 2], j1 & 3);
-                S[0] += s00 * dl[0] + s10 * dh[0];
-                S[1] += s01 * dl[1] + s11 * dh[1];
-                S[2] += s00 * dl[2] + s10 * dh[2];
-                S[3] += s01 * dl[3] + s11 * dh[3];
-            }
-            // M = Σ_j m_j · (sums[2j] + sums[2j+1]): dp2a of each pair of i16 sums with (m_j, m_j).
-            u32 gar[8] = {ga0.x, ga0.y, ga0.z, ga0.w, ga1.x, ga1.y, ga1.z, ga1.w};
-            u32 gbr[8] = {gb0.x, gb0.y, gb0.z, gb0.w, gb1.x, gb1.y, gb1.z, gb1.w};
-            int M[4] = {0, 0, 0, 0};
+                for (int p = 0; p < 4; p++) {
+                    u32 lo0 = qc[p].x & 0x0f0f0f0fu, lo1 = qc[p].y & 0x0f0f0f0fu;
+                    u32 hi0 = (qc[p].x >> 4) & 0x0f0f0f0fu, hi1 = (qc[p].y >> 4) & 0x0f0f0f0fu;
+                    int dl[4], dh[4];
+                    int j0 = 2 * p, j1 = 2 * p + 1;
+                    qt_mma32(dl, xl[j0].x, xh[j0].x, xl[j0].y, xh[j0].y, lo0, lo1);
+                    qt_mma32(dh, xl[j1].x, xh[j1].x, xl[j1].y, xh[j1].y, hi0, hi1);
+                    int s00 = qm_byte(hd0.sc[j0 >> 2], j0 & 3), s01 = qm_byte(hd1.sc[j0 >> 2], j0 & 3);
+                    int s10 = qm_byte(hd0.sc[j1 >> 2], j1 & 3), s11 = qm_byte(hd1.sc[j1 >> 2], j1 & 3);
+                    S[0] += s00 * dl[0] + s10 * dh[0];
+                    S[1] += s01 * dl[1] + s11 * dh[1];
+                    S[2] += s00 * dl[2] + s10 * dh[2];
+                    S[3] += s01 * dl[3] + s11 * dh[3];
+                }
+                // M = Σ_j m_j · (sums[2j] + sums[2j+1]): dp2a of each pair of i16 sums with (m_j, m_j).
+                u32 gar[8] = {ga0.x, ga0.y, ga0.z, ga0.w, ga1.x, ga1.y, ga1.z, ga1.w};
+                u32 gbr[8] = {gb0.x, gb0.y, gb0.z, gb0.w, gb1.x, gb1.y, gb1.z, gb1.w};
+                int M[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < 2; h++) {
 #pragma unroll
-                for (int k2 = 0; k2 < 2; k2++) {
-                    // sub-blocks j = 4h + 2k2, 4h + 2k2 + 1: their mins duplicated (m_j, m_j, m_j+1, m_j+1).
-                    u32 m0 = __byte_perm(hd0.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
-                    u32 m1 = __byte_perm(hd1.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
-                    int j = 4 * h + 2 * k2;
-                    M[0] = __dp2a_hi((int)gar[j + 1], (int)m0, __dp2a_lo((int)gar[j], (int)m0, M[0]));
-                    M[1] = __dp2a_hi((int)gar[j + 1], (int)m1, __dp2a_lo((int)gar[j], (int)m1, M[1]));
-                    M[2] = __dp2a_hi((int)gbr[j + 1], (int)m0, __dp2a_lo((int)gbr[j], (int)m0, M[2]));
-                    M[3] = __dp2a_hi((int)gbr[j + 1], (int)m1, __dp2a_lo((int)gbr[j], (int)m1, M[3]));
+                    for (int k2 = 0; k2 < 2; k2++) {
+                        // sub-blocks j = 4h + 2k2, 4h + 2k2 + 1: their mins duplicated (m_j, m_j, m_j+1, m_j+1).
+                        u32 m0 = __byte_perm(hd0.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
+                        u32 m1 = __byte_perm(hd1.mn[h], 0u, k2 ? 0x3322u : 0x1100u);
+                        int jm = 4 * h + 2 * k2;
+                        M[0] = __dp2a_hi((int)gar[jm + 1], (int)m0, __dp2a_lo((int)gar[jm], (int)m0, M[0]));
+                        M[1] = __dp2a_hi((int)gar[jm + 1], (int)m1, __dp2a_lo((int)gar[jm], (int)m1, M[1]));
+                        M[2] = __dp2a_hi((int)gbr[jm + 1], (int)m0, __dp2a_lo((int)gbr[jm], (int)m0, M[2]));
+                        M[3] = __dp2a_hi((int)gbr[jm + 1], (int)m1, __dp2a_lo((int)gbr[jm], (int)m1, M[3]));
+                    }
+                }
+                if constexpr (KS == 1) {
+                    float dw[2] = {hd0.d, hd1.d}, dm[2] = {hd0.dmin, hd1.dmin};
+                    float dx[2] = {dxa, dxb};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = dx[e >> 1];
+                        acc[i][e] = fmaf(dw[e & 1] * x, (float)S[e], acc[i][e]);
+                        acc[i][e] = fmaf(-(dm[e & 1] * x), (float)M[e], acc[i][e]);
+                    }
+                } else {
+                    QmSlot& sl = slots[par * KS + ks];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sl.sm[e][lane] = make_float2((float)S[e], (float)M[e]);
+                    if (g == 0) {
+                        sl.wd[2 * t] = make_float2(hd0.d, hd0.dmin);
+                        sl.wd[2 * t + 1] = make_float2(hd1.d, hd1.dmin);
+                    }
+                    if (t == 0) {
+                        sl.dx[g] = dxa;
+                        sl.dx[g + 8] = dxb;
+                    }
                 }
             }
-            float dw[2] = {hd0.d, hd1.d}, dm[2] = {hd0.dmin, hd1.dmin};
-            float dx[2] = {dxa, dxb};
+            if constexpr (KS > 1) {
+                // Every warp's block of this round is in the slots: fold them in block order.
+                __syncthreads();
+                for (int k = 0; k < KS && KS * j + k < nb; k++) {
+                    const QmSlot& sl = slots[par * KS + k];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = dx[e >> 1];
-                acc[i][e] = fmaf(dw[e & 1] * x, (float)S[e], acc[i][e]);
-                acc[i][e] = fmaf(-(dm[e & 1] * x), (float)M[e], acc[i][e]);
+                    for (int p = 0; p < P; p++) {
+                        int e = ks * P + p;
+                        float2 st = sl.sm[e][lane], wd = sl.wd[2 * t + (e & 1)];
+                        float x = sl.dx[g + 8 * (e >> 1)];
+                        acc[i][p] = fmaf(wd.x * x, st.x, acc[i][p]);
+                        acc[i][p] = fmaf(-(wd.y * x), st.y, acc[i][p]);
+                    }
+                }
+                par ^= 1;
             }
         }
     }
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
+    for (int p = 0; p < P; p++) {
+        int e = ks * P + p;
         int r = g + 8 * (e >> 1), c = c0 + 2 * t + (e & 1);
         if (r < nr && c < C) {
             float v[W];
 #pragma unroll
-            for (int i = 0; i < W; i++) v[i] = acc[i][e];
+            for (int i = 0; i < W; i++) v[i] = acc[i][p];
             cols.store1(c, r0 + r, v);
         }
     }
 }
 
-// The warp's tile of the grid (ceil(R / 16), ceil(C / (8 · QM_WARPS))).
-template <int W, class Cols>
+// The warp's part of the grid (ceil(R / 16), ceil(C / (8 · QM_WARPS / KS))): column group blockIdx.y · QM_WARPS / KS
+// + warp / KS, split KS ways (KS = 1 or QM_KSPLIT; slots as qm_q4k_warp's).
+template <int W, int KS, class Cols>
 __device__ __forceinline__ void qm_q4k_block(const i8* q, const float* d, const i16* sums, int R, int K,
-                                             const Cols& cols, int C) {
-    int c0 = (blockIdx.y * QM_WARPS + threadIdx.x / 32) * 8;
-    if (c0 >= C) return;  // a whole warp
+                                             const Cols& cols, int C, QmSlot* slots) {
+    int warp = threadIdx.x / 32;
+    int c0 = (blockIdx.y * (QM_WARPS / KS) + warp / KS) * 8;
+    if (c0 >= C) return;  // a whole warp (with KS = QM_WARPS the whole block: the barriers are uniform)
     int r0 = blockIdx.x * 16;
-    qm_q4k_warp<W>(q, d, sums, K, cols, c0, C, r0, min(16, R - r0));
+    qm_q4k_warp<W, KS>(q, d, sums, K, cols, c0, C, r0, min(16, R - r0), warp % KS, slots);
 }
 
 // (q, d, sums) from quantize_rows of x [R, K] (256-element blocks); w [N, K] Q4_K; bias (bias_dt, EPI_ADD) or null;
@@ -256,7 +327,16 @@ extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_q4k(const i8* q
                                                                     int R, int K, const u8* w, int N,
                                                                     const u8* bias, int bias_dt, float* y) {
     QmCols1 cols{w, (i64)(K / 256) * 144, N, bias, bias_dt, y};
-    qm_q4k_block<1>(q, d, sums, R, K, cols, N);
+    qm_q4k_block<1, 1>(q, d, sums, R, K, cols, N, nullptr);
+}
+
+// mmqm_q4k with each column group's K split across the block's QM_KSPLIT warps: grid (ceil(R / 16), ceil(N / 8)).
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
+mmqm_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
+            float* y) {
+    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
+    QmCols1 cols{w, (i64)(K / 256) * 144, N, bias, bias_dt, y};
+    qm_q4k_block<1, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
 }
 
 // gate, up [N, K] Q4_K; out [R, N] = act(x · gateᵀ) * (x · upᵀ) as mmq_glu_q4k. Grid as mmqm_q4k's.
@@ -264,7 +344,16 @@ extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_glu_q4k(const i
                                                                         int R, int K, const u8* gate, const u8* up,
                                                                         int N, int act, float* out) {
     QmColsGlu cols{gate, up, (i64)(K / 256) * 144, N, act, out};
-    qm_q4k_block<2>(q, d, sums, R, K, cols, N);
+    qm_q4k_block<2, 1>(q, d, sums, R, K, cols, N, nullptr);
+}
+
+// mmqm_glu_q4k with K split as mmqm_q4k_ks's (gate's rounds, then up's); grid as mmqm_q4k_ks's.
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
+mmqm_glu_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate, const u8* up, int N,
+                int act, float* out) {
+    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
+    QmColsGlu cols{gate, up, (i64)(K / 256) * 144, N, act, out};
+    qm_q4k_block<2, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
 }
 
 // Three Q4_K weights against the same rows (as mmq_many_q4k); grid (ceil(R / 16), ceil((N0 + N1 + N2) / (8 ·
@@ -274,5 +363,15 @@ mmqm_many_q4k(const i8* q, const float* d, const i16* sums, int R, int K, const 
               float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
               int bd2, float* y2) {
     QmCols3 cols{w0, w1, w2, (i64)(K / 256) * 144, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
-    qm_q4k_block<1>(q, d, sums, R, K, cols, N0 + N1 + N2);
+    qm_q4k_block<1, 1>(q, d, sums, R, K, cols, N0 + N1 + N2, nullptr);
+}
+
+// mmqm_many_q4k with K split as mmqm_q4k_ks's; grid (ceil(R / 16), ceil((N0 + N1 + N2) / 8)).
+extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
+mmqm_many_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0,
+                 int bd0, float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2,
+                 const u8* b2, int bd2, float* y2) {
+    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
+    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * 144, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
+    qm_q4k_block<1, QM_KSPLIT>(q, d, sums, R, K, cols, N0 + N1 + N2, slots);
 }

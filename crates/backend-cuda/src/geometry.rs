@@ -18,7 +18,7 @@ pub const SOURCES: [(&str, &str); 9] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 126] = [
+pub const KERNELS: [&str; 129] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -74,6 +74,9 @@ pub const KERNELS: [&str; 126] = [
     "mmqm_q4k",
     "mmqm_glu_q4k",
     "mmqm_many_q4k",
+    "mmqm_q4k_ks",
+    "mmqm_glu_q4k_ks",
+    "mmqm_many_q4k_ks",
     "mmq_glu_q6k",
     "mmq_glu_q5_1",
     "mmq_glu_q5k",
@@ -326,17 +329,40 @@ pub fn mmq_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
     ((n.div_ceil(QD_WARPS as usize) as u32, rows.div_ceil(QD_ROWS as usize) as u32, 1), (32 * QD_WARPS, 1, 1))
 }
 
-/// Warps per block of the tensor-core streaming kernels (`QM_WARPS` in kernels/matmul_qm.cu), each 8 columns × 16 rows.
+/// Warps per block of the tensor-core streaming kernels (`QM_WARPS` in kernels/matmul_qm.cu): `mmqm_*` give each
+/// one column group (8 columns × 16 rows), `mmqm_*_ks` split one group's K across all of them (`QM_KSPLIT`).
 pub const QM_WARPS: u32 = 4;
 
 /// Most rows the tensor-core streaming kernels take (from `CudaTuning::quant_mma`); more go to the tiles. At 32 rows
 /// a forward of the 7B Q4_K_M shape costs 19.8 ms on them against 29.6 ms on the tiles (H100, docs/benchmarks.md).
 pub const QM_MAX_ROWS: usize = 64;
 
-/// `(grid, block)` of the tensor-core streaming kernels (`mmqm_*`) for `rows × n` outputs: x the groups of 16 rows
-/// (side by side in launch order), y the groups of `8 · QM_WARPS` columns.
-pub fn mmqm_grid(rows: usize, n: usize) -> ((u32, u32, u32), (u32, u32, u32)) {
-    ((rows.div_ceil(16) as u32, n.div_ceil(8 * QM_WARPS as usize) as u32, 1), (32 * QM_WARPS, 1, 1))
+/// Column groups (of 8 columns) below which a weight (or the weights of one `mmqm_many` launch, side by side) takes
+/// the K-split kernels `mmqm_*_ks`. With one warp per group, 16 rows of such a weight are under half of the
+/// 2,112–3,168 warps an H100 holds at once at the unsplit kernels' 80–108 registers (the 7B's down, o and q/k/v:
+/// 448–576 groups, 3.4–4.4 warps per SM; its down streamed 150 GB/s at 32 rows so), so each group's K goes to
+/// `QM_WARPS` warps; wider weights (its gate/up: 2,368 groups) already fill the GPU and keep one warp per group,
+/// without the shared-memory fold.
+pub const QM_SPLIT_BELOW: usize = 1024;
+
+/// Whether `n` columns run on the K-split tensor-core streaming kernels (`mmqm_*_ks`). The bits do not depend on it.
+pub fn mmqm_splits(n: usize) -> bool {
+    n.div_ceil(8) < QM_SPLIT_BELOW
+}
+
+/// The tensor-core streaming kernel of family `name` (`mmqm_q4k`, `mmqm_glu_q4k`, `mmqm_many_q4k`) for `rows × n`
+/// outputs (`n`: the columns of all the launch's weights), its grid and block: x the groups of 16 rows (side by side
+/// in launch order), y the blocks of `QM_WARPS` column groups of 8, or of one group split `QM_WARPS` ways (`_ks`,
+/// [`mmqm_splits`]).
+pub fn mmqm_launch(name: &'static str, rows: usize, n: usize) -> (&'static str, Dim3, Dim3) {
+    let (name, cols) = match (name, mmqm_splits(n)) {
+        ("mmqm_q4k", true) => ("mmqm_q4k_ks", 8),
+        ("mmqm_glu_q4k", true) => ("mmqm_glu_q4k_ks", 8),
+        ("mmqm_many_q4k", true) => ("mmqm_many_q4k_ks", 8),
+        ("mmqm_q4k" | "mmqm_glu_q4k" | "mmqm_many_q4k", false) => (name, 8 * QM_WARPS as usize),
+        (other, _) => unreachable!("no tensor-core streaming kernel {other}"),
+    };
+    (name, (rows.div_ceil(16) as u32, n.div_ceil(cols) as u32, 1), (32 * QM_WARPS, 1, 1))
 }
 
 /// Rows and columns per block of the tensor-core checkpoint kernels (`QT_M`, `QT_N` in kernels/matmul_qt.cu).
@@ -607,6 +633,8 @@ mod tests {
         assert!(source("attention.cu").contains(&format!("#define ATTN_THREADS {ATTN_THREADS}\n")));
         assert!(source("mma.cu").contains(&format!("#define MMA_CHUNK {MMA_CHUNK}\n")));
         assert!(source("mma.cu").contains(&format!("#define MMA_SPLIT {MMA_SPLIT}\n")));
+        let qm = source("matmul_qm.cu");
+        assert!(qm.contains(&format!("#define QM_WARPS {QM_WARPS}\n")) && qm.contains("#define QM_KSPLIT QM_WARPS\n"));
         // The launches' blocks and grids match the template parameters of the entry points.
         let mma = source("mma.cu");
         assert!(mma.contains("mma_matmul<false, 4, 4, 1, 2>"));
@@ -705,6 +733,20 @@ mod tests {
                 assert_eq!(name.contains("f16") && !name.contains("bf16"), f16);
                 assert!(g.0 as usize * cols_per >= n && g.1 as usize * rows_per >= rows);
                 assert_eq!(b.0 % (32 * MMA_SPLIT), 0);
+            }
+        }
+        // The tensor-core streaming kernels: the 7B's down, o (3,584 columns) and q/k/v (4,608) split K, its gate/up
+        // (18,944) do not; every column group of every row group has a block.
+        for (rows, n, split) in
+            [(8, 3584, true), (64, 4608, true), (17, 8184, true), (32, 8185, false), (9, 18944, false)]
+        {
+            assert_eq!(mmqm_splits(n), split, "{n} columns");
+            for family in ["mmqm_q4k", "mmqm_glu_q4k", "mmqm_many_q4k"] {
+                let (name, g, b) = mmqm_launch(family, rows, n);
+                assert_eq!(name.strip_suffix("_ks"), split.then_some(family), "{name}");
+                let cols = if split { 8 } else { 8 * QM_WARPS as usize };
+                assert_eq!((g.0 as usize, g.1 as usize), (rows.div_ceil(16), n.div_ceil(cols)));
+                assert_eq!(b.0, 32 * QM_WARPS);
             }
         }
         assert_eq!(elementwise_grid(0).0 .0, 1);

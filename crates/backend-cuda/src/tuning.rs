@@ -39,9 +39,9 @@ pub struct CudaTuning {
     pub quant_tiles: u32,
     /// Row count from which Q4_K checkpoint matmuls of up to `geometry::QM_MAX_ROWS` rows take the tensor-core
     /// streaming kernels (kernels/matmul_qm.cu: `mma` on each weight row read once per 16 rows, the same bits;
-    /// needs sm_80 or newer) instead of `mmq_q4k`'s integer dot products per row or the tiles; 0: never. Default 8:
-    /// a forward of the 7B Q4_K_M shape costs the same both ways at 8 rows, 13.5 against 18.1 ms at 9 (H100,
-    /// docs/benchmarks.md).
+    /// needs sm_80 or newer) instead of `mmq_q4k`'s integer dot products per row or the tiles; 0: never. Default 4:
+    /// a forward of the 7B Q4_K_M shape costs 6.3 ms on them at 4 rows against 6.7 ms on `mmq_q4k`, and 5.6–6.0
+    /// against 4.5–5.6 ms at 2–3 rows (H100, docs/benchmarks.md).
     pub quant_mma: u32,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
@@ -59,7 +59,7 @@ impl Default for CudaTuning {
             attn_heads: 0,
             quant_stream: true,
             quant_tiles: 24,
-            quant_mma: 8,
+            quant_mma: 4,
             defines: Vec::new(),
         }
     }

@@ -7,7 +7,7 @@
 
 use super::{act_code, bias_arg, weight, CudaBackend, CudaTensor, CudaWeight};
 use crate::device::Buf;
-use crate::geometry::{matmul_quant_grid, mmq_grid, mmqm_grid, mmqt_grid, EPI_ADD, QM_MAX_ROWS};
+use crate::geometry::{matmul_quant_grid, mmq_grid, mmqm_launch, mmqt_grid, EPI_ADD, QM_MAX_ROWS};
 use tf_core::{DType, GluAct, Precision, Tensor, Weight};
 use tf_quant::reference::matmul::{checkpoint_block, sum_group};
 
@@ -108,7 +108,8 @@ impl CudaBackend {
             Some(kernel) => {
                 let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
                 let (kernel, (grid, blk)) = if self.mma_streams(kernel, rows) {
-                    ("mmqm_q4k", mmqm_grid(rows, n))
+                    let (kernel, grid, blk) = mmqm_launch("mmqm_q4k", rows, n);
+                    (kernel, (grid, blk))
                 } else if tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8 {
                     (tiles_kernel(kernel), mmqt_grid(rows, n))
                 } else {
@@ -195,26 +196,25 @@ impl CudaBackend {
             return None;
         }
         let outs: Vec<Buf> = ws.iter().map(|(w, _)| self.alloc_f32(qx.rows * weight(w).out_dim)).collect();
-        let kernel = if self.mma_streams(self.mmq_kernel(first)?, qx.rows) { "mmqm_many_q4k" } else { kernel };
+        let columns: usize = ws.iter().map(|(w, _)| weight(w).out_dim).sum();
+        let mma = self.mma_streams(self.mmq_kernel(first)?, qx.rows);
+        let (kernel, grid, blk) = if mma {
+            mmqm_launch("mmqm_many_q4k", qx.rows, columns)
+        } else {
+            let blocks = ws.iter().map(|(w, _)| mmq_grid(qx.rows, weight(w).out_dim).0 .0).sum();
+            let (grid, blk) = mmq_grid(qx.rows, 1);
+            (kernel, (blocks, grid.1, 1), blk)
+        };
         let mut l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(qx.rows).i32(qx.k);
-        let (mut columns, mut blocks) = (0, 0);
         for (&(w, bias), out) in ws.iter().zip(&outs) {
             let cw = weight(w);
             let (bias_ptr, bias_code) = bias_arg(bias, cw.out_dim);
             l = l.ptr(&cw.buf).i32(cw.out_dim).addr(bias_ptr).int(bias_code).ptr(out);
-            columns += cw.out_dim;
-            blocks += mmq_grid(qx.rows, cw.out_dim).0 .0;
         }
         if ws.len() == 2 {
             // No third weight: no columns, no blocks.
             l = l.addr(0).i32(0).addr(0).int(0).addr(0);
         }
-        let (grid, blk) = if self.mma_streams(self.mmq_kernel(first)?, qx.rows) {
-            mmqm_grid(qx.rows, columns)
-        } else {
-            let (grid, blk) = mmq_grid(qx.rows, 1);
-            ((blocks, grid.1, 1), blk)
-        };
         l.go(grid, blk);
         Some(ws.iter().zip(outs).map(|(&(w, _), out)| self.tensor(qx.rows, weight(w).out_dim, out)).collect())
     }
@@ -254,10 +254,11 @@ impl CudaBackend {
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let qx = self.quantize_rows(xb, x.rows, x.cols, block);
         let out = self.alloc_f32(x.rows * n);
-        let (kernel, (grid, blk)) = if self.mma_streams(self.mmq_kernel(cg)?, x.rows) {
-            ("mmqm_glu_q4k", mmqm_grid(x.rows, n))
+        let (kernel, grid, blk) = if self.mma_streams(self.mmq_kernel(cg)?, x.rows) {
+            mmqm_launch("mmqm_glu_q4k", x.rows, n)
         } else {
-            (kernel, mmq_grid(x.rows, n))
+            let (grid, blk) = mmq_grid(x.rows, n);
+            (kernel, grid, blk)
         };
         let l = self.gpu.launch(kernel).pdl().ptr(&qx.q).ptr(&qx.d).ptr(&qx.sums).i32(x.rows).i32(x.cols);
         l.ptr(&cg.buf).ptr(&cu.buf).i32(n).int(act_code(act)).ptr(&out).go(grid, blk);
