@@ -1,4 +1,4 @@
-//! Checkpoint mode with AVX2 for Q4_K, Q6_K, Q4_1, Q5_0 and Q8_0 weights stored in a *wide layout* ([`pack`], once
+//! Checkpoint mode with AVX2 for Q4_K, Q5_K, Q6_K, Q4_1, Q5_0 and Q8_0 weights stored in a *wide layout* ([`pack`], once
 //! at load): eight weight rows side by side, one per 32-bit lane of a 256-bit register, so that the integer sums of
 //! a (sub-)block accumulate in place and need no horizontal reduction. Every row count, one included, runs these
 //! kernels on a CPU with AVX2, FMA and F16C but not AVX-512 (which has its own wide kernels, `avx512_wide`).
@@ -40,6 +40,7 @@ const AHEAD_GROUPS: usize = 2;
 fn kernel(dtype: DType) -> Option<&'static Wide> {
     Some(match dtype {
         DType::Q4K => &kquant::Q4K,
+        DType::Q5K => &kquant::Q5K,
         DType::Q6K => &kquant::Q6K,
         DType::Q4_1 => &Q41,
         DType::Q5_0 => &Q50,
@@ -427,10 +428,10 @@ fn pack_q50(rows: &[&[u8]; LANES], nb: usize, dst: &mut [u8]) {
     }
 }
 
-/// Bit `k` of each byte of `v` moved to bit 4 and the rest cleared: 16 where that element's fifth bit is set.
+/// Bit `K` of each byte of `v` moved to bit 4 and the rest cleared: 16 where that element's fifth bit is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn fifth<const K: i32>(v: __m256i) -> __m256i {
+pub(super) unsafe fn fifth<const K: i32>(v: __m256i) -> __m256i {
     let m10 = _mm256_set1_epi8(0x10);
     match K {
         0..4 => _mm256_and_si256(_mm256_sll_epi32(v, _mm_cvtsi32_si128(4 - K)), m10),

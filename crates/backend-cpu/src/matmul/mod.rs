@@ -195,7 +195,7 @@ impl CpuWeight {
     }
 
     /// The AVX2 wide layout of this weight for a checkpoint matmul on `isa`, made on first use: on `Isa::Avx2` with
-    /// F16C, a matrix of a type with an AVX2 wide kernel (Q4_K, Q6_K, Q4_1, Q5_0, Q8_0) is copied once into it,
+    /// F16C, a matrix of a type with an AVX2 wide kernel (Q4_K, Q5_K, Q6_K, Q4_1, Q5_0, Q8_0) is copied once into it,
     /// releasing a mapped weight's file pages as [`CpuWeight::packed_for`] does.
     #[cfg(target_arch = "x86_64")]
     fn packed8_for(&self, isa: Isa) -> Option<&avx2_wide::Packed> {

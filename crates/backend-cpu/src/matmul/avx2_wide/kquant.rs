@@ -1,9 +1,9 @@
-//! The AVX2 wide kernels of the K-quants Q4_K and Q6_K (layout and arithmetic in the parent module's notes).
+//! The AVX2 wide kernels of the K-quants Q4_K, Q5_K and Q6_K (layout and arithmetic in the parent module's notes).
 
 use std::arch::x86_64::*;
 
 use super::super::act::ActQ;
-use super::{act_rows, bcast, f16x8, ld, put_lanes, rows_out, Ahead, Wide, LANES, LINE};
+use super::{act_rows, bcast, f16x8, fifth, ld, put_lanes, rows_out, Ahead, Wide, LANES, LINE};
 
 pub(super) static Q4K: Wide = Wide {
     name: "Q4_K",
@@ -14,6 +14,17 @@ pub(super) static Q4K: Wide = Wide {
     pairs: true,
     pack: pack_q4k,
     rows: [rows_q4k::<1>, rows_q4k::<2>, rows_q4k::<3>, rows_q4k::<4>],
+};
+
+pub(super) static Q5K: Wide = Wide {
+    name: "Q5_K",
+    block_bytes: Q5K_BLOCK,
+    act_block: 256,
+    lines: Q5K_LINES,
+    tail: false,
+    pairs: true,
+    pack: pack_q5k,
+    rows: [rows_q5k::<1>, rows_q5k::<2>, rows_q5k::<3>, rows_q5k::<4>],
 };
 
 pub(super) static Q6K: Wide = Wide {
@@ -77,30 +88,14 @@ unsafe fn rows_q4k<const RT: usize>(
     r0: usize,
     ahead: Ahead,
 ) -> [[f32; LANES]; 4] {
-    let (nb, rows) = (act.nb, act.rows);
+    let nb = act.nb;
     let m4 = _mm256_set1_epi8(0x0f);
-    let (m15, m63, m3) = (_mm256_set1_epi32(15), _mm256_set1_epi32(63), _mm256_set1_epi32(3));
-    let sign = _mm256_set1_ps(-0.0);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); RT];
     for b in 0..nb {
         ahead.block(b);
         let p = g.add(b * Q4K_LINES * LINE);
-        // Each lane's eight scales in both i16 halves, and its four min pairs (`min_2i | min_2i+1 << 16`).
-        let (l0, l1, l2) = (ld(p, Q4K_SC), ld(p, Q4K_SC + 1), ld(p, Q4K_SC + 2));
-        let mut sc = [zero; 8];
-        let mut mn = [zero; 8];
-        for j in 0..4 {
-            let (b0, b1, b2) = (byte(l0, j), byte(l1, j), byte(l2, j));
-            let j = j as usize;
-            sc[j] = _mm256_and_si256(b0, m63);
-            mn[j] = _mm256_and_si256(b1, m63);
-            let hi0 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b0), m3));
-            sc[j + 4] = _mm256_or_si256(_mm256_and_si256(b2, m15), hi0);
-            let hi1 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b1), m3));
-            mn[j + 4] = _mm256_or_si256(_mm256_srli_epi32::<4>(b2), hi1);
-        }
-        let sc16: [__m256i; 8] = std::array::from_fn(|j| _mm256_or_si256(sc[j], _mm256_slli_epi32::<16>(sc[j])));
+        let sc16 = q4k_scales(p, Q4K_SC);
         let x = act_rows::<RT>(act, r0, b, 256);
         let mut s = [zero; RT];
         for c in 0..4 {
@@ -121,20 +116,168 @@ unsafe fn rows_q4k<const RT: usize>(
                 }
             }
         }
-        let d = f16x8(p.add(Q4K_DD * LINE));
-        let dmin = f16x8(p.add(Q4K_DD * LINE + 2 * LANES));
-        for r in 0..RT {
-            let pr = pairs.as_ptr().add(((r0 + r) * nb + b) * 4);
-            let mut m = zero;
-            for i in 0..4 {
-                let mnp = _mm256_or_si256(mn[2 * i], _mm256_slli_epi32::<16>(mn[2 * i + 1]));
-                m = _mm256_add_epi32(m, _mm256_madd_epi16(mnp, _mm256_set1_epi32(*pr.add(i) as i32)));
-            }
-            let dx = _mm256_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[r]), acc[r]);
-            let dm = _mm256_xor_ps(_mm256_mul_ps(dmin, dx), sign);
-            acc[r] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(m), acc[r]);
+        sm_update(p.add(Q4K_DD * LINE), &s, &q4k_mins(p, Q4K_SC), act, pairs, r0, b, &mut acc);
+    }
+    rows_out(&acc)
+}
+
+/// The eight scales of each lane in both i16 halves of its word, from the three scale lines at line `at` of a
+/// packed Q4_K / Q5_K block `p`, unpacked as `tf_quant::q4k_scale_min` (GGML's `get_scale_min_k4`) does, per lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_scales(p: *const u8, at: usize) -> [__m256i; 8] {
+    let (m15, m63, m3) = (_mm256_set1_epi32(15), _mm256_set1_epi32(63), _mm256_set1_epi32(3));
+    let (l0, l2) = (ld(p, at), ld(p, at + 2));
+    let mut sc = [_mm256_setzero_si256(); 8];
+    for j in 0..4 {
+        let (b0, b2) = (byte(l0, j), byte(l2, j));
+        let j = j as usize;
+        sc[j] = _mm256_and_si256(b0, m63);
+        let hi0 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b0), m3));
+        sc[j + 4] = _mm256_or_si256(_mm256_and_si256(b2, m15), hi0);
+    }
+    std::array::from_fn(|j| _mm256_or_si256(sc[j], _mm256_slli_epi32::<16>(sc[j])))
+}
+
+/// Each lane's four min pairs (`min_2i | min_2i+1 << 16`), from the scale lines as [`q4k_scales`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_mins(p: *const u8, at: usize) -> [__m256i; 4] {
+    let (m63, m3) = (_mm256_set1_epi32(63), _mm256_set1_epi32(3));
+    let (l1, l2) = (ld(p, at + 1), ld(p, at + 2));
+    let mut mn = [_mm256_setzero_si256(); 8];
+    for j in 0..4 {
+        let (b1, b2) = (byte(l1, j), byte(l2, j));
+        let j = j as usize;
+        mn[j] = _mm256_and_si256(b1, m63);
+        let hi1 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b1), m3));
+        mn[j + 4] = _mm256_or_si256(_mm256_srli_epi32::<4>(b2), hi1);
+    }
+    std::array::from_fn(|i| _mm256_or_si256(mn[2 * i], _mm256_slli_epi32::<16>(mn[2 * i + 1])))
+}
+
+/// The float steps of a Q4_K / Q5_K super-block `b` for rows `r0..r0 + RT`: the mins term `M = Σ_i mnp_i · pair_i`
+/// (four `vpmaddwd`), then the reference's `acc = fma(dw · dx, S, acc)`, `acc = fma(-(dmin · dx), M, acc)`; `dd` is
+/// the block's line of 8 `d` then 8 `dmin` (f16).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sm_update<const RT: usize>(
+    dd: *const u8,
+    s: &[__m256i; RT],
+    mnp: &[__m256i; 4],
+    act: &ActQ,
+    pairs: &[u32],
+    r0: usize,
+    b: usize,
+    acc: &mut [__m256; RT],
+) {
+    let (nb, rows) = (act.nb, act.rows);
+    let sign = _mm256_set1_ps(-0.0);
+    let d = f16x8(dd);
+    let dmin = f16x8(dd.add(2 * LANES));
+    for r in 0..RT {
+        let pr = pairs.as_ptr().add(((r0 + r) * nb + b) * 4);
+        let mut m = _mm256_setzero_si256();
+        for (i, mnp) in mnp.iter().enumerate() {
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(*mnp, _mm256_set1_epi32(*pr.add(i) as i32)));
         }
+        let dx = _mm256_set1_ps(*act.d_t.as_ptr().add(b * rows + r0 + r));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s[r]), acc[r]);
+        let dm = _mm256_xor_ps(_mm256_mul_ps(dmin, dx), sign);
+        acc[r] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(m), acc[r]);
+    }
+}
+
+/// Bytes of a Q5_K block (`d`, `dmin`, 12 scale bytes, 32 `qh` bytes, 128 `qs` bytes).
+const Q5K_BLOCK: usize = 176;
+/// Lines of a packed Q5_K block: `qs` lines `[4 c][8 g]` (block bytes `48 + 32 c + 4 g`), the `qh` lines `[8 g]`
+/// (bytes `16 + 4 g`), one line of the rows' `d` and `dmin`, then the three words of the packed scale bytes.
+const Q5K_LINES: usize = 44;
+const Q5K_QH: usize = 32;
+const Q5K_DD: usize = 40;
+const Q5K_SC: usize = 41;
+
+fn pack_q5k(rows: &[&[u8]; LANES], nb: usize, dst: &mut [u8]) {
+    for b in 0..nb {
+        let (blk, p) = (b * Q5K_BLOCK, b * Q5K_LINES * LINE);
+        for line in 0..32 {
+            put_lanes(rows, blk + 48 + 4 * line, 4, &mut dst[p + LINE * line..]);
+        }
+        for g in 0..8 {
+            put_lanes(rows, blk + 16 + 4 * g, 4, &mut dst[p + LINE * (Q5K_QH + g)..]);
+        }
+        put_lanes(rows, blk, 2, &mut dst[p + LINE * Q5K_DD..]);
+        put_lanes(rows, blk + 2, 2, &mut dst[p + LINE * Q5K_DD + 2 * LANES..]);
+        for w in 0..3 {
+            put_lanes(rows, blk + 4 + 4 * w, 4, &mut dst[p + LINE * (Q5K_SC + w)..]);
+        }
+    }
+}
+
+/// Sub-block `J` (chunk `J / 2`, the low nibbles for even `J`, else the high) of a packed Q5_K block `p` into `s`:
+/// `s[r] += sc_J · P_J` for rows `x`, in two runs of four steps.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5k_sub<const RT: usize, const J: i32>(
+    p: *const u8,
+    x: &[*const i8; RT],
+    sc16: __m256i,
+    s: &mut [__m256i; RT],
+) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (c, half) = (J as usize / 2, J as usize % 2);
+    for run in 0..2 {
+        let mut t = [_mm256_setzero_si256(); RT];
+        for step in 4 * run..4 * run + 4 {
+            let w = ld(p, 8 * c + step);
+            let nib = _mm256_and_si256(if half == 0 { w } else { _mm256_srli_epi16::<4>(w) }, m4);
+            let v = _mm256_or_si256(nib, fifth::<J>(ld(p, Q5K_QH + step)));
+            for r in 0..RT {
+                let xv = bcast(x[r].add(64 * c + 32 * half + 4 * step));
+                t[r] = _mm256_add_epi16(t[r], _mm256_maddubs_epi16(v, xv));
+            }
+        }
+        for r in 0..RT {
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(t[r], sc16));
+        }
+    }
+}
+
+/// Q5_K: as Q4_K, each value's fifth bit (element `e` uses bit `e / 32` of `qh[e % 32]`: for chunk `c` word `g`,
+/// bit `2 c` of the `qh` bytes `4 g ..+4` for the low nibbles, `2 c + 1` for the high) added as 16. Five-bit
+/// values: four `vpmaddubsw` added in i16 (`|·| ≤ 8·31·127 < 2^15`), widened by `vpmaddwd` with the scale, twice per
+/// sub-block.
+///
+/// Activation rows `r0..r0 + RT` against one packed Q5_K group: `[RT][8]` results (rows past `RT` unset).
+///
+/// # Safety
+/// As [`rows_q4k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_q5k<const RT: usize>(
+    g: *const u8,
+    act: &ActQ,
+    pairs: &[u32],
+    r0: usize,
+    ahead: Ahead,
+) -> [[f32; LANES]; 4] {
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); RT];
+    for b in 0..act.nb {
+        ahead.block(b);
+        let p = g.add(b * Q5K_LINES * LINE);
+        let sc16 = q4k_scales(p, Q5K_SC);
+        let x = act_rows::<RT>(act, r0, b, 256);
+        let mut s = [zero; RT];
+        q5k_sub::<RT, 0>(p, &x, sc16[0], &mut s);
+        q5k_sub::<RT, 1>(p, &x, sc16[1], &mut s);
+        q5k_sub::<RT, 2>(p, &x, sc16[2], &mut s);
+        q5k_sub::<RT, 3>(p, &x, sc16[3], &mut s);
+        q5k_sub::<RT, 4>(p, &x, sc16[4], &mut s);
+        q5k_sub::<RT, 5>(p, &x, sc16[5], &mut s);
+        q5k_sub::<RT, 6>(p, &x, sc16[6], &mut s);
+        q5k_sub::<RT, 7>(p, &x, sc16[7], &mut s);
+        sm_update(p.add(Q5K_DD * LINE), &s, &q4k_mins(p, Q5K_SC), act, pairs, r0, b, &mut acc);
     }
     rows_out(&acc)
 }
