@@ -18,7 +18,7 @@ pub const SOURCES: [(&str, &str); 9] = [
 ];
 
 /// Every `extern "C" __global__` kernel the backend loads.
-pub const KERNELS: [&str; 129] = [
+pub const KERNELS: [&str; 135] = [
     "quantize_rows",
     "matmul_full",
     "matmul_f32w",
@@ -77,6 +77,12 @@ pub const KERNELS: [&str; 129] = [
     "mmqm_q4k_ks",
     "mmqm_glu_q4k_ks",
     "mmqm_many_q4k_ks",
+    "mmqm_q6k",
+    "mmqm_glu_q6k",
+    "mmqm_many_q6k",
+    "mmqm_q6k_ks",
+    "mmqm_glu_q6k_ks",
+    "mmqm_many_q6k_ks",
     "mmq_glu_q6k",
     "mmq_glu_q5_1",
     "mmq_glu_q5k",
@@ -350,18 +356,26 @@ pub fn mmqm_splits(n: usize) -> bool {
     n.div_ceil(8) < QM_SPLIT_BELOW
 }
 
-/// The tensor-core streaming kernel of family `name` (`mmqm_q4k`, `mmqm_glu_q4k`, `mmqm_many_q4k`) for `rows × n`
-/// outputs (`n`: the columns of all the launch's weights), its grid and block: x the groups of 16 rows (side by side
-/// in launch order), y the blocks of `QM_WARPS` column groups of 8, or of one group split `QM_WARPS` ways (`_ks`,
-/// [`mmqm_splits`]).
+/// The tensor-core streaming kernel families (kernels/matmul_qm.cu), each with its K-split form.
+pub const MMQM_FAMILIES: [(&str, &str); 6] = [
+    ("mmqm_q4k", "mmqm_q4k_ks"),
+    ("mmqm_glu_q4k", "mmqm_glu_q4k_ks"),
+    ("mmqm_many_q4k", "mmqm_many_q4k_ks"),
+    ("mmqm_q6k", "mmqm_q6k_ks"),
+    ("mmqm_glu_q6k", "mmqm_glu_q6k_ks"),
+    ("mmqm_many_q6k", "mmqm_many_q6k_ks"),
+];
+
+/// The tensor-core streaming kernel of family `name` (one of [`MMQM_FAMILIES`]: `mmqm_<type>`, `mmqm_glu_<type>`,
+/// `mmqm_many_<type>` for Q4_K and Q6_K) for `rows × n` outputs (`n`: the columns of all the launch's weights), its
+/// grid and block: x the groups of 16 rows (side by side in launch order), y the blocks of `QM_WARPS` column groups
+/// of 8, or of one group split `QM_WARPS` ways (`_ks`, [`mmqm_splits`]).
 pub fn mmqm_launch(name: &'static str, rows: usize, n: usize) -> (&'static str, Dim3, Dim3) {
-    let (name, cols) = match (name, mmqm_splits(n)) {
-        ("mmqm_q4k", true) => ("mmqm_q4k_ks", 8),
-        ("mmqm_glu_q4k", true) => ("mmqm_glu_q4k_ks", 8),
-        ("mmqm_many_q4k", true) => ("mmqm_many_q4k_ks", 8),
-        ("mmqm_q4k" | "mmqm_glu_q4k" | "mmqm_many_q4k", false) => (name, 8 * QM_WARPS as usize),
-        (other, _) => unreachable!("no tensor-core streaming kernel {other}"),
-    };
+    let &(_, split) = MMQM_FAMILIES
+        .iter()
+        .find(|(family, _)| *family == name)
+        .unwrap_or_else(|| unreachable!("no tensor-core streaming kernel {name}"));
+    let (name, cols) = if mmqm_splits(n) { (split, 8) } else { (name, 8 * QM_WARPS as usize) };
     (name, (rows.div_ceil(16) as u32, n.div_ceil(cols) as u32, 1), (32 * QM_WARPS, 1, 1))
 }
 
@@ -735,15 +749,23 @@ mod tests {
                 assert_eq!(b.0 % (32 * MMA_SPLIT), 0);
             }
         }
-        // The tensor-core streaming kernels: the 7B's down, o (3,584 columns) and q/k/v (4,608) split K, its gate/up
-        // (18,944) do not; every column group of every row group has a block.
-        for (rows, n, split) in
-            [(8, 3584, true), (64, 4608, true), (17, 8184, true), (32, 8185, false), (9, 18944, false)]
-        {
+        // The tensor-core streaming kernels: the 7B's down, o (3,584 columns), q/k/v (4,608) and v alone (512) split
+        // K, its gate/up (18,944) and output head (152,064) do not; every column group of every row group has a block.
+        let shapes = [
+            (8, 3584, true),
+            (64, 4608, true),
+            (16, 512, true),
+            (17, 8184, true),
+            (32, 8185, false),
+            (9, 18944, false),
+            (2, 152064, false),
+        ];
+        for (rows, n, split) in shapes {
             assert_eq!(mmqm_splits(n), split, "{n} columns");
-            for family in ["mmqm_q4k", "mmqm_glu_q4k", "mmqm_many_q4k"] {
+            for (family, ks) in MMQM_FAMILIES {
+                assert!(KERNELS.contains(&family) && KERNELS.contains(&ks) && ks.strip_suffix("_ks") == Some(family));
                 let (name, g, b) = mmqm_launch(family, rows, n);
-                assert_eq!(name.strip_suffix("_ks"), split.then_some(family), "{name}");
+                assert_eq!(name, if split { ks } else { family });
                 let cols = if split { 8 } else { 8 * QM_WARPS as usize };
                 assert_eq!((g.0 as usize, g.1 as usize), (rows.div_ceil(16), n.div_ceil(cols)));
                 assert_eq!(b.0, 32 * QM_WARPS);

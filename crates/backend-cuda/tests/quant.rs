@@ -2,8 +2,8 @@
 //! Q6_K) against the CPU backend, bit for bit, and row-exact: shapes whose weight rows start at every 2-byte alignment, rows of one to many steps with a
 //! partial last step, column counts that leave a block's warps idle, 1 to 256 rows (several row groups), with and
 //! without a bias, equal to `matmul_quant` (`CudaTuning::quant_stream` off) and with the tensor-core kernels
-//! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0), Q4_K's tensor-core
-//! streaming kernels (kernels/matmul_qm.cu) from one row (`CudaTuning::quant_mma` 1) and never (0), both their forms
+//! (kernels/matmul_qt.cu) at every row count (`CudaTuning::quant_tiles` 1) and never (0), the tensor-core streaming
+//! kernels of Q4_K and Q6_K (kernels/matmul_qm.cu) from one row (`CudaTuning::quant_mma` 1) and never (0), both their forms
 //! (K split across a block's warps below 8,192 columns, `mmqm_*_ks`, with K of 1 to 74 blocks and rounds where some
 //! warps have no block; one warp per column group from there); `matmul_add` (the add
 //! in the kernels' epilogue) equal to the CPU's matmul then add; and `matmul_many` quantizing x once for weights of one block size (mixing the streaming kernels
@@ -117,11 +117,15 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
         (DType::Q5K, 130, 256 * 2),
         (DType::Q3K, 65, 256 * 3),
         (DType::Q2K, 129, 256 * 2),
-        // Q4_K on the tensor-core streaming kernels (src/geometry.rs, `mmqm_splits`): K split across a block's warps
-        // with the down projection's 74 blocks (18 rounds of 4 and a partial one) and a partial last column group;
-        // 1,025 column groups, one warp each (a block of one group, a group of 4 columns).
+        // Q4_K and Q6_K on the tensor-core streaming kernels (src/geometry.rs, `mmqm_splits`): K split across a
+        // block's warps with the down projection's 74 blocks (18 rounds of 4 and a partial one) and a partial last
+        // column group; 1,025 column groups, one warp each (a block of one group, a group of 4 columns). Q6_K rows of
+        // 74 blocks start 4-byte aligned, so the blocks alternate between 4- and 2-byte aligned; rows of 3 blocks (630
+        // bytes) mix both within a column group.
         (DType::Q4K, 44, 256 * 74),
         (DType::Q4K, 8196, 256 * 2),
+        (DType::Q6K, 44, 256 * 74),
+        (DType::Q6K, 8196, 256 * 3),
     ];
     for (i, (dtype, n, k)) in cases.into_iter().enumerate() {
         let pool = 300;
@@ -149,7 +153,7 @@ fn streaming_kernels_equal_the_cpu_and_are_row_exact() {
             // The streaming kernels alone and the tensor-core kernels alone (from one row): the same bits.
             g.tune(|t| (t.quant_stream, t.quant_tiles) = (true, 0));
             same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: streaming vs the default"));
-            // Q4_K's tensor-core streaming kernels (kernels/matmul_qm.cu) never, then from one row.
+            // The tensor-core streaming kernels of Q4_K and Q6_K (kernels/matmul_qm.cu) never, then from one row.
             g.tune(|t| t.quant_mma = 0);
             same(&run(&g, &wg, &bg, &rows), &batch, &format!("{what}: integer streaming kernels vs the default"));
             g.tune(|t| t.quant_mma = 1);
@@ -175,9 +179,9 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
     let mut rng = rng();
     let g = CudaBackend::new(0, Precision::Checkpoint).unwrap_or_else(|e| panic!("no CUDA backend: {e}"));
     let c = CpuBackend::new(4, Precision::Checkpoint);
-    // Five blocks: one round of Q4_K's K-split kernels and one warp's block of the next.
+    // Five blocks: one round of the K-split tensor-core streaming kernels and one warp's block of the next.
     let k = 256 * 5;
-    let sets: [&[(DType, usize)]; 15] = [
+    let sets: [&[(DType, usize)]; 16] = [
         &[(DType::Q4K, 96), (DType::Q4K, 16), (DType::Q6K, 16)],
         // Q8_1 takes matmul_quant.
         &[(DType::Q8_0, 40), (DType::Q4_0, 40), (DType::Q8_1, 8)],
@@ -194,8 +198,9 @@ fn matmul_many_quantizes_once_with_the_same_bits() {
         &[(DType::Q3K, 7), (DType::Q3K, 9), (DType::Q3K, 33)],
         &[(DType::Q2K, 13), (DType::Q2K, 70)],
         &[(DType::Q5K, 9), (DType::Q6K, 7), (DType::Q3K, 5)],
-        // 1,026 column groups: mmqm_many_q4k (one warp per group) rather than its K-split form.
+        // 1,026 column groups: mmqm_many_q4k and mmqm_many_q6k (one warp per group) rather than their K-split forms.
         &[(DType::Q4K, 8192), (DType::Q4K, 16)],
+        &[(DType::Q6K, 8192), (DType::Q6K, 16)],
     ];
     for set in sets {
         let mut wg = Vec::new();
@@ -242,13 +247,15 @@ fn matmul_glu_of_quantized_weights_equals_the_cpu() {
         (DType::Q5K, 256 * 3),
         (DType::Q3K, 256 * 2),
         (DType::Q2K, 256 * 3),
-        // Q4_K's tensor-core streaming kernels: K split (3 rounds per weight, so up's rounds start on the other
-        // slots), and one warp per column group (1,025 groups).
+        // The tensor-core streaming kernels of Q4_K and Q6_K: K split (3 rounds per weight, so up's rounds start on
+        // the other slots), and one warp per column group (1,025 groups).
         (DType::Q4K, 256 * 9),
         (DType::Q4K, 256 * 2),
+        (DType::Q6K, 256 * 9),
+        (DType::Q6K, 256 * 3),
     ];
     for (i, &(dtype, k)) in types.iter().chain(&more).enumerate() {
-        let n = [37, 64, 5, 130, 9, 66, 38, 37, 65, 7, 21, 8196][i];
+        let n = [37, 64, 5, 130, 9, 66, 38, 37, 65, 7, 21, 8196, 21, 8196][i];
         let (gw, uw) = (random_weight(dtype, n, k, &mut rng), random_weight(dtype, n, k, &mut rng));
         let (gg, gu) = (up(&g, dtype, n, k, &gw), up(&g, dtype, n, k, &uw));
         let (cg, cu) = (up(&c, dtype, n, k, &gw), up(&c, dtype, n, k, &uw));

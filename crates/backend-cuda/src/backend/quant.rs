@@ -59,11 +59,17 @@ impl CudaBackend {
         (on && !cw.interleaved && cw.buf.ptr.is_multiple_of(16)).then_some(kernel)
     }
 
-    /// Whether `rows` rows of streaming kernel `mmq`'s type run on the tensor-core streaming kernels
-    /// (kernels/matmul_qm.cu: Q4_K, from `CudaTuning::quant_mma` to [`QM_MAX_ROWS`] rows, ahead of the tiles).
-    fn mma_streams(&self, mmq: &str, rows: usize) -> bool {
+    /// The tensor-core streaming kernels (kernels/matmul_qm.cu: `mmqm_<type>`, `mmqm_many_<type>`,
+    /// `mmqm_glu_<type>`) that `rows` rows of streaming kernel `mmq`'s type run on: Q4_K and Q6_K, from
+    /// `CudaTuning::quant_mma` to [`QM_MAX_ROWS`] rows, ahead of the tiles.
+    fn mma_streams(&self, mmq: &str, rows: usize) -> Option<[&'static str; 3]> {
         let from = self.tune.quant_mma.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        mmq == "mmq_q4k" && from > 0 && (from..=QM_MAX_ROWS).contains(&rows) && self.gpu.cc.0 >= 8
+        let kernels = match mmq {
+            "mmq_q4k" => ["mmqm_q4k", "mmqm_many_q4k", "mmqm_glu_q4k"],
+            "mmq_q6k" => ["mmqm_q6k", "mmqm_many_q6k", "mmqm_glu_q6k"],
+            _ => return None,
+        };
+        (from > 0 && (from..=QM_MAX_ROWS).contains(&rows) && self.gpu.cc.0 >= 8).then_some(kernels)
     }
 
     /// Whether the checkpoint matmul of `cw` adds into its output in its epilogue (the streaming and tensor-core
@@ -107,8 +113,8 @@ impl CudaBackend {
         let l = match self.mmq_kernel(cw) {
             Some(kernel) => {
                 let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
-                let (kernel, (grid, blk)) = if self.mma_streams(kernel, rows) {
-                    let (kernel, grid, blk) = mmqm_launch("mmqm_q4k", rows, n);
+                let (kernel, (grid, blk)) = if let Some([mma, _, _]) = self.mma_streams(kernel, rows) {
+                    let (kernel, grid, blk) = mmqm_launch(mma, rows, n);
                     (kernel, (grid, blk))
                 } else if tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8 {
                     (tiles_kernel(kernel), mmqt_grid(rows, n))
@@ -170,7 +176,7 @@ impl CudaBackend {
     fn streams(&self, cw: &CudaWeight, rows: usize) -> bool {
         let tiles = self.tune.quant_tiles.load(std::sync::atomic::Ordering::Relaxed) as usize;
         self.mmq_kernel(cw)
-            .is_some_and(|k| self.mma_streams(k, rows) || !(tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8))
+            .is_some_and(|k| self.mma_streams(k, rows).is_some() || !(tiles > 0 && rows >= tiles && self.gpu.cc.0 >= 8))
     }
 
     /// Two or three weights of one type on the streaming kernels as one launch of `mmq_many_<type>` (each output as
@@ -197,9 +203,8 @@ impl CudaBackend {
         }
         let outs: Vec<Buf> = ws.iter().map(|(w, _)| self.alloc_f32(qx.rows * weight(w).out_dim)).collect();
         let columns: usize = ws.iter().map(|(w, _)| weight(w).out_dim).sum();
-        let mma = self.mma_streams(self.mmq_kernel(first)?, qx.rows);
-        let (kernel, grid, blk) = if mma {
-            mmqm_launch("mmqm_many_q4k", qx.rows, columns)
+        let (kernel, grid, blk) = if let Some([_, many, _]) = self.mma_streams(self.mmq_kernel(first)?, qx.rows) {
+            mmqm_launch(many, qx.rows, columns)
         } else {
             let blocks = ws.iter().map(|(w, _)| mmq_grid(qx.rows, weight(w).out_dim).0 .0).sum();
             let (grid, blk) = mmq_grid(qx.rows, 1);
@@ -254,8 +259,8 @@ impl CudaBackend {
         let xb = &xs.downcast_ref::<CudaTensor>().expect("cuda tensor").buf;
         let qx = self.quantize_rows(xb, x.rows, x.cols, block);
         let out = self.alloc_f32(x.rows * n);
-        let (kernel, grid, blk) = if self.mma_streams(self.mmq_kernel(cg)?, x.rows) {
-            mmqm_launch("mmqm_glu_q4k", x.rows, n)
+        let (kernel, grid, blk) = if let Some([_, _, glu]) = self.mma_streams(self.mmq_kernel(cg)?, x.rows) {
+            mmqm_launch(glu, x.rows, n)
         } else {
             let (grid, blk) = mmq_grid(x.rows, n);
             (kernel, grid, blk)
