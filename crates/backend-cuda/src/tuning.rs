@@ -37,11 +37,11 @@ pub struct CudaTuning {
     /// same bits; needs sm_80 or newer); 0: never. Default 24: near where a forward of the 7B Q4_K_M shape costs
     /// the same both ways (H100, docs/benchmarks.md).
     pub quant_tiles: u32,
-    /// Row count from which Q4_K checkpoint matmuls of up to `geometry::QM_MAX_ROWS` rows take the tensor-core
-    /// streaming kernels (kernels/matmul_qm.cu: `mma` on each weight row read once per 16 rows, the same bits;
-    /// needs sm_80 or newer) instead of `mmq_q4k`'s integer dot products per row or the tiles; 0: never. Default 4:
-    /// a forward of the 7B Q4_K_M shape costs 6.3 ms on them at 4 rows against 6.7 ms on `mmq_q4k`, and 5.6–6.0
-    /// against 4.5–5.6 ms at 2–3 rows (H100, docs/benchmarks.md).
+    /// Row count from which Q4_K and Q6_K checkpoint matmuls of up to `geometry::QM_MAX_ROWS` rows take the
+    /// tensor-core streaming kernels (kernels/matmul_qm.cu: `mma` on each weight row read once per 16 rows, the same
+    /// bits; needs sm_80 or newer) instead of `mmq_q4k`/`mmq_q6k`'s integer dot products per row or the tiles; 0:
+    /// never. Default 4: at 4 rows a forward of the 7B Q4_K_M shape costs 5.1 ms with both types on them against 6.7
+    /// ms on the per-row kernels; at 2–3 rows the per-row kernels are cheaper (H100, docs/benchmarks.md).
     pub quant_mma: u32,
     /// Kernel preprocessor defines (default none: the kernels' own values).
     pub defines: Vec<KernelDefine>,
