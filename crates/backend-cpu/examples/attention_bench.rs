@@ -9,6 +9,10 @@
 //! times by the calling thread's CPU time instead of the clock (Linux; with 1 thread, whose pool runs every task on
 //! the caller): a per-core speed that other processes on a busy machine disturb much less than they do the clock.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::thread_cpu_s;
+
 use std::time::Instant;
 
 use tf_backend_cpu::{CpuBackend, KvType};
@@ -25,28 +29,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
-}
-
-#[cfg(target_os = "linux")]
-fn thread_cpu_s() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `ts` is a valid `timespec` on 64-bit Linux; clock 3 is CLOCK_THREAD_CPUTIME_ID.
-    let rc = unsafe { clock_gettime(3, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.sec as f64 + ts.nsec as f64 * 1e-9
-}
-
-#[cfg(not(target_os = "linux"))]
-fn thread_cpu_s() -> f64 {
-    panic!("TF_BENCH_CPU needs Linux")
 }
 
 fn main() {

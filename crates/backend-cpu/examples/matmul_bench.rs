@@ -12,6 +12,10 @@
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
 //! machine disturb much less than they do the wall clock.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::thread_cpu_s;
+
 use std::time::Instant;
 
 use tf_backend_cpu::matmul::{matmul, CpuWeight};
@@ -72,28 +76,6 @@ fn weight(rng: &mut Rng, dtype: DType, out: usize, inn: usize) -> CpuWeight {
 }
 
 /// CPU time of the calling thread in seconds (Linux `CLOCK_THREAD_CPUTIME_ID`).
-#[cfg(target_os = "linux")]
-fn thread_cpu_s() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `ts` is a valid `timespec` on 64-bit Linux; clock 3 is CLOCK_THREAD_CPUTIME_ID.
-    let rc = unsafe { clock_gettime(3, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.sec as f64 + ts.nsec as f64 * 1e-9
-}
-
-#[cfg(not(target_os = "linux"))]
-fn thread_cpu_s() -> f64 {
-    panic!("TF_BENCH_CPU needs Linux")
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let threads: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
