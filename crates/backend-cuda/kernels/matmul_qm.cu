@@ -489,112 +489,43 @@ __device__ __forceinline__ void qm_block(const i8* q, const float* d, const i16*
     qm_warp<DT, W, KS>(q, d, sums, K, cols, c0, C, r0, min(16, R - r0), warp % KS, slots);
 }
 
-// (q, d, sums) from quantize_rows of x [R, K] (256-element blocks); w [N, K] Q4_K; bias (bias_dt, EPI_ADD) or null;
-// y [R, N]: as mmq_q4k. grid (ceil(R / 16), ceil(N / (8 · QM_WARPS))), 32 · QM_WARPS threads; launched with PDL.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_q4k(const i8* q, const float* d, const i16* sums,
-                                                                    int R, int K, const u8* w, int N,
-                                                                    const u8* bias, int bias_dt, float* y) {
-    QmCols1 cols{w, (i64)(K / 256) * QmType<DT_Q4K>::BB, N, bias, bias_dt, y};
-    qm_block<DT_Q4K, 1, 1>(q, d, sums, R, K, cols, N, nullptr);
-}
+// The entry points, for TY (q4k, q6k) of type DT, each in two forms: one column group per warp (`mmqm_*`: grid
+// (ceil(R / 16), ceil(N / (8 · QM_WARPS)))) or split QM_KSPLIT ways (`_ks`: grid (ceil(R / 16), ceil(N / 8)));
+// both give the same bits; 32 · QM_WARPS threads, launched with PDL (src/geometry.rs `mmqm_launch`). (q, d, sums)
+// come from quantize_rows of x [R, K] (256-element blocks).
+// - mmqm_TY: w [N, K]; bias (bias_dt, EPI_ADD) or null; y [R, N]: as mmq_TY.
+// - mmqm_glu_TY: gate, up [N, K]; out [R, N] = act(x · gateᵀ) * (x · upᵀ) as mmq_glu_TY (`_ks`: gate's rounds,
+//   then up's).
+// - mmqm_many_TY: three weights w0 [N0, K], w1 [N1, K], w2 [N2, K] against the same rows (as mmq_many_TY), their
+//   columns side by side.
+// Launch bounds and the fold's slots by KS (the `_ks` slots: [round parity][warp], 9,216 bytes).
+#define QM_BOUNDS_1 __launch_bounds__(32 * QM_WARPS)
+#define QM_BOUNDS_QM_KSPLIT __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
+#define QM_SLOTS_1 QmSlot* slots = nullptr;
+#define QM_SLOTS_QM_KSPLIT __shared__ QmSlot slots[2 * QM_KSPLIT];
+#define QM_ENTRIES(NAME, TY, DT, KS)                                                                                   \
+    extern "C" __global__ void QM_BOUNDS_##KS mmqm_##TY##NAME(const i8* q, const float* d, const i16* sums, int R,     \
+                                                              int K, const u8* w, int N, const u8* bias, int bias_dt,  \
+                                                              float* y) {                                              \
+        QM_SLOTS_##KS QmCols1 cols{w, (i64)(K / 256) * QmType<DT>::BB, N, bias, bias_dt, y};                           \
+        qm_block<DT, 1, KS>(q, d, sums, R, K, cols, N, slots);                                                         \
+    }                                                                                                                  \
+    extern "C" __global__ void QM_BOUNDS_##KS mmqm_glu_##TY##NAME(const i8* q, const float* d, const i16* sums, int R, \
+                                                                  int K, const u8* gate, const u8* up, int N, int act, \
+                                                                  float* out) {                                        \
+        QM_SLOTS_##KS QmColsGlu cols{gate, up, (i64)(K / 256) * QmType<DT>::BB, N, act, out};                          \
+        qm_block<DT, 2, KS>(q, d, sums, R, K, cols, N, slots);                                                         \
+    }                                                                                                                  \
+    extern "C" __global__ void QM_BOUNDS_##KS mmqm_many_##TY##NAME(                                                    \
+        const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,       \
+        float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,         \
+        int bd2, float* y2) {                                                                                          \
+        QM_SLOTS_##KS QmCols3 cols{w0, w1, w2, (i64)(K / 256) * QmType<DT>::BB, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, \
+                                   y0, y1, y2};                                                                        \
+        qm_block<DT, 1, KS>(q, d, sums, R, K, cols, N0 + N1 + N2, slots);                                              \
+    }
 
-// mmqm_q4k with each column group's K split across the block's QM_KSPLIT warps: grid (ceil(R / 16), ceil(N / 8)).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
-            float* y) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmCols1 cols{w, (i64)(K / 256) * QmType<DT_Q4K>::BB, N, bias, bias_dt, y};
-    qm_block<DT_Q4K, 1, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
-}
-
-// gate, up [N, K] Q4_K; out [R, N] = act(x · gateᵀ) * (x · upᵀ) as mmq_glu_q4k. Grid as mmqm_q4k's.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_glu_q4k(const i8* q, const float* d, const i16* sums,
-                                                                        int R, int K, const u8* gate, const u8* up,
-                                                                        int N, int act, float* out) {
-    QmColsGlu cols{gate, up, (i64)(K / 256) * QmType<DT_Q4K>::BB, N, act, out};
-    qm_block<DT_Q4K, 2, 1>(q, d, sums, R, K, cols, N, nullptr);
-}
-
-// mmqm_glu_q4k with K split as mmqm_q4k_ks's (gate's rounds, then up's); grid as mmqm_q4k_ks's.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_glu_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate, const u8* up, int N,
-                int act, float* out) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmColsGlu cols{gate, up, (i64)(K / 256) * QmType<DT_Q4K>::BB, N, act, out};
-    qm_block<DT_Q4K, 2, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
-}
-
-// Three Q4_K weights w0 [N0, K], w1 [N1, K], w2 [N2, K] against the same rows (as mmq_many_q4k); grid
-// (ceil(R / 16), ceil((N0 + N1 + N2) / (8 · QM_WARPS))).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS)
-mmqm_many_q4k(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
-              float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
-              int bd2, float* y2) {
-    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * QmType<DT_Q4K>::BB, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
-    qm_block<DT_Q4K, 1, 1>(q, d, sums, R, K, cols, N0 + N1 + N2, nullptr);
-}
-
-// mmqm_many_q4k with K split as mmqm_q4k_ks's; grid (ceil(R / 16), ceil((N0 + N1 + N2) / 8)).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_many_q4k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0,
-                 int bd0, float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2,
-                 const u8* b2, int bd2, float* y2) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * QmType<DT_Q4K>::BB, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
-    qm_block<DT_Q4K, 1, QM_KSPLIT>(q, d, sums, R, K, cols, N0 + N1 + N2, slots);
-}
-
-// (q, d, sums) from quantize_rows of x [R, K] (256-element blocks); w [N, K] Q6_K; bias (bias_dt, EPI_ADD) or null;
-// y [R, N]: as mmq_q6k. grid (ceil(R / 16), ceil(N / (8 · QM_WARPS))), 32 · QM_WARPS threads; launched with PDL.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_q6k(const i8* q, const float* d, const i16* sums,
-                                                                    int R, int K, const u8* w, int N,
-                                                                    const u8* bias, int bias_dt, float* y) {
-    QmCols1 cols{w, (i64)(K / 256) * QmType<DT_Q6K>::BB, N, bias, bias_dt, y};
-    qm_block<DT_Q6K, 1, 1>(q, d, sums, R, K, cols, N, nullptr);
-}
-
-// mmqm_q6k with each column group's K split across the block's QM_KSPLIT warps: grid (ceil(R / 16), ceil(N / 8)).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_q6k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w, int N, const u8* bias, int bias_dt,
-            float* y) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmCols1 cols{w, (i64)(K / 256) * QmType<DT_Q6K>::BB, N, bias, bias_dt, y};
-    qm_block<DT_Q6K, 1, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
-}
-
-// gate, up [N, K] Q6_K; out [R, N] = act(x · gateᵀ) * (x · upᵀ) as mmq_glu_q6k. Grid as mmqm_q6k's.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS) mmqm_glu_q6k(const i8* q, const float* d, const i16* sums,
-                                                                        int R, int K, const u8* gate, const u8* up,
-                                                                        int N, int act, float* out) {
-    QmColsGlu cols{gate, up, (i64)(K / 256) * QmType<DT_Q6K>::BB, N, act, out};
-    qm_block<DT_Q6K, 2, 1>(q, d, sums, R, K, cols, N, nullptr);
-}
-
-// mmqm_glu_q6k with K split as mmqm_q6k_ks's (gate's rounds, then up's); grid as mmqm_q6k_ks's.
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_glu_q6k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* gate, const u8* up, int N,
-                int act, float* out) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmColsGlu cols{gate, up, (i64)(K / 256) * QmType<DT_Q6K>::BB, N, act, out};
-    qm_block<DT_Q6K, 2, QM_KSPLIT>(q, d, sums, R, K, cols, N, slots);
-}
-
-// Three Q6_K weights w0 [N0, K], w1 [N1, K], w2 [N2, K] against the same rows (as mmq_many_q6k); grid
-// (ceil(R / 16), ceil((N0 + N1 + N2) / (8 · QM_WARPS))).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS)
-mmqm_many_q6k(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0, int bd0,
-              float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2, const u8* b2,
-              int bd2, float* y2) {
-    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * QmType<DT_Q6K>::BB, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
-    qm_block<DT_Q6K, 1, 1>(q, d, sums, R, K, cols, N0 + N1 + N2, nullptr);
-}
-
-// mmqm_many_q6k with K split as mmqm_q6k_ks's; grid (ceil(R / 16), ceil((N0 + N1 + N2) / 8)).
-extern "C" __global__ void __launch_bounds__(32 * QM_WARPS, QM_KS_BLOCKS)
-mmqm_many_q6k_ks(const i8* q, const float* d, const i16* sums, int R, int K, const u8* w0, int N0, const u8* b0,
-                 int bd0, float* y0, const u8* w1, int N1, const u8* b1, int bd1, float* y1, const u8* w2, int N2,
-                 const u8* b2, int bd2, float* y2) {
-    __shared__ QmSlot slots[2 * QM_KSPLIT];  // [round parity][warp]: 9,216 bytes
-    QmCols3 cols{w0, w1, w2, (i64)(K / 256) * QmType<DT_Q6K>::BB, N0, N1, N2, b0, b1, b2, bd0, bd1, bd2, y0, y1, y2};
-    qm_block<DT_Q6K, 1, QM_KSPLIT>(q, d, sums, R, K, cols, N0 + N1 + N2, slots);
-}
+QM_ENTRIES(, q4k, DT_Q4K, 1)
+QM_ENTRIES(_ks, q4k, DT_Q4K, QM_KSPLIT)
+QM_ENTRIES(, q6k, DT_Q6K, 1)
+QM_ENTRIES(_ks, q6k, DT_Q6K, QM_KSPLIT)
