@@ -2,7 +2,8 @@
 //! connections (part of a header, then nothing) and bodies trickled a byte at a time are closed once
 //! `--header-timeout` / `--body-timeout` pass, while `/health` and a chat request are answered; past
 //! `--max-connections` a connection gets a 503 in its route's error shape; `--api-key-file` keys are accepted,
-//! reloaded on SIGHUP (an unreadable or empty file keeps the keys in use) and never printed.
+//! reloaded on SIGHUP (an unreadable or empty file keeps the keys in use) and never printed; a refused key's
+//! answer says the connection closes.
 
 mod support;
 
@@ -150,6 +151,13 @@ fn key_files_are_reloaded_on_sighup_and_keys_are_never_printed() {
     assert_eq!(status_with_key(port, "key-gamma-0004"), 401);
     let r = http(port, "GET", "/v1/models", &[("x-api-key", "key-beta-0002")], b"");
     assert_eq!(r.status, 200);
+    // A refused key is answered before the body is read; the answer says the connection closes, so no client
+    // sends its next request on a connection the server is about to drop.
+    let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer key-wrong\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+    let (got, _) = read_until_closed(stalled(port, head), Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 401") && text.contains("\r\nconnection: close\r\n"), "{text}");
 
     std::fs::write(&file, "key-gamma-0004\n").unwrap();
     server.signal("HUP");

@@ -2,6 +2,7 @@
 //! The server never touches tensors: it validates, renders chat templates, tokenizes, submits, and turns engine
 //! events into OpenAI replies (JSON or SSE), each carrying the `tensorfold` receipt and `usage`.
 
+pub mod body_guard;
 pub mod chat;
 pub mod completions;
 pub mod error;
@@ -185,6 +186,7 @@ pub fn router(state: Shared) -> Router {
             error_for(req.uri().path(), e)
         })
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(body_guard::close_unless_body_read))
         .with_state(state)
 }
 
