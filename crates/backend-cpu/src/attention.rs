@@ -7,9 +7,11 @@
 //! read whole by one unit. A unit walks the chunks (256 absolute positions)
 //! in increasing order, in lockstep over its rows, so each chunk's K and V rows are read from memory once and
 //! reused from cache by every row and query head of the unit. Per row and chunk it gathers the slots straight
-//! from the block table (no per-position division), scores each K row against all the unit's heads with the
-//! AVX2 `dot16`, soft-caps and exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c`
-//! across `head_dim` with vector fmas, and merges into the running state.
+//! from the block table (no per-position division), scores the chunk in blocks of [`BLOCK`] positions, each block
+//! against every query head of every kv head of the unit before the next (so a block's K rows are fetched once,
+//! side by side in their slot records, and read from L1 by the other heads) with the AVX2 `dot16`, soft-caps and
+//! exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c` across `head_dim` with vector
+//! fmas in the same blocks, and merges into the running state.
 //!
 //! An f16 cache (docs/arithmetic.md "KV storage types") is read where it is stored on x86-64 with AVX2 and F16C
 //! when `head_dim` is a multiple of 16 (`kv_dot`: each value widened in the register that takes it, the same
@@ -346,17 +348,27 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
         .collect();
     let mut scores = vec![0f32; nh * chunk];
     let mut o_c = vec![0f32; nh * hd];
-    let mut krows: Vec<&[f32]> = Vec::with_capacity(chunk);
-    let mut vrows: Vec<&[f32]> = Vec::with_capacity(chunk);
-    // An f32 cache is read in place; f16 where it is stored when `kv_dot` can (`starts`: the chunk's rows of one
-    // kv head); another type or shape is read back per kv head into `decoded`.
+    // The unit's kv heads, and the range of the unit's heads that reads each.
+    let kvh_first = u.heads.start / group;
+    let kv_ranges: Vec<Range<usize>> = (kvh_first..=(u.heads.end - 1) / group)
+        .map(|kvh| {
+            (kvh * group).max(u.heads.start) - u.heads.start..((kvh + 1) * group).min(u.heads.end) - u.heads.start
+        })
+        .collect();
+    let nkv = kv_ranges.len();
+    // Per kv head of the unit: the chunk's K and V rows, `[n]` slices of `[head_dim]` (f32 cache), or the chunk's
+    // row starts (f16 cache read where stored).
+    let mut krows: Vec<Vec<&[f32]>> = (0..nkv).map(|_| Vec::with_capacity(chunk)).collect();
+    let mut vrows: Vec<Vec<&[f32]>> = (0..nkv).map(|_| Vec::with_capacity(chunk)).collect();
+    // An f32 cache is read in place; f16 where it is stored when `kv_dot` can; another type or shape is read back
+    // per kv head into `decoded`.
     let f32_kv = kv.as_f32();
     let stored = matches!(kv.k, KvData::F16(_)) && stored_rows_ok(isa, hd);
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut, unused_variables))]
-    let mut starts: Vec<usize> = Vec::with_capacity(chunk);
+    let mut starts: Vec<Vec<usize>> = (0..nkv).map(|_| Vec::with_capacity(chunk)).collect();
     let mut decoded: Vec<Decoded> = Vec::new();
     if f32_kv.is_none() && !stored {
-        decoded.resize_with(p.kv_heads, Decoded::default);
+        decoded.resize_with(nkv, Decoded::default);
     }
     // The chunk's `m_c` and `l_c` per head.
     let (mut m_c, mut l_c) = (vec![0f32; nh], vec![0f32; nh]);
@@ -369,51 +381,52 @@ fn unit(isa: Isa, q: &Tensor, kv: &KvView, meta: &AttnMeta, p: &AttnParams, u: &
             let n = slots.len();
             let qrow = q.row(u.rows.start + i);
             let qh = |h: usize| &qrow[(u.heads.start + h) * hd..(u.heads.start + h + 1) * hd];
-            // The unit's heads by kv head: `[h0, h1)` of the unit's heads read kv head `kvh`.
-            let mut h0 = 0;
-            while h0 < nh {
-                let kvh = (u.heads.start + h0) / group;
-                let h1 = ((kvh + 1) * group - u.heads.start).min(nh);
-                assert!(h1 > h0, "attention unit: heads {:?} by kv head", u.heads);
-                #[cfg(target_arch = "x86_64")]
-                if stored {
-                    starts.clear();
-                    starts.extend(slots.iter().map(|&slot| (slot as usize * kv.kv_heads + kvh) * hd));
-                    let rows = stored_chunk(kv, &starts, hd);
-                    heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
-                    h0 = h1;
-                    continue;
+            let mut groups: Vec<(ChunkRows, Range<usize>)> = Vec::with_capacity(nkv);
+            #[cfg(target_arch = "x86_64")]
+            if stored {
+                for (g, st) in starts.iter_mut().enumerate() {
+                    st.clear();
+                    st.extend(slots.iter().map(|&slot| (slot as usize * kv.kv_heads + kvh_first + g) * hd));
                 }
-                let Some(kv) = &f32_kv else {
-                    let d = &mut decoded[kvh];
-                    d.load(isa, kv, kvh, &slots);
-                    // K and V rows of the chunk read back, `[n]` slices of `[head_dim]`.
-                    let kr: Vec<&[f32]> = d.k.chunks_exact(hd).take(n).collect();
-                    let vr: Vec<&[f32]> = d.v.chunks_exact(hd).take(n).collect();
-                    let rows = ChunkRows::F32 { k: &kr, v: &vr };
-                    heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
-                    h0 = h1;
-                    continue;
-                };
-                // K and V rows of the chunk, `[n]` slices of `[head_dim]`.
-                krows.clear();
-                krows.extend(slots.iter().map(|&slot| kv.k_at(slot, kvh)));
-                vrows.clear();
-                vrows.extend(slots.iter().map(|&slot| kv.v_at(slot, kvh)));
-                // While this kv head's scores are computed, its V rows and the next kv head's K rows are requested
-                // (the hardware prefetchers lose the strided slot records; a prefetch changes no value).
-                for &v in &vrows {
-                    simd::prefetch_l2(v);
+                for (st, hs) in starts.iter().zip(&kv_ranges) {
+                    groups.push((stored_chunk(kv, st, hd), hs.clone()));
                 }
-                if h1 < nh {
-                    for &slot in &slots {
-                        simd::prefetch_l2(kv.k_at(slot, kvh + 1));
-                    }
-                }
-                let rows = ChunkRows::F32 { k: &krows, v: &vrows };
-                heads_of_kv(isa, p, &rows, n, h0..h1, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
-                h0 = h1;
             }
+            if groups.is_empty() {
+                if let Some(kv) = &f32_kv {
+                    for (g, (kr, vr)) in krows.iter_mut().zip(vrows.iter_mut()).enumerate() {
+                        kr.clear();
+                        kr.extend(slots.iter().map(|&slot| kv.k_at(slot, kvh_first + g)));
+                        vr.clear();
+                        vr.extend(slots.iter().map(|&slot| kv.v_at(slot, kvh_first + g)));
+                        // While the scores are computed, the V rows are requested (the hardware prefetchers lose
+                        // the strided slot records; a prefetch changes no value).
+                        for &v in vr.iter() {
+                            simd::prefetch_l2(v);
+                        }
+                    }
+                    for ((kr, vr), hs) in krows.iter().zip(&vrows).zip(&kv_ranges) {
+                        groups.push((ChunkRows::F32 { k: kr, v: vr }, hs.clone()));
+                    }
+                } else {
+                    for (g, d) in decoded.iter_mut().enumerate() {
+                        d.load(isa, kv, kvh_first + g, &slots);
+                    }
+                    // K and V rows of the chunk read back, `[n]` slices of `[head_dim]` per kv head.
+                    let kr: Vec<Vec<&[f32]>> = decoded.iter().map(|d| d.k.chunks_exact(hd).take(n).collect()).collect();
+                    let vr: Vec<Vec<&[f32]>> = decoded.iter().map(|d| d.v.chunks_exact(hd).take(n).collect()).collect();
+                    let groups: Vec<(ChunkRows, Range<usize>)> = kr
+                        .iter()
+                        .zip(&vr)
+                        .zip(&kv_ranges)
+                        .map(|((k, v), hs)| (ChunkRows::F32 { k, v }, hs.clone()))
+                        .collect();
+                    heads_of_chunk(isa, p, &groups, n, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
+                    sink(i, &m_c, &l_c, &o_c);
+                    continue;
+                }
+            }
+            heads_of_chunk(isa, p, &groups, n, &qh, &mut scores, &mut m_c, &mut l_c, &mut o_c);
             sink(i, &m_c, &l_c, &o_c);
         }
     }
@@ -500,26 +513,35 @@ impl ChunkRows<'_> {
         }
     }
 
-    /// For `j` in `0..e.len()` in order: `o[d] = fma(e[j], V row j [d], o[d])`.
-    fn acc_v(&self, isa: Isa, o: &mut [f32], e: &[f32]) {
+    /// For `j` in `0..e.len()` in order: `o[d] = fma(e[j], V row from + j [d], o[d])`.
+    fn acc_v(&self, isa: Isa, o: &mut [f32], e: &[f32], from: usize) {
         match self {
-            ChunkRows::F32 { v, .. } => simd::fma_acc_rows(isa, o, e, &v[..e.len()]),
-            // SAFETY: as in `dot4`; `o` is `[head_dim]` and `e.len() ≤ n`.
+            ChunkRows::F32 { v, .. } => simd::fma_acc_rows(isa, o, e, &v[from..from + e.len()]),
+            // SAFETY: as in `dot4`; `o` is `[head_dim]` and `from + e.len() ≤ n` (the rows past `from` are rows of
+            // the same checked cache).
             #[cfg(target_arch = "x86_64")]
-            ChunkRows::F16 { v, .. } => unsafe { crate::kv_dot::fma_acc(o, e, v) },
+            ChunkRows::F16 { v, .. } => unsafe {
+                crate::kv_dot::fma_acc(o, e, &crate::kv_dot::F16Rows { h: v.h, starts: &v.starts[from..] })
+            },
         }
     }
 }
 
-/// Scores, softmax partials and `o_c` of the unit's heads `hs` (all reading the kv head of `rows`) over one
-/// chunk's `n` positions, into `scores [heads, 256]`, `m_c`, `l_c` `[heads]` and `o_c [heads, head_dim]`.
+/// Positions per block: the scores, then the value sums, visit a chunk in blocks of this many positions with every
+/// query head of the unit before the next block, so the block's K (then V) rows of all the unit's kv heads are read
+/// from memory once, side by side in their slot records, and from L1 by every other head. Each head still takes its
+/// positions in increasing order, so no value changes.
+const BLOCK: usize = 16;
+
+/// Scores, softmax partials and `o_c` of the unit's heads over one chunk's `n` positions: `groups` pairs each kv
+/// head's K and V rows with the range of the unit's heads reading it. Into `scores [heads, 256]`, `m_c`, `l_c`
+/// `[heads]` and `o_c [heads, head_dim]`.
 #[allow(clippy::too_many_arguments)]
-fn heads_of_kv<'q>(
+fn heads_of_chunk<'q>(
     isa: Isa,
     p: &AttnParams,
-    rows: &ChunkRows<'_>,
+    groups: &[(ChunkRows<'_>, Range<usize>)],
     n: usize,
-    hs: Range<usize>,
     qh: &dyn Fn(usize) -> &'q [f32],
     scores: &mut [f32],
     m_c: &mut [f32],
@@ -527,22 +549,28 @@ fn heads_of_kv<'q>(
     o_c: &mut [f32],
 ) {
     let (hd, chunk) = (p.head_dim, ATTN_CHUNK as usize);
-    for h in hs.clone() {
-        let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
-        let mut j = 0;
-        while j + 4 <= n {
-            let d = rows.dot4(isa, qv, j);
-            for t in 0..4 {
-                sc[j + t] = d[t] * p.scale;
+    for b in (0..n).step_by(BLOCK) {
+        let e = (b + BLOCK).min(n);
+        for (rows, hs) in groups {
+            for h in hs.clone() {
+                let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
+                let mut j = b;
+                while j + 4 <= e {
+                    let d = rows.dot4(isa, qv, j);
+                    for t in 0..4 {
+                        sc[j + t] = d[t] * p.scale;
+                    }
+                    j += 4;
+                }
+                while j < e {
+                    sc[j] = rows.dot1(isa, qv, j) * p.scale;
+                    j += 1;
+                }
             }
-            j += 4;
-        }
-        while j < n {
-            sc[j] = rows.dot1(isa, qv, j) * p.scale;
-            j += 1;
         }
     }
-    for h in hs.clone() {
+    let heads = groups.first().map_or(0, |g| g.1.start)..groups.last().map_or(0, |g| g.1.end);
+    for h in heads.clone() {
         let s = &mut scores[h * chunk..h * chunk + n];
         if let Some(cap) = p.softcap {
             math::softcap_inplace(isa, s, cap);
@@ -553,23 +581,28 @@ fn heads_of_kv<'q>(
     }
     // `l_c[h] = Σ e` in position order per head; the heads' sums interleaved (independent chains, same order each).
     let mut sums = [0f32; 32];
-    if hs.len() <= sums.len() {
+    if heads.len() <= sums.len() {
         for j in 0..n {
-            for (t, h) in hs.clone().enumerate() {
+            for (t, h) in heads.clone().enumerate() {
                 sums[t] += scores[h * chunk + j];
             }
         }
-        for (t, h) in hs.clone().enumerate() {
+        for (t, h) in heads.clone().enumerate() {
             l_c[h] = sums[t];
         }
     } else {
-        for h in hs.clone() {
+        for h in heads.clone() {
             l_c[h] = scores[h * chunk..h * chunk + n].iter().fold(0f32, |acc, &e| acc + e);
         }
     }
-    for h in hs {
-        o_c[h * hd..(h + 1) * hd].fill(0.0);
-        rows.acc_v(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk..h * chunk + n]);
+    o_c[heads.start * hd..heads.end * hd].fill(0.0);
+    for b in (0..n).step_by(BLOCK) {
+        let e = (b + BLOCK).min(n);
+        for (rows, hs) in groups {
+            for h in hs.clone() {
+                rows.acc_v(isa, &mut o_c[h * hd..(h + 1) * hd], &scores[h * chunk + b..h * chunk + e], b);
+            }
+        }
     }
 }
 
