@@ -9,7 +9,8 @@
 //! reused from cache by every row and query head of the unit. Per row and chunk it gathers the slots straight
 //! from the block table (no per-position division), scores the chunk in blocks of [`BLOCK`] positions, each block
 //! against every query head of every kv head of the unit before the next (so a block's K rows are fetched once,
-//! side by side in their slot records, and read from L1 by the other heads) with the AVX2 `dot16`, soft-caps and
+//! side by side in their slot records, and read from L1 by the other heads) with the AVX2 `dot16` (eight rows and
+//! their trees at once where `kv_dot::dot16_x8_scaled` applies), soft-caps and
 //! exponentiates scores as vectors, sums `l_c` in position order, accumulates `o_c` across `head_dim` with vector
 //! fmas in the same blocks, and merges into the running state.
 //!
@@ -503,6 +504,33 @@ impl ChunkRows<'_> {
         }
     }
 
+    /// Whether [`ChunkRows::dot8_scaled`] may be used on these rows of `hd` values.
+    fn dot8_ok(&self, isa: Isa, hd: usize) -> bool {
+        match self {
+            ChunkRows::F32 { k, .. } => stored_rows_ok(isa, hd) && k.iter().all(|r| r.len() == hd),
+            // Stored rows exist only where `stored_rows_ok` held; `checked` verified them.
+            #[cfg(target_arch = "x86_64")]
+            ChunkRows::F16 { .. } => true,
+        }
+    }
+
+    /// `out[t] = dot16(q, K row j + t) · scale` for t in 0..8.
+    ///
+    /// # Safety
+    /// [`ChunkRows::dot8_ok`] held for these rows and `q.len()`; `j + 8 ≤ n`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn dot8_scaled(&self, q: &[f32], j: usize, scale: f32, out: &mut [f32; 8]) {
+        use crate::kv_dot::{dot16_x8_scaled, F32Rows};
+        // SAFETY: the caller's contract: AVX2, FMA and F16C are present, every row holds `q.len()` values (a
+        // multiple of 16) and rows `j..j + 8` exist.
+        unsafe {
+            match self {
+                ChunkRows::F32 { k, .. } => dot16_x8_scaled(q, &F32Rows { rows: k }, j, scale, out),
+                ChunkRows::F16 { k, .. } => dot16_x8_scaled(q, k, j, scale, out),
+            }
+        }
+    }
+
     /// `dot16(q, K row j)`.
     fn dot1(&self, isa: Isa, q: &[f32], j: usize) -> f32 {
         match self {
@@ -549,12 +577,24 @@ fn heads_of_chunk<'q>(
     o_c: &mut [f32],
 ) {
     let (hd, chunk) = (p.head_dim, ATTN_CHUNK as usize);
+    // Eight products and their trees at once where the rows allow it (x86-64 with AVX2 and F16C, `head_dim` a
+    // multiple of 16): the same bits as `dot4`.
+    let dot8: Vec<bool> = groups.iter().map(|(rows, _)| rows.dot8_ok(isa, hd)).collect();
     for b in (0..n).step_by(BLOCK) {
         let e = (b + BLOCK).min(n);
-        for (rows, hs) in groups {
+        for ((rows, hs), &dot8) in groups.iter().zip(&dot8) {
             for h in hs.clone() {
                 let (qv, sc) = (qh(h), &mut scores[h * chunk..h * chunk + n]);
                 let mut j = b;
+                #[cfg(target_arch = "x86_64")]
+                while dot8 && j + 8 <= e {
+                    let out: &mut [f32; 8] = (&mut sc[j..j + 8]).try_into().expect("8 scores");
+                    // SAFETY: `dot8_ok` held for these rows; `qv` is `[head_dim]`; `j + 8 ≤ e ≤ n`.
+                    unsafe { rows.dot8_scaled(qv, j, p.scale, out) };
+                    j += 8;
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = dot8;
                 while j + 4 <= e {
                     let d = rows.dot4(isa, qv, j);
                     for t in 0..4 {
