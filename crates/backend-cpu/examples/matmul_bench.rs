@@ -10,7 +10,8 @@
 //! or AVX2 wide layout), `TF_BENCH_AB=1` times the weights as stored too, alternated with the wide layout in one
 //! process. `TF_BENCH_CPU=1` times by the calling thread's CPU time instead of the clock (Linux;
 //! with 1 thread, whose pool runs every task on the caller): a per-core speed that other processes on a busy
-//! machine disturb much less than they do the wall clock.
+//! machine disturb much less than they do the wall clock. `TF_BENCH_PRECISION=full` times the portable f32
+//! arithmetic (`Precision::Full`) instead of the checkpoint's.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -98,9 +99,20 @@ fn main() {
     let sets = std::env::var("TF_BENCH_SETS").ok();
     let row_list = std::env::var("TF_BENCH_ROWS").ok();
     let cpu_time = std::env::var("TF_BENCH_CPU").is_ok_and(|v| v == "1");
+    // `TF_BENCH_PRECISION=full`: the portable f32 arithmetic (`Precision::Full`) instead of the checkpoint's.
+    let precision = match std::env::var("TF_BENCH_PRECISION").as_deref() {
+        Ok("full") => Precision::Full,
+        _ => Precision::Checkpoint,
+    };
     let k: usize = std::env::var("TF_BENCH_K").ok().and_then(|v| v.parse().ok()).unwrap_or(1536);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    println!("threads {}, isa {}, K = {k}{}", pool.threads(), isa.name(), if cpu_time { ", CPU time" } else { "" });
+    println!(
+        "threads {}, isa {}, K = {k}, {}{}",
+        pool.threads(),
+        isa.name(),
+        precision.name(),
+        if cpu_time { ", CPU time" } else { "" }
+    );
     println!("{:6} {:6} {:>5} {:>10} {:>9} {:>9}", "type", "set", "rows", "us/call", "GB/s", "GFLOP/s");
     for dtype in types {
         for (set, n, count) in [("l2", 512, 1), ("dram", 8192, 0), ("dram-s", 576, 0)] {
@@ -127,7 +139,7 @@ fn main() {
                 let reps = (((64 << 20) / (n * row_bytes * rows.min(16))).max(count)).min(20000);
                 let run = |ws: &[CpuWeight], reps: usize| {
                     for i in 0..reps {
-                        std::hint::black_box(matmul(&pool, isa, Precision::Checkpoint, &x, &ws[i % count], None));
+                        std::hint::black_box(matmul(&pool, isa, precision, &x, &ws[i % count], None));
                     }
                 };
                 let t0 = Instant::now();
