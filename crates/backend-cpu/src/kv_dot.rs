@@ -68,7 +68,7 @@ impl F16Rows<'_> {
 /// AVX2, FMA and F16C; `a.len()` is the rows' checked `head_dim`; `j + 4 ≤ r.count()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot16_x4<R: StoredRows>(a: &[f32], r: &R, j: usize) -> [f32; 4] {
-    debug_assert!(j + 4 <= r.count());
+    assert!(j + 4 <= r.count());
     let pa = a.as_ptr();
     let mut lo = [_mm256_setzero_ps(); 4];
     let mut hi = [_mm256_setzero_ps(); 4];
@@ -88,7 +88,7 @@ pub(crate) unsafe fn dot16_x4<R: StoredRows>(a: &[f32], r: &R, j: usize) -> [f32
 /// As [`dot16_x4`], with `j < r.count()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot16<R: StoredRows>(a: &[f32], r: &R, j: usize) -> f32 {
-    debug_assert!(j < r.count());
+    assert!(j < r.count());
     let pa = a.as_ptr();
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for i in (0..a.len()).step_by(16) {
@@ -105,7 +105,7 @@ pub(crate) unsafe fn dot16<R: StoredRows>(a: &[f32], r: &R, j: usize) -> f32 {
 /// AVX2, FMA and F16C; `o.len()` is the rows' checked `head_dim`; `e.len() ≤ r.count()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn fma_acc<R: StoredRows>(o: &mut [f32], e: &[f32], r: &R) {
-    debug_assert!(e.len() <= r.count());
+    assert!(e.len() <= r.count());
     let (n, po) = (o.len(), o.as_mut_ptr());
     let mut d = 0;
     while d + 32 <= n {
@@ -163,7 +163,7 @@ impl StoredRows for F32Rows<'_> {
 /// AVX2, FMA and F16C; `a.len()` is the rows' checked `head_dim`; `j + 8 ≤ r.count()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot16_x8_scaled<R: StoredRows>(a: &[f32], r: &R, j: usize, scale: f32, out: &mut [f32; 8]) {
-    debug_assert!(j + 8 <= r.count());
+    assert!(j + 8 <= r.count());
     let pa = a.as_ptr();
     // `t8[t] = lo + hi` of row j + t, four rows at a time (eight accumulators in registers).
     let mut t8 = [_mm256_setzero_ps(); 8];
