@@ -102,7 +102,8 @@ fn main() {
     // `TF_BENCH_PRECISION=full`: the portable f32 arithmetic (`Precision::Full`) instead of the checkpoint's.
     let precision = match std::env::var("TF_BENCH_PRECISION").as_deref() {
         Ok("full") => Precision::Full,
-        _ => Precision::Checkpoint,
+        Ok("checkpoint") | Err(_) => Precision::Checkpoint,
+        Ok(other) => panic!("TF_BENCH_PRECISION={other}: expected full or checkpoint"),
     };
     let k: usize = std::env::var("TF_BENCH_K").ok().and_then(|v| v.parse().ok()).unwrap_or(1536);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
